@@ -1,4 +1,4 @@
-"""Test-wide setup: 8 simulated CPU devices, float64 available, W&B off. Runs before jax is imported."""
+"""Test-wide setup: 8 simulated CPU devices and W&B off, set before jax is imported."""
 import os
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
@@ -6,7 +6,3 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ["WANDB_MODE"] = "disabled"
 os.environ["WANDB_SILENT"] = "true"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)

@@ -1,0 +1,21 @@
+"""attnlab's attention: pure functions on [batch, seq, heads, head_dim] arrays.
+
+``attention(q, k, v, mask, implementation=...)`` is the one entry point; ``Mask`` is the structured mask
+every backend takes; ``AttentionStats`` are the per-row statistics every backend can return.
+"""
+from attention.api import AUTO_ORDER, Backend, Request, attention, available_backends, register_backend, select_backend
+from attention.mask import Mask
+from attention.stats import (
+    AttentionStats,
+    collapsed_fraction,
+    max_logit_per_head,
+    mean_entropy_per_head,
+    normalized_entropy_per_head,
+    sink_mass_per_head,
+    uniform_entropy,
+)
+
+# Backends register themselves on import.
+from attention import reference as _reference  # noqa: E402,F401
+from attention import xla as _xla  # noqa: E402,F401
+from attention.reference import reference_attention  # noqa: E402

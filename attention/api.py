@@ -1,0 +1,200 @@
+"""The one attention entry point and the backend registry."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Optional, Union
+
+import jax
+import jax.numpy as jnp
+
+from attention.mask import Mask
+from attention.stats import AttentionStats
+
+FLOAT_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What a call asks of a backend; backends decide from it whether they can serve the call."""
+
+    batch: int
+    q_len: int
+    kv_len: int
+    num_heads: int
+    num_kv_heads: int
+    qk_dim: int
+    v_dim: int
+    dtype: Any
+    mask: Mask
+    dropout: bool
+    return_stats: bool
+    platform: str
+
+
+# A backend: fn(q, k, v, mask, *, scale, dropout_rate, dropout_rng, return_stats, **options)
+#   -> (out [B, Tq, H, Dv], AttentionStats | None). ``supports(request)`` returns None when the backend can
+#   serve the request and otherwise the name of the missing feature.
+BackendFn = Callable[..., tuple[jax.Array, Optional[AttentionStats]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    name: str
+    fn: BackendFn
+    supports: Callable[[Request], Optional[str]]
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+# Preference order for implementation="auto", per platform.
+AUTO_ORDER = {
+    "gpu": ("pallas", "cudnn", "xla", "chunked", "reference"),
+    "tpu": ("pallas", "xla", "chunked", "reference"),
+    "cpu": ("xla", "chunked", "reference"),
+}
+
+
+def register_backend(name: str, fn: BackendFn, supports: Callable[[Request], Optional[str]]) -> None:
+    """Make ``implementation=name`` available. Re-registering a name replaces it."""
+    _BACKENDS[name] = Backend(name=name, fn=fn, supports=supports)
+
+
+def available_backends() -> tuple[str, ...]:
+    """Names of the registered backends, in registration order."""
+    return tuple(_BACKENDS)
+
+
+def default_platform() -> str:
+    return jax.default_backend()
+
+
+def _shape_error(arg: str, got, need: str) -> ValueError:
+    return ValueError(f"attention: {arg} has shape {tuple(got)}; expected {need}")
+
+
+def _check_inputs(q, k, v) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            raise ValueError(f"attention: {name} must be an array; got {type(x).__name__}")
+        if x.ndim != 4:
+            raise _shape_error(name, x.shape, f"4 dims [batch, seq, heads, head_dim] ({name}: {_LAYOUT[name]})")
+        if x.dtype not in FLOAT_DTYPES:
+            raise ValueError(f"attention: {name} has dtype {x.dtype}; expected one of float16, bfloat16, float32, float64")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"attention: q, k, v must share a dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    B, Tq, H, D = q.shape
+    if k.shape[0] != B or k.shape[3] != D:
+        raise _shape_error("k", k.shape, f"[B={B}, Tk, Hkv, D={D}] to match q {tuple(q.shape)}")
+    Tk, Hkv = k.shape[1], k.shape[2]
+    if v.shape[:3] != (B, Tk, Hkv):
+        raise _shape_error("v", v.shape, f"[B={B}, Tk={Tk}, Hkv={Hkv}, Dv] to match k {tuple(k.shape)}")
+    if Hkv == 0 or H % Hkv != 0:
+        raise ValueError(
+            f"attention: q has {H} heads and k/v have {Hkv}; the number of query heads must be a multiple "
+            "of the number of key/value heads"
+        )
+    if min(q.shape) == 0 or min(k.shape) == 0 or v.shape[3] == 0:
+        raise ValueError(f"attention: empty input; q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+
+
+_LAYOUT = {"q": "[B, Tq, H, D]", "k": "[B, Tk, Hkv, D]", "v": "[B, Tk, Hkv, Dv]"}
+
+
+def sink_probability(q, k, mask: Mask, scale: float, stats: AttentionStats) -> jax.Array:
+    """Attention probability on key 0 from q, k[:, 0] and the row log-sum-exp: -> [B, H, Tq] float32."""
+    B, Tq, H, D = q.shape
+    Hkv = k.shape[2]
+    qg = q.reshape(B, Tq, Hkv, H // Hkv, D).astype(jnp.float32)
+    k0 = k[:, 0].astype(jnp.float32)  # [B, Hkv, D]
+    s0 = jnp.einsum("btkgd,bkd->bkgt", qg, k0).reshape(B, H, Tq) * scale
+    q_pos, kv_pos = mask.positions(B, Tq, k.shape[1])
+    kv_seg = None if mask.kv_segment_ids is None else mask.kv_segment_ids[:, :1]
+    vis0 = mask.structured_block(q_pos, kv_pos[:, :1], mask.q_segment_ids, kv_seg)[:, None, :, 0]  # [B,1,Tq]
+    if mask.dense is not None:
+        d = mask.dense.reshape((1,) * (4 - mask.dense.ndim) + tuple(mask.dense.shape))
+        vis0 = vis0 & jnp.broadcast_to(d, (d.shape[0], d.shape[1], Tq, d.shape[3]))[..., 0]
+    p0 = jnp.exp(s0 - stats.lse)
+    return jax.lax.stop_gradient(jnp.where(stats.valid & vis0, p0, 0.0))
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: Optional[Mask] = None,
+    *,
+    implementation: str = "auto",
+    scale: Optional[float] = None,
+    dropout_rate: float = 0.0,
+    dropout_rng: Optional[jax.Array] = None,
+    return_stats: bool = False,
+    backend_options: Optional[dict] = None,
+) -> Union[jax.Array, tuple[jax.Array, AttentionStats]]:
+    """Scaled dot-product attention.
+
+    q: [B, Tq, H, D], k: [B, Tk, Hkv, D], v: [B, Tk, Hkv, Dv] with H % Hkv == 0 (GQA/MQA).
+    mask: an ``attention.Mask`` (None: every key visible).
+    implementation: "auto", or a registered backend name ("reference", "xla", "cudnn", "chunked", "pallas").
+    scale: logit scale, default 1/sqrt(D); any float is accepted (1.0 is unscaled attention).
+    dropout_rate / dropout_rng: dropout on the attention probabilities (backends that support it).
+    return_stats: also return ``AttentionStats`` ([B, H, Tq] per field; no gradient).
+    backend_options: extra keyword arguments for the chosen backend (e.g. block sizes).
+
+    Returns out: [B, Tq, H, Dv] in q's dtype, or (out, stats). Query rows with no visible key give zeros.
+    """
+    _check_inputs(q, k, v)
+    B, Tq, H, D = q.shape
+    Tk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
+    if mask is None:
+        mask = Mask()
+    if not isinstance(mask, Mask):
+        raise ValueError(f"attention: mask must be an attention.Mask or None; got {type(mask).__name__}")
+    mask.validate(B, H, Tq, Tk)
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    if not isinstance(dropout_rate, (int, float)) or not 0.0 <= float(dropout_rate) < 1.0:
+        raise ValueError(f"attention: dropout_rate must be a float in [0, 1); got {dropout_rate!r}")
+    dropout = float(dropout_rate) > 0.0
+    if dropout and dropout_rng is None:
+        raise ValueError(f"attention: dropout_rate={dropout_rate} needs a dropout_rng key; got None")
+    request = Request(
+        batch=B, q_len=Tq, kv_len=Tk, num_heads=H, num_kv_heads=Hkv, qk_dim=D, v_dim=Dv,
+        dtype=q.dtype, mask=mask, dropout=dropout, return_stats=bool(return_stats), platform=default_platform(),
+    )
+    backend = select_backend(implementation, request)
+    out, stats = backend.fn(
+        q, k, v, mask,
+        scale=scale, dropout_rate=float(dropout_rate), dropout_rng=dropout_rng,
+        return_stats=bool(return_stats), **(backend_options or {}),
+    )
+    if not return_stats:
+        return out
+    if stats.sink is None:
+        stats = stats.replace(sink=sink_probability(q, k, mask, scale, stats))
+    return out, stats
+
+
+def select_backend(implementation: str, request: Request) -> Backend:
+    """The backend that will serve ``request``; raises ValueError naming the backend and missing feature."""
+    if implementation == "auto":
+        order = AUTO_ORDER.get(request.platform, AUTO_ORDER["cpu"])
+        reasons = []
+        for name in order:
+            backend = _BACKENDS.get(name)
+            if backend is None:
+                continue
+            reason = backend.supports(request)
+            if reason is None:
+                return backend
+            reasons.append(f"{name}: {reason}")
+        raise ValueError(f"attention: no backend on {request.platform} can serve this call ({'; '.join(reasons)})")
+    backend = _BACKENDS.get(implementation)
+    if backend is None:
+        raise ValueError(
+            f"attention: unknown implementation {implementation!r}; expected 'auto' or one of {available_backends()}"
+        )
+    reason = backend.supports(request)
+    if reason is not None:
+        raise ValueError(f"attention: implementation {implementation!r} does not support {reason}")
+    return backend
