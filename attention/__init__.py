@@ -19,3 +19,10 @@ from attention.stats import (
 from attention import reference as _reference  # noqa: E402,F401
 from attention import xla as _xla  # noqa: E402,F401
 from attention.reference import reference_attention  # noqa: E402
+from attention.heads import init_mha_params, merge_heads, multi_head_attention, split_heads  # noqa: E402
+from attention.variants import (  # noqa: E402
+    additive_attention,
+    hard_attention,
+    init_additive_params,
+    linear_attention,
+)
