@@ -1,0 +1,267 @@
+"""Config loading and validation for train.py / eval.py.
+
+Experiments are ml_collections files under ``configs/`` with ``get_config(arg=None)``. ``arg`` is a
+big_vision-style string: ``"heads=4,qk_dim=128,runlocal"`` (``key=value`` pairs, a bare key means True).
+``parse_arg`` turns it into a ConfigDict typed by the defaults the config file declares.
+"""
+from __future__ import annotations
+
+import ast
+import datetime
+import os
+import re
+from typing import Any, Optional
+
+import ml_collections
+
+TASKS = ("translation", "lm")
+SCHEDULES = ("rsqrt", "cosine", "constant")
+OPTIMIZERS = ("adam", "adamw")
+DECODERS = ("greedy", "beam")
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+
+
+def _convert(key: str, value: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        low = value.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"config arg {key}={value!r}: expected a boolean (true/false)")
+    if isinstance(default, int):
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"config arg {key}={value!r}: expected an int") from None
+    if isinstance(default, float):
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"config arg {key}={value!r}: expected a float") from None
+    if isinstance(default, str) or default is None:
+        return value
+    try:
+        return type(default)(ast.literal_eval(value))
+    except (ValueError, SyntaxError, TypeError):
+        raise ValueError(f"config arg {key}={value!r}: expected a {type(default).__name__}") from None
+
+
+def parse_arg(arg: Optional[str], **defaults: Any) -> ml_collections.ConfigDict:
+    """Parse ``"heads=4,qk_dim=128,runlocal"`` into a ConfigDict with the keys of ``defaults``.
+
+    Values take the type of their default (a default of None keeps the string); a bare key sets True.
+    Unknown keys raise ValueError listing the known ones.
+    """
+    out = dict(defaults)
+    if arg:
+        for part in arg.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            key, sep, value = part.partition("=")
+            key = key.strip()
+            if key not in defaults:
+                raise ValueError(f"unknown config arg {key!r}; expected one of {sorted(defaults)}")
+            out[key] = _convert(key, value.strip(), defaults[key]) if sep else True
+    return ml_collections.ConfigDict(out)
+
+
+def config_name(config_path: str) -> str:
+    """``configs/translation.py:heads=4`` -> ``translation-heads=4``, for default workdirs and run names."""
+    path, _, arg = config_path.partition(":")
+    name = os.path.splitext(os.path.basename(path))[0]
+    if arg:
+        name += "-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", arg)
+    return name
+
+
+def default_workdir(config_path: str, config: ml_collections.ConfigDict) -> str:
+    """``./runs/<config-name>-<run name or timestamp>``."""
+    suffix = config.get("name") or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{config_name(config_path)}-{suffix}")
+
+
+class ConfigError(ValueError):
+    """An impossible or unknown config setting; the message names the field."""
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def _one_of(path: str, value: Any, allowed: tuple) -> None:
+    _need(value in allowed, f"config.{path}={value!r}; expected one of {allowed}")
+
+
+def _positive(path: str, value: Any, allow_zero: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
+    _need(ok, f"config.{path}={value!r}; expected a number {'>= 0' if allow_zero else '> 0'}")
+
+
+def validate(config: ml_collections.ConfigDict, num_devices: int, available_backends: tuple[str, ...] = ()) -> None:
+    """Raise ConfigError naming the field for impossible or unknown settings, before anything is built.
+
+    num_devices: total devices the mesh is built over. available_backends: registered attention backends
+    (checked when given).
+    """
+    _one_of("task", config.task, TASKS)
+    m = config.model
+    _positive("model.d_model", m.d_model)
+    _positive("model.num_heads", m.num_heads)
+    _positive("model.d_ff", m.d_ff)
+    num_kv = m.get("num_kv_heads") or m.num_heads
+    _need(
+        m.num_heads % num_kv == 0,
+        f"config.model.num_heads={m.num_heads} is not divisible by config.model.num_kv_heads={num_kv}; "
+        "each key/value head must serve a whole group of query heads",
+    )
+    if not m.get("qk_dim"):
+        _need(
+            m.d_model % m.num_heads == 0,
+            f"config.model.d_model={m.d_model} is not divisible by config.model.num_heads={m.num_heads}; "
+            "set config.model.qk_dim (and v_dim) explicitly or pick a head count that divides d_model",
+        )
+    for field in ("qk_dim", "v_dim"):
+        if m.get(field):
+            _positive(f"model.{field}", m[field])
+    import models  # the model config checks every other architecture field
+
+    try:
+        models.TransformerConfig.from_dict(dict(m.to_dict(), vocab_size=max(m.get("pad_id", 0), 3) + 1))
+    except ValueError as e:
+        raise ConfigError(f"config.model: {e}") from None
+    if available_backends:
+        allowed = ("auto",) + tuple(available_backends)
+        _need(
+            m.attention_impl in allowed,
+            f"config.model.attention_impl={m.attention_impl!r} is not a registered attention backend; "
+            f"expected one of {allowed}",
+        )
+    if config.task == "translation":
+        _positive("model.num_encoder_layers", m.num_encoder_layers)
+    _positive("model.num_decoder_layers", m.num_decoder_layers)
+
+    t = config.train
+    _one_of("train.optimizer", t.optimizer, OPTIMIZERS)
+    _one_of("train.schedule", t.schedule, SCHEDULES)
+    _positive("train.learning_rate", t.learning_rate)
+    _positive("train.warmup_steps", t.warmup_steps, allow_zero=True)
+    _positive("train.num_steps", t.num_steps)
+    _positive("train.max_minutes", t.max_minutes, allow_zero=True)
+    _positive("train.grad_clip_norm", t.grad_clip_norm, allow_zero=True)
+    _need(0.0 <= t.label_smoothing < 1.0, f"config.train.label_smoothing={t.label_smoothing!r}; expected [0, 1)")
+    for field in ("log_every", "stats_every", "checkpoint_every", "eval_every"):
+        _positive(f"train.{field}", t[field], allow_zero=True)
+    _need(t.log_every > 0, f"config.train.log_every={t.log_every}; expected > 0")
+    if t.schedule == "rsqrt":
+        _need(t.warmup_steps > 0, "config.train.schedule='rsqrt' needs config.train.warmup_steps > 0")
+
+    mesh = config.mesh
+    _need(isinstance(mesh.model, int) and mesh.model >= 1, f"config.mesh.model={mesh.model!r}; expected an int >= 1")
+    if mesh.data == -1:
+        _need(
+            num_devices % mesh.model == 0,
+            f"config.mesh.model={mesh.model} does not divide the {num_devices} available devices",
+        )
+        data_axis = num_devices // mesh.model
+    else:
+        _need(isinstance(mesh.data, int) and mesh.data >= 1, f"config.mesh.data={mesh.data!r}; expected -1 or >= 1")
+        data_axis = mesh.data
+        _need(
+            data_axis * mesh.model <= num_devices,
+            f"config.mesh data={mesh.data} x model={mesh.model} needs {data_axis * mesh.model} devices; "
+            f"{num_devices} available",
+        )
+    if mesh.model > 1:
+        _need(
+            m.num_heads % mesh.model == 0 and num_kv % mesh.model == 0,
+            f"config.mesh.model={mesh.model} must divide config.model.num_heads={m.num_heads} and "
+            f"num_kv_heads={num_kv} to shard attention heads",
+        )
+        _need(m.d_ff % mesh.model == 0, f"config.mesh.model={mesh.model} must divide config.model.d_ff={m.d_ff}")
+    batch = config.data.get("batch_size")
+    if batch:
+        _need(
+            batch % data_axis == 0,
+            f"config.data.batch_size={batch} is not divisible by the {data_axis} data-parallel devices "
+            f"(mesh data axis); pick a multiple of {data_axis}",
+        )
+
+    e = config.eval
+    _one_of("eval.decode", e.decode, DECODERS)
+    _positive("eval.beam_size", e.beam_size)
+    _one_of("wandb.mode", config.wandb.mode, WANDB_MODES)
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """Sections every experiment shares (train, eval, mesh, health, wandb) with their defaults.
+
+    Config files start from this, set ``task``, ``model`` and ``data``, and override what they need.
+    """
+    c = ml_collections.ConfigDict()
+    c.name = ""  # run name: default workdir suffix and W&B run name (default: a timestamp).
+    c.seed = 0
+    c.task = "translation"  # "translation" (EncoderDecoder) or "lm" (DecoderOnly, synthetic tasks).
+
+    t = c.train = ml_collections.ConfigDict()
+    t.optimizer = "adam"  # "adam" or "adamw".
+    t.schedule = "rsqrt"  # "rsqrt" (Vaswani), "cosine" or "constant"; see engine/optim.py.
+    t.learning_rate = 7e-4  # peak learning rate, reached after warmup_steps.
+    t.warmup_steps = 4000
+    t.final_lr_fraction = 0.1  # cosine: final lr = learning_rate * final_lr_fraction.
+    t.b1 = 0.9
+    t.b2 = 0.98
+    t.eps = 1e-9
+    t.weight_decay = 0.0  # adamw only; applied to parameters with ndim > 1.
+    t.grad_clip_norm = 0.0  # 0 = no clipping.
+    t.label_smoothing = 0.1
+    t.num_steps = 100_000
+    t.max_minutes = 0.0  # wall-clock budget of the training loop (0 = none); training stops at whichever first.
+    t.log_every = 100  # metrics are pulled from the device every log_every steps (the only host sync).
+    t.stats_every = 500  # attention statistics + health check every stats_every steps (0 = never).
+    t.eval_every = 5000  # validation loss (+ BLEU on eval.bleu_examples) every eval_every steps (0 = end only).
+    t.checkpoint_every = 5000  # 0 = only at the end and on SIGTERM/SIGINT.
+    t.keep_checkpoints = 3
+    t.async_checkpoint = True
+    t.peak_flops = 0.0  # device peak FLOP/s for MFU; 0 = measure once and cache.
+
+    e = c.eval = ml_collections.ConfigDict()
+    e.decode = "beam"  # "greedy" or "beam".
+    e.beam_size = 4
+    e.length_penalty = 0.6
+    e.max_decode_extra = 50  # decode up to source length + max_decode_extra tokens (capped by model.max_len).
+    e.decode_batch_size = 64  # sentences per decoding batch.
+    e.length_bucket = 16  # decoding pads source and output lengths to multiples of this (fewer compiles).
+    e.split = "test"  # split decoded and scored at the end of training.
+    e.bleu_split = "validation"  # split scored during training.
+    e.bleu_examples = 256  # sentences of bleu_split decoded at each evaluation during training (0 = none).
+    e.num_samples = 5  # sample translations logged per evaluation.
+    e.heatmap_examples = 2  # fixed examples whose attention maps are drawn per evaluation (0 = none).
+    e.max_batches = 0  # cap on eval batches for loss/accuracy (0 = all).
+
+    m = c.mesh = ml_collections.ConfigDict()
+    m.data = -1  # data-parallel devices; -1 = all devices not used by the model axis.
+    m.model = 1  # tensor-parallel devices (shards heads and the MLP).
+    m.rules = ()  # extra (regex, spec) sharding rules, tried before the built-in ones; see engine/sharding.py.
+
+    h = c.health = ml_collections.ConfigDict()
+    h.baseline_checks = 2  # early entropy = mean over the first baseline_checks observations.
+    h.collapse_ratio = 0.1  # collapse: entropy < collapse_ratio * early entropy ...
+    h.collapse_floor = 0.25  # ... and < collapse_floor nats.
+    h.uniform_ratio = 0.98  # near-uniform: entropy > uniform_ratio * log(visible keys) ...
+    h.uniform_after_step = 1000  # ... from this step on.
+    h.max_logit = 50.0  # runaway logits: max scaled logit above this.
+
+    w = c.wandb = ml_collections.ConfigDict()
+    w.mode = "auto"  # auto | online | offline | disabled; see engine/logging.py.
+    w.project = "attnlab"
+    w.entity = ""
+    w.group = ""
+    w.tags = ()
+    w.name = ""  # default: the workdir's name.
+    w.notes = ""
+    w.job_type = "train"
+    w.init_timeout = 60.0
+    return c

@@ -1,0 +1,292 @@
+"""Evaluation shared by train.py and eval.py: loss/perplexity, BLEU/chrF, samples, attention heatmaps.
+
+- Translation: teacher-forced loss and perplexity on a split; decoding (greedy or beam search) of a split's
+  sources, scored with sacreBLEU's BLEU and chrF against the raw references (signatures logged); sample
+  translations; attention heatmaps (``reference`` backend weights) for a few fixed examples, as PNG files in
+  ``<workdir>/heatmaps/`` and W&B images.
+- Language-model / synthetic tasks: loss and accuracy on the loss-masked positions.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import flax.nnx as nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import models
+
+log = logging.getLogger("attnlab")
+
+GROUPS = ("encoder_self", "decoder_self", "cross")
+
+
+def round_up(n: int, multiple: int) -> int:
+    return max(multiple, -(-n // multiple) * multiple)
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
+    """sacreBLEU corpus BLEU and chrF with their signatures."""
+    import sacrebleu
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    b = bleu.corpus_score(list(hypotheses), [list(references)])
+    c = chrf.corpus_score(list(hypotheses), [list(references)])
+    return {"bleu": float(b.score), "chrf": float(c.score), "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature()), "bleu_text": str(b)}
+
+
+def cut_at_eos(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == eos_id:
+            break
+        if i != pad_id:
+            out.append(i)
+    return out
+
+
+class Evaluator:
+    """Runs the evaluations of one training run (or of eval.py) and logs them."""
+
+    def __init__(self, setup, data, eval_step: Callable, logger, workdir: str):
+        self.setup = setup
+        self.config = setup.config
+        self.data = data
+        self.eval_step = eval_step
+        self.logger = logger
+        self.workdir = workdir
+        self.task = self.config.task
+        self._ref_graphdef = None
+        self._eval_batches: dict[str, list] = {}
+
+    # ---------------------------------------------------------------------------------------- loss
+    def loss_metrics(self, params, split: str) -> dict[str, float]:
+        """Teacher-forced loss, perplexity and token accuracy over ``split``'s eval batches."""
+        from engine.trainer import to_device
+
+        if split not in self._eval_batches:
+            batches = list(self.data.eval_batches(split))
+            if self.config.eval.max_batches:
+                batches = batches[: self.config.eval.max_batches]
+            self._eval_batches[split] = batches
+        sums = None
+        for batch in self._eval_batches[split]:
+            terms = self.eval_step(params, to_device(batch, self.setup.mesh))
+            sums = terms if sums is None else jax.tree.map(jnp.add, sums, terms)
+        if sums is None:
+            raise ValueError(f"split {split!r} has no evaluation batches")
+        sums = jax.device_get(sums)
+        w = max(float(sums["weight_sum"]), 1.0)
+        nll = float(sums["nll_sum"]) / w
+        return {f"{split}/loss": float(sums["loss_sum"]) / w, f"{split}/nll": nll,
+                f"{split}/perplexity": math.exp(min(nll, 50.0)), f"{split}/accuracy": float(sums["correct"]) / w}
+
+    # ------------------------------------------------------------------------------------ decoding
+    def encode_sources(self, sources: Sequence[str]) -> list[list[int]]:
+        """Source token ids as the training pipeline feeds them (tokenizer ids + EOS, truncated)."""
+        cfg = self.setup.model_cfg
+        max_len = cfg.max_len
+        return [list(self.data.tokenizer.encode(s))[: max_len - 1] + [cfg.eos_id] for s in sources]
+
+    def translate(self, params, sources: Sequence[str], *, decode: Optional[str] = None) -> list[str]:
+        """Decode ``sources`` with the config's decoder; returns detokenized hypotheses in input order."""
+        e = self.config.eval
+        decode = decode or e.decode
+        cfg = self.setup.model_cfg
+        model = self.setup.model(params)
+        ids = self.encode_sources(sources)
+        order = np.argsort([len(x) for x in ids], kind="stable")
+        bucket = int(e.length_bucket)
+        bs = int(e.decode_batch_size)
+        out: list[Optional[str]] = [None] * len(ids)
+        for start in range(0, len(order), bs):
+            chunk = order[start : start + bs]
+            src_len = min(round_up(max(len(ids[i]) for i in chunk), bucket), cfg.max_len)
+            arr = np.zeros((bs, src_len), np.int32)
+            for row, i in enumerate(chunk):
+                arr[row, : len(ids[i])] = ids[i]
+            out_len = min(round_up(src_len + int(e.max_decode_extra), bucket), cfg.max_len)
+            inputs = jnp.asarray(arr)
+            if decode == "beam":
+                tokens = models.beam_search(model, inputs, beam_size=int(e.beam_size), max_len=out_len,
+                                            length_penalty=float(e.length_penalty))
+            else:
+                tokens = models.greedy_decode(model, inputs, max_len=out_len,
+                                              inputs_segmentation=(inputs != cfg.pad_id).astype(jnp.int32))
+            tokens = np.asarray(jax.device_get(tokens))
+            for row, i in enumerate(chunk):
+                out[i] = self.data.tokenizer.decode(cut_at_eos(tokens[row], cfg.eos_id, cfg.pad_id))
+        return [o if o is not None else "" for o in out]
+
+    def bleu(self, params, split: str, step: int, *, limit: int = 0, decode: Optional[str] = None,
+             write: bool = True) -> dict[str, Any]:
+        """Decode (the first ``limit`` of) ``split`` and score it; writes hypotheses to ``outputs/``."""
+        examples = list(self.data.examples(split))
+        if limit:
+            examples = examples[:limit]
+        sources = [s for s, _ in examples]
+        refs = [r for _, r in examples]
+        hyps = self.translate(params, sources, decode=decode)
+        result = score(hyps, refs)
+        if write and jax.process_index() == 0:
+            outdir = os.path.join(self.workdir, "outputs")
+            os.makedirs(outdir, exist_ok=True)
+            path = os.path.join(outdir, f"{split}_step{step}.txt")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("\n".join(h.replace("\n", " ") for h in hyps) + "\n")
+            result["hypotheses_path"] = path
+        result["samples"] = list(zip(sources, refs, hyps))[: int(self.config.eval.num_samples)]
+        result["num_sentences"] = len(hyps)
+        return result
+
+    # ------------------------------------------------------------------------------------ heatmaps
+    def reference_model(self, params) -> nnx.Module:
+        """The model with the ``reference`` attention backend (full weights), sharing ``params``."""
+        from engine.trainer import create_model
+
+        cfg = self.setup.model_cfg.replace(attention_impl="reference", attention_options={})
+        if self._ref_graphdef is None:
+            abstract = nnx.eval_shape(lambda: create_model(cfg, self.task, nnx.Rngs(params=0, dropout=1)))
+            self._ref_graphdef = nnx.split(abstract, nnx.Param, ...)[0]
+        return nnx.merge(self._ref_graphdef, params, self.setup.rest)
+
+    def attention_weights(self, params, pairs: Sequence[tuple[str, str]]) -> tuple[dict, list, list]:
+        """Teacher-forced attention weights for (source, reference) pairs.
+
+        Returns (group -> list per layer of [N, H, Tq, Tk] numpy, source token ids, target token ids).
+        """
+        cfg = self.setup.model_cfg
+        src = self.encode_sources([s for s, _ in pairs])
+        tgt = [list(self.data.tokenizer.encode(r))[: cfg.max_len - 1] + [cfg.eos_id] for _, r in pairs]
+        S = max(len(x) for x in src)
+        T = max(len(x) for x in tgt)
+        batch = {k: np.zeros((len(pairs), n), np.int32) for k, n in
+                 (("inputs", S), ("inputs_segmentation", S), ("inputs_position", S),
+                  ("targets", T), ("targets_segmentation", T), ("targets_position", T))}
+        for row, (s, t) in enumerate(zip(src, tgt)):
+            batch["inputs"][row, : len(s)] = s
+            batch["inputs_segmentation"][row, : len(s)] = 1
+            batch["inputs_position"][row, : len(s)] = np.arange(len(s))
+            batch["targets"][row, : len(t)] = t
+            batch["targets_segmentation"][row, : len(t)] = 1
+            batch["targets_position"][row, : len(t)] = np.arange(len(t))
+        model = self.reference_model(params)
+        _, stats = model(*(jnp.asarray(batch[k]) for k in ("inputs", "targets")),
+                         inputs_segmentation=jnp.asarray(batch["inputs_segmentation"]),
+                         targets_segmentation=jnp.asarray(batch["targets_segmentation"]),
+                         inputs_position=jnp.asarray(batch["inputs_position"]),
+                         targets_position=jnp.asarray(batch["targets_position"]),
+                         deterministic=True, return_stats=True)
+        weights = {g: [np.asarray(jax.device_get(s.weights)) for s in stats.get(g, [])] for g in GROUPS}
+        return weights, src, tgt
+
+    def heatmaps(self, params, step: int, split: str) -> dict[str, str]:
+        """PNG attention maps (a grid of layers x heads per group) for the first ``eval.heatmap_examples``
+        examples of ``split``; returns W&B key -> path."""
+        n = int(self.config.eval.heatmap_examples)
+        if n <= 0 or jax.process_index() != 0:
+            return {}
+        pairs = list(self.data.examples(split))[:n]
+        weights, src, tgt = self.attention_weights(params, pairs)
+        tok = self.data.tokenizer
+        outdir = os.path.join(self.workdir, "heatmaps")
+        os.makedirs(outdir, exist_ok=True)
+        paths = {}
+        for ex in range(len(pairs)):
+            src_labels = [tok.decode([i]) or str(i) for i in src[ex]]
+            tgt_labels = [tok.decode([i]) or str(i) for i in tgt[ex]]
+            dec_in = ["<s>"] + tgt_labels[:-1]
+            axes_labels = {"encoder_self": (src_labels, src_labels), "decoder_self": (dec_in, dec_in),
+                           "cross": (dec_in, src_labels)}
+            for group in GROUPS:
+                layers = weights.get(group) or []
+                if not layers:
+                    continue
+                q_labels, k_labels = axes_labels[group]
+                maps = np.stack([w[ex, :, : len(q_labels), : len(k_labels)] for w in layers])  # [L, H, Tq, Tk]
+                path = os.path.join(outdir, f"step{step}_ex{ex}_{group}.png")
+                plot_attention_grid(maps, q_labels, k_labels, f"{group} (step {step}, example {ex})", path)
+                paths[f"heatmaps/ex{ex}/{group}"] = path
+        return paths
+
+    # ---------------------------------------------------------------------------------------- all
+    def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
+        """One evaluation round; logs everything and returns the scalar results."""
+        e = self.config.eval
+        results: dict[str, Any] = {}
+        if self.task != "translation":
+            for split in ("validation", e.split) if final else ("validation",):
+                results.update(self.loss_metrics(params, split))
+            self.logger.log(step, results)
+            log.info("eval step %d: %s", step, _fmt(results))
+            return results
+        split = e.split if final else e.bleu_split
+        results.update(self.loss_metrics(params, "validation"))
+        limit = 0 if final else int(e.bleu_examples)
+        if final or limit > 0:
+            r = self.bleu(params, split, step, limit=limit)
+            prefix = f"{split}" if final else f"{split}_subset"
+            results[f"{prefix}/bleu"] = r["bleu"]
+            results[f"{prefix}/chrf"] = r["chrf"]
+            self.logger.log_event(step, "bleu", split=split, sentences=r["num_sentences"], bleu=r["bleu"],
+                                  chrf=r["chrf"], bleu_signature=r["bleu_signature"],
+                                  chrf_signature=r["chrf_signature"], hypotheses=r.get("hypotheses_path"))
+            self.logger.log_table(step, f"{prefix}/samples", ["source", "reference", "hypothesis"], r["samples"])
+            log.info("%s BLEU %.2f chrF %.2f on %d sentences (%s; %s)", split, r["bleu"], r["chrf"],
+                     r["num_sentences"], r["bleu_signature"], r["chrf_signature"])
+            for src, ref, hyp in r["samples"]:
+                log.info("  SRC %s\n  REF %s\n  HYP %s", src, ref, hyp)
+            results["bleu_signature"] = r["bleu_signature"]
+            results["chrf_signature"] = r["chrf_signature"]
+        self.logger.log(step, {k: v for k, v in results.items() if not isinstance(v, str)})
+        images = self.heatmaps(params, step, e.bleu_split)
+        if images:
+            self.logger.log_images(step, images)
+        log.info("eval step %d: %s", step, _fmt(results))
+        return results
+
+
+def _fmt(results: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" for k, v in results.items() if isinstance(v, float))
+
+
+def plot_attention_grid(maps: np.ndarray, q_labels: Sequence[str], k_labels: Sequence[str], title: str,
+                        path: str) -> None:
+    """maps: [L, H, Tq, Tk] -> one PNG with a layers x heads grid of heatmaps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    L, H, Tq, Tk = maps.shape
+    cell = max(1.6, 0.12 * max(Tq, Tk))
+    fig, axes = plt.subplots(L, H, figsize=(cell * H + 1, cell * L + 0.8), squeeze=False)
+    show_labels = max(Tq, Tk) <= 40
+    for layer in range(L):
+        for head in range(H):
+            ax = axes[layer, head]
+            ax.imshow(maps[layer, head], vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
+            ax.set_title(f"L{layer} H{head}", fontsize=7)
+            if show_labels and head == 0:
+                ax.set_yticks(range(Tq))
+                ax.set_yticklabels(q_labels, fontsize=4)
+            else:
+                ax.set_yticks([])
+            if show_labels and layer == L - 1:
+                ax.set_xticks(range(Tk))
+                ax.set_xticklabels(k_labels, fontsize=4, rotation=90)
+            else:
+                ax.set_xticks([])
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

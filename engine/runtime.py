@@ -1,0 +1,62 @@
+"""Process set-up for the entry points: logging, multi-host initialization."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+ENV_MULTIHOST = ("JAX_COORDINATOR_ADDRESS", "SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "TPU_WORKER_HOSTNAMES",
+                 "CLOUD_TPU_TASK_ID")
+
+
+class _TqdmHandler(logging.StreamHandler):
+    """Log lines that do not break an active tqdm progress bar."""
+
+    def emit(self, record):
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # logging must never raise into the training loop.
+            self.handleError(record)
+
+
+def setup_logging(logfile: str | None = None, level: int = logging.INFO) -> logging.Logger:
+    """The ``attnlab`` logger: INFO to stderr (tqdm-safe) and, when given, to ``logfile``."""
+    logger = logging.getLogger("attnlab")
+    logger.setLevel(level)
+    logger.propagate = False
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+    if not any(isinstance(h, _TqdmHandler) for h in logger.handlers):
+        h = _TqdmHandler()
+        h.setFormatter(fmt)
+        logger.addHandler(h)
+    if logfile:
+        path = os.path.abspath(logfile)
+        if not any(getattr(h, "baseFilename", None) == path for h in logger.handlers):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fh = logging.FileHandler(path)
+            fh.setFormatter(fmt)
+            logger.addHandler(fh)
+    return logger
+
+
+def maybe_initialize_distributed(mode: str) -> bool:
+    """Call ``jax.distributed.initialize()`` for multi-host runs, before any other JAX call.
+
+    mode: "yes" (always), "no" (never) or "auto" (when the environment shows a multi-process launch: a
+    coordinator address, SLURM, Open MPI, or a Cloud TPU pod). Returns whether it initialized.
+    """
+    if mode not in ("auto", "yes", "no"):
+        raise ValueError(f"--distributed={mode!r}; expected auto, yes or no")
+    if mode == "no":
+        return False
+    if mode == "auto":
+        launched = [k for k in ENV_MULTIHOST if os.environ.get(k)]
+        many = any(int(os.environ.get(k, "1") or 1) > 1 for k in ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"))
+        if not launched or (launched and set(launched) <= {"SLURM_JOB_ID"} and not many):
+            return False
+    import jax
+
+    jax.distributed.initialize()
+    return True

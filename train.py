@@ -1,0 +1,50 @@
+"""Train and evaluate a model from a config file.
+
+    python train.py --config=configs/translation.py [--workdir=runs/my-run] [--config.model.num_heads=4]
+    python train.py --config=configs/translation.py:heads=4,qk_dim=128
+
+A rerun with the same --workdir resumes from its latest checkpoint. See engine/trainer.py.
+"""
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:args]).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config>-<name or timestamp>).")
+_DISTRIBUTED = flags.DEFINE_enum("distributed", "auto", ["auto", "yes", "no"],
+                                 "Call jax.distributed.initialize() (auto: when launched on several hosts).")
+flags.mark_flags_as_required(["config"])
+
+
+def main(argv):
+    del argv
+    import os
+    import sys
+
+    from engine import config as config_lib
+    from engine import runtime
+
+    runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
+    config = _CONFIG.value
+    workdir = _WORKDIR.value or config_lib.default_workdir(config_flags.get_config_filename(flags.FLAGS["config"]),
+                                                           config)
+    log = runtime.setup_logging(os.path.join(workdir, "train.log"))
+    log.info("workdir: %s", os.path.abspath(workdir))
+
+    from engine import trainer
+
+    try:
+        final = trainer.train_and_evaluate(config, workdir)
+    except (trainer.NonFiniteError, config_lib.ConfigError) as e:
+        log.error("%s", e)
+        sys.exit(1)
+    summary = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in final.items()
+                        if not k.endswith("signature"))
+    log.info("done: %s", summary)
+    if config.task == "translation" and f"{config.eval.split}/bleu" in final:
+        log.info("%s BLEU = %.2f (%s)", config.eval.split, final[f"{config.eval.split}/bleu"],
+                 final.get("bleu_signature", ""))
+
+
+if __name__ == "__main__":
+    app.run(main)
