@@ -25,6 +25,7 @@ def main(argv):
     from engine import runtime
 
     runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
+    runtime.enable_compilation_cache()
     config = _CONFIG.value
     workdir = _WORKDIR.value or config_lib.default_workdir(config_flags.get_config_filename(flags.FLAGS["config"]),
                                                            config)

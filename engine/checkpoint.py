@@ -85,16 +85,6 @@ class Checkpointer:
         self.manager.close()
 
 
-def abstract_like(tree: Any) -> Any:
-    """ShapeDtypeStructs (with shardings) of a pytree of arrays, as ``Checkpointer.restore`` wants."""
-
-    def one(x):
-        sharding = getattr(x, "sharding", None)
-        return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=sharding)
-
-    return jax.tree.map(one, tree)
-
-
 class StopRequest:
     """Turns SIGTERM / SIGINT into a flag the train loop polls, so it can checkpoint and exit cleanly.
 

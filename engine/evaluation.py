@@ -189,21 +189,25 @@ class Evaluator:
         weights = {g: [np.asarray(jax.device_get(s.weights)) for s in stats.get(g, [])] for g in GROUPS}
         return weights, src, tgt
 
-    def heatmaps(self, params, step: int, split: str) -> dict[str, str]:
-        """PNG attention maps (a grid of layers x heads per group) for the first ``eval.heatmap_examples``
-        examples of ``split``; returns W&B key -> path."""
-        n = int(self.config.eval.heatmap_examples)
-        if n <= 0 or jax.process_index() != 0:
+    def heatmaps(self, params, step: int, split: str, indices: Sequence[int] = ()) -> dict[str, str]:
+        """PNG attention maps (a grid of layers x heads per group) for examples ``indices`` of ``split``
+        (default: the first ``eval.heatmap_examples``); returns W&B key -> path."""
+        examples = list(self.data.examples(split))
+        indices = list(indices) or list(range(min(int(self.config.eval.heatmap_examples), len(examples))))
+        if not indices or jax.process_index() != 0:
             return {}
-        pairs = list(self.data.examples(split))[:n]
+        bad = [i for i in indices if not 0 <= i < len(examples)]
+        if bad:
+            raise ValueError(f"heatmap example indices {bad} out of range for split {split!r} ({len(examples)})")
+        pairs = [examples[i] for i in indices]
         weights, src, tgt = self.attention_weights(params, pairs)
         tok = self.data.tokenizer
         outdir = os.path.join(self.workdir, "heatmaps")
         os.makedirs(outdir, exist_ok=True)
         paths = {}
-        for ex in range(len(pairs)):
-            src_labels = [tok.decode([i]) or str(i) for i in src[ex]]
-            tgt_labels = [tok.decode([i]) or str(i) for i in tgt[ex]]
+        for ex, index in enumerate(indices):
+            src_labels = [tok.id_to_piece(i) for i in src[ex]]
+            tgt_labels = [tok.id_to_piece(i) for i in tgt[ex]]
             dec_in = ["<s>"] + tgt_labels[:-1]
             axes_labels = {"encoder_self": (src_labels, src_labels), "decoder_self": (dec_in, dec_in),
                            "cross": (dec_in, src_labels)}
@@ -213,9 +217,9 @@ class Evaluator:
                     continue
                 q_labels, k_labels = axes_labels[group]
                 maps = np.stack([w[ex, :, : len(q_labels), : len(k_labels)] for w in layers])  # [L, H, Tq, Tk]
-                path = os.path.join(outdir, f"step{step}_ex{ex}_{group}.png")
-                plot_attention_grid(maps, q_labels, k_labels, f"{group} (step {step}, example {ex})", path)
-                paths[f"heatmaps/ex{ex}/{group}"] = path
+                path = os.path.join(outdir, f"step{step}_{split}{index}_{group}.png")
+                plot_attention_grid(maps, q_labels, k_labels, f"{group} (step {step}, {split} example {index})", path)
+                paths[f"heatmaps/{split}{index}/{group}"] = path
         return paths
 
     # ---------------------------------------------------------------------------------------- all

@@ -6,7 +6,7 @@ W&B mode (``config.wandb.mode``):
   ``wandb sync <workdir>/wandb/offline-run-*``).
 - ``"online"`` / ``"offline"`` / ``"disabled"``: as named.
 An online start that fails or times out (``config.wandb.init_timeout`` seconds) falls back to offline, so a
-run never waits on the network. The run id is kept in ``<workdir>/wandb_run_id_<job type>`` so a resumed run continues
+run never waits on the network. The run id is kept in ``<workdir>/wandb_run_id`` (``wandb_run_id_eval`` for eval.py) so a resumed run continues
 the same W&B run.
 """
 from __future__ import annotations
@@ -94,7 +94,8 @@ class MetricLogger:
         import wandb
 
         # Training runs keep their W&B id in the workdir so a resumed run continues the same W&B run.
-        id_path = os.path.join(self.workdir, f"wandb_run_id_{job_type}")
+        id_file = "wandb_run_id" if job_type == "train" else f"wandb_run_id_{job_type}"
+        id_path = os.path.join(self.workdir, id_file)
         run_id = open(id_path).read().strip() if os.path.exists(id_path) else wandb.util.generate_id()
         with open(id_path, "w") as f:
             f.write(run_id)

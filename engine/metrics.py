@@ -94,8 +94,9 @@ def flatten_summary(summary: Mapping[str, Mapping[str, np.ndarray]], prefix: str
 def format_table(summary: Mapping[str, Mapping[str, np.ndarray]], field: str = "entropy") -> str:
     """A plain-text table of ``field`` per layer (rows) and head (columns), one block per group."""
     lines = []
-    for group, fields in summary.items():
-        arr = np.asarray(fields[field])
+    order = [g for g in ("encoder_self", "decoder_self", "cross") if g in summary]
+    for group in order + [g for g in summary if g not in order]:
+        arr = np.asarray(summary[group][field])
         lines.append(f"{group} {field}")
         lines.append("layer " + " ".join(f"{'h' + str(h):>7}" for h in range(arr.shape[1])))
         for layer in range(arr.shape[0]):

@@ -60,3 +60,15 @@ def maybe_initialize_distributed(mode: str) -> bool:
 
     jax.distributed.initialize()
     return True
+
+
+def enable_compilation_cache(path: str | None = None) -> str:
+    """Persist compiled XLA programs (``$JAX_COMPILATION_CACHE_DIR`` or ``~/.cache/attnlab/xla``), so a resumed
+    or repeated run skips recompiling the same steps."""
+    import jax
+
+    path = path or os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "attnlab", "xla")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    return path

@@ -131,8 +131,9 @@ class Setup:
         return nnx.merge(self.graphdef, params, self.rest)
 
 
-def build(config: ml_collections.ConfigDict, mesh: Mesh, vocab_size: int) -> tuple[Setup, dict]:
-    """Model, optimizer and an initial (sharded) train state."""
+def build(config: ml_collections.ConfigDict, mesh: Mesh, vocab_size: int) -> tuple[Setup, Callable[[], dict]]:
+    """Model, optimizer and state shardings; returns (setup, init) where ``init()`` makes the initial
+    (sharded) train state. Resuming skips ``init`` and restores onto ``abstract_state(setup)``."""
     cfg = model_config(config, vocab_size)
     task = config.task
     seed = int(config.seed)
@@ -155,10 +156,9 @@ def build(config: ml_collections.ConfigDict, mesh: Mesh, vocab_size: int) -> tup
     }
 
     def init_state():
-        model = init_model()
-        _, params, rest = nnx.split(model, nnx.Param, ...)
+        _, params, _ = nnx.split(init_model(), nnx.Param, ...)
         params = nnx.to_pure_dict(params)
-        state = {
+        return {
             "params": params,
             "opt_state": tx.init(params),
             "step": jnp.zeros((), jnp.int32),
@@ -167,12 +167,20 @@ def build(config: ml_collections.ConfigDict, mesh: Mesh, vocab_size: int) -> tup
             "bad_code": jnp.zeros((), jnp.int32),
             "bad_leaves": jnp.zeros((len(leaf_paths),), jnp.bool_),
         }
-        return state, rest
 
-    rest_sh = jax.tree.map(lambda _: rep, jax.eval_shape(init_state)[1])
-    state, rest = jax.jit(init_state, out_shardings=(state_sh, rest_sh))()
+    def init_rest():  # the dropout RNG streams (reseeded every step); XLA drops the unused parameter init.
+        return nnx.split(init_model(), nnx.Param, ...)[2]
+
+    rest = jax.jit(init_rest, out_shardings=rep)()
     setup = Setup(config, mesh, cfg, graphdef, rest, tx, schedule, state_sh, leaf_paths)
-    return setup, state
+    return setup, jax.jit(init_state, out_shardings=state_sh)
+
+
+def abstract_state(setup: Setup, init: Callable[[], dict]) -> dict:
+    """ShapeDtypeStructs (with shardings) of the train state, for restoring a checkpoint."""
+    shapes = jax.eval_shape(init)
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
+                        setup.state_shardings)
 
 
 # ------------------------------------------------------------------------------------------------ steps
@@ -303,10 +311,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     data = build_data(config, workdir)
     vocab_size = data.tokenizer.vocab_size if config.task == "translation" else data.vocab_size
-    setup, state = build(config, mesh, vocab_size)
-    n_params = models.count_params(setup.model(state["params"]))
-    log.info("model: %s, %.2fM parameters; mesh %s", type(setup.model(state["params"])).__name__, n_params / 1e6,
-             dict(mesh.shape))
+    setup, init = build(config, mesh, vocab_size)
 
     t = config.train
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=int(t.keep_checkpoints),
@@ -314,9 +319,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     train_iter = data.train_iter()
     start_step = 0
     if ckpt.latest_step() is not None:
-        state, data_state, start_step = ckpt.restore(ckpt_lib.abstract_like(state))
+        state, data_state, start_step = ckpt.restore(abstract_state(setup, init))
         train_iter.set_state(data_state)
         log.info("resumed from %s at step %d", ckpt.directory, start_step)
+    else:
+        state = init()
+    n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(state["params"])))
+    log.info("model: %s, %.2fM parameters; mesh %s", type(setup.model(state["params"])).__name__, n_params / 1e6,
+             dict(mesh.shape))
 
     logger = logging_lib.MetricLogger(workdir, config, process_index=jax.process_index(),
                                       run_name=os.path.basename(os.path.abspath(workdir)))
@@ -469,3 +479,80 @@ def _save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
         return
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=1, sort_keys=True))
+
+
+# ------------------------------------------------------------------------------------------------ eval.py
+def make_stats_eval_step(setup: Setup) -> Callable:
+    """jit((params, batch) -> attention summary) from a deterministic forward pass."""
+    task = setup.config.task
+
+    def stats_step(params, batch, rest):
+        _, stats = forward(nnx.merge(setup.graphdef, params, rest), batch, task, deterministic=True,
+                           return_stats=True)
+        return metrics_lib.attention_summary(stats, metrics_lib.visible_keys(batch, task))
+
+    jitted = jax.jit(stats_step)
+    return lambda params, batch: jitted(params, batch, setup.rest)
+
+
+def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step: Optional[int] = None,
+                        split: Optional[str] = None, heatmap_examples: tuple[int, ...] = (),
+                        stats_batches: int = 8) -> dict:
+    """Restore a checkpoint of ``workdir`` and evaluate it on ``split`` (default ``config.eval.split``).
+
+    Writes ``<workdir>/eval/<split>_step<N>/`` (hypotheses, results.json, entropy tables, heatmaps) and
+    returns the results: loss/perplexity, BLEU/chrF with signatures (translation), and per-layer,
+    per-head attention summaries averaged over ``stats_batches`` batches of the split.
+    """
+    import json
+
+    from attention import available_backends
+
+    config_lib.validate(config, jax.device_count(), available_backends())
+    mesh = sharding_lib.make_mesh(config.mesh)
+    split = split or config.eval.split
+    data = build_data(config, workdir)
+    vocab_size = data.tokenizer.vocab_size if config.task == "translation" else data.vocab_size
+    setup, init = build(config, mesh, vocab_size)
+    ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False)
+    try:
+        state, _, step = ckpt.restore(abstract_state(setup, init), step)
+    finally:
+        ckpt.close()
+    params = state["params"]
+    out_dir = os.path.join(workdir, "eval", f"{split}_step{step}")
+    os.makedirs(out_dir, exist_ok=True)
+    logger = logging_lib.MetricLogger(out_dir, config, process_index=jax.process_index(),
+                                      run_name=os.path.basename(os.path.abspath(workdir)) + "-eval",
+                                      job_type="eval")
+    try:
+        evaluator = evaluation.Evaluator(setup, data, make_eval_step(setup), logger, out_dir)
+        results: dict[str, Any] = {"step": step, "split": split}
+        results.update(evaluator.loss_metrics(params, split))
+        if config.task == "translation":
+            r = evaluator.bleu(params, split, step)
+            results.update({f"{split}/bleu": r["bleu"], f"{split}/chrf": r["chrf"],
+                            "bleu_signature": r["bleu_signature"], "chrf_signature": r["chrf_signature"],
+                            "hypotheses_path": r.get("hypotheses_path"), "sentences": r["num_sentences"]})
+            logger.log_table(step, f"{split}/samples", ["source", "reference", "hypothesis"], r["samples"])
+        stats_step = make_stats_eval_step(setup)
+        summaries = [_summary_to_host(stats_step(params, to_device(b, mesh)))
+                     for b in list(data.eval_batches(split))[:stats_batches]]
+        summary = jax.tree.map(lambda *xs: np.mean(np.stack(xs), axis=0), *summaries)
+        tables = "\n\n".join(metrics_lib.format_table(summary, f) for f in metrics_lib.FIELDS)
+        with open(os.path.join(out_dir, "attention.txt"), "w") as f:
+            f.write(tables + "\n")
+        results["attention"] = jax.tree.map(lambda a: np.round(a, 5).tolist(), summary)
+        flat = metrics_lib.flatten_summary(summary)
+        logger.log(step, {k: v for k, v in results.items() if isinstance(v, float)} | flat)
+        if config.task == "translation" and heatmap_examples:
+            images = evaluator.heatmaps(params, step, split, indices=heatmap_examples)
+            logger.log_images(step, images)
+            results["heatmaps"] = sorted(images.values())
+        with open(os.path.join(out_dir, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        results["tables"] = tables
+        results["out_dir"] = out_dir
+        return results
+    finally:
+        logger.close()
