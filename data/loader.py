@@ -108,7 +108,15 @@ def indexed_batches(make: Callable[[int], Batch], prefetch: int) -> grain.Datase
 
 
 def _close_at_exit(it: grain.DatasetIterator) -> grain.DatasetIterator:
-    """Stops the iterator's prefetch thread before interpreter shutdown (grain's own cleanup then fails)."""
+    """Closes the iterator before interpreter teardown: grain's prefetch iterators close again from __del__,
+    which fails noisily once their modules are torn down, so the second close becomes a no-op."""
     ref = weakref.ref(it)
-    atexit.register(lambda: ref() is not None and ref().close())
+
+    def close() -> None:
+        live = ref()
+        if live is not None:
+            live.close()
+            live.close = lambda: None
+
+    atexit.register(close)
     return it

@@ -199,6 +199,15 @@ class SyntheticData:
         """Infinite grain iterator over training batches, with get_state()/set_state()."""
         return loader.indexed_batches(self.batch, self.config.prefetch)
 
+    def describe(self) -> str:
+        """One line for the run log."""
+        c = self.config
+        detail = {"mqar": f"{c.mqar_num_kv_pairs} key-value pairs, power_a {c.mqar_power_a}",
+                  "induction": f"segment of {c.induction_segment_len}"}.get(
+                      c.task, f"{c.min_items}-{c.max_items} items")
+        return (f"data: synthetic {c.task} ({detail}), vocab {c.vocab_size}, seq_len {c.seq_len}, "
+                f"global batch {c.batch_size}, {c.num_eval_batches} eval batches")
+
     def eval_batches(self) -> list[dict[str, np.ndarray]]:
         """The fixed evaluation set: num_eval_batches batches from a stream disjoint from training."""
         return [self.batch(i, stream=_EVAL_STREAM) for i in range(self.config.num_eval_batches)]

@@ -434,7 +434,9 @@ class TranslationData:
                  f"{t['truncated_source']} source / {t['truncated_target']} target)",
                  f"tokenizer: {self.stats['tokenizer']['model_type']} vocab {self.vocab_size} "
                  f"({'shared' if c.spm_shared else 'separate'}) at {self.tokenizer.path}",
-                 f"batches: {self.stats['batches']}"]
+                 f"batches: {self.stats['batches']}",
+                 f"data ready in {self.stats['timing']['total_s']:.1f}s "
+                 f"({', '.join(f'{k} {v:.1f}s' for k, v in self.stats['timing'].items() if k != 'total_s')})"]
         return "\n".join(lines)
 
 
@@ -531,6 +533,7 @@ def build_translation(cfg: ml_collections.ConfigDict, *, workdir: str, seed: int
     if not plan0:
         raise ValueError(f"the training split ({len(train_ids)} examples) fills no complete batch; lower "
                          f"batch_size / batch_tokens or use more data")
+    timing["total_s"] = time.perf_counter() - t0
     return data
 
 

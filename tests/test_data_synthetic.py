@@ -73,6 +73,7 @@ def test_induction_repeat_is_predictable_from_the_first_occurrence():
 
 def test_batches_are_seeded_and_eval_is_a_separate_stream():
     a, b = make("copy"), make("copy")
+    assert a.describe().startswith("data: synthetic copy (4-16 items), vocab 64")
     np.testing.assert_array_equal(a.batch(5)["inputs"], b.batch(5)["inputs"])
     assert not np.array_equal(a.batch(5)["inputs"], a.batch(6)["inputs"])
     evals = a.eval_batches()
