@@ -28,7 +28,7 @@ import ml_collections
 import numpy as np
 
 from data import loader
-from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from data.tokenizer import BOS_ID, EOS_ID
 
 SEP_ID = 4
 FIRST_TOKEN = 5

@@ -25,7 +25,6 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
 
 import ml_collections
 import numpy as np
