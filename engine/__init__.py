@@ -1,0 +1,1 @@
+"""Run machinery shared by train.py and eval.py: config, optimizer, sharding, checkpoints, logging, evaluation."""
