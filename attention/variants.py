@@ -30,6 +30,11 @@ FeatureMap = Union[str, Callable[[jax.Array], jax.Array]]
 _LAYOUT = {"q": "[B, Tq, H, D]", "k": "[B, Tk, Hkv, D]", "v": "[B, Tk, Hkv, Dv]"}
 
 
+def _compute_dtype(dtype) -> jnp.dtype:
+    """float32 for 16/32-bit inputs, float64 for float64 ones."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
 # --------------------------------------------------------------------------------------------------- checks
 def _check_qkv(fn: str, q: Any, k: Any, v: Any) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -125,7 +130,7 @@ def additive_attention(
     params: ``w_q [H, D, A]``, ``w_k [H, D, A]`` (one key projection per query head, applied to its K/V
     group's keys), ``v_a [H, A]``, optional ``b [H, A]``; ``init_additive_params`` builds them.
     mask: an ``attention.Mask`` (every part, dense included; it is materialized).
-    Scores are computed in float32 and not scaled.
+    Scores are computed in float32 (float64 for float64 inputs) and not scaled.
 
     Returns out: [B, Tq, H, Dv] in q's dtype, or (out, AttentionStats) with the statistics of the additive
     scores (``max_logit``/``lse`` are of ``s``) and the weights.
@@ -148,14 +153,14 @@ def additive_attention(
     bias = _check_param(fn, params, "b", (H, A), "[H, A]") if "b" in params else None
     mask = _check_mask(fn, mask, B, H, Tq, Tk)
 
-    f32 = jnp.float32
-    qp_BxHxTxA = jnp.einsum("bthd,hda->bhta", q.astype(f32), w_q.astype(f32))
-    w_k_grouped = w_k.astype(f32).reshape(Hkv, H // Hkv, D, A)
-    kp_BxHxSxA = jnp.einsum("bskd,kgda->bkgsa", k.astype(f32), w_k_grouped).reshape(B, H, Tk, A)
+    acc = _compute_dtype(q.dtype)
+    qp_BxHxTxA = jnp.einsum("bthd,hda->bhta", q.astype(acc), w_q.astype(acc))
+    w_k_grouped = w_k.astype(acc).reshape(Hkv, H // Hkv, D, A)
+    kp_BxHxSxA = jnp.einsum("bskd,kgda->bkgsa", k.astype(acc), w_k_grouped).reshape(B, H, Tk, A)
     if bias is not None:
-        qp_BxHxTxA = qp_BxHxTxA + bias.astype(f32)[None, :, None, :]
+        qp_BxHxTxA = qp_BxHxTxA + bias.astype(acc)[None, :, None, :]
     hidden = jnp.tanh(qp_BxHxTxA[:, :, :, None, :] + kp_BxHxSxA[:, :, None, :, :])  # [B, H, Tq, Tk, A]
-    s_BxHxTxS = jnp.einsum("bhtsa,ha->bhts", hidden, v_a.astype(f32))
+    s_BxHxTxS = jnp.einsum("bhtsa,ha->bhts", hidden, v_a.astype(acc))
     visible = mask.materialize(B, H, Tq, Tk)
     p = masked_softmax(s_BxHxTxS, visible)
     out = grouped_values(p.astype(v.dtype), v).astype(q.dtype)
@@ -190,7 +195,7 @@ def _apply_feature_map(fn: str, feature_map: FeatureMap, name: str, x: jax.Array
         )
     if y.dtype not in FLOAT_DTYPES:
         raise ValueError(f"{fn}: feature_map({name}) has dtype {y.dtype}; expected a float dtype")
-    return y.astype(jnp.float32)
+    return y.astype(_compute_dtype(x.dtype))
 
 
 def _padding_ids(fn: str, name: str, ids: Optional[jax.Array]) -> tuple[Optional[jax.Array], Optional[jax.Array]]:
@@ -268,7 +273,7 @@ def linear_attention(
 
     q: [B, Tq, H, D], k: [B, Tk, Hkv, D], v: [B, Tk, Hkv, Dv] with H % Hkv == 0.
     feature_map: "elu1" (``elu(x) + 1``, the paper's), "relu", or a callable ``[..., D] -> [..., F]``
-    applied to q and k (computed in float32; the callable may carry its own scale or random features).
+    applied to q and k (in float32, float64 for float64 inputs; the callable may carry its own scale or random features).
     eps: added to the normalizer ``phi(q_i)^T sum_j phi(k_j)``.
     mask: ``causal`` (query i sees keys j <= i, by chunked prefix sums of ``chunk_size`` rows) and padding via
     ``q_segment_ids`` / ``kv_segment_ids`` holding 0 (padding) or 1. A sliding window, a dense mask, custom
@@ -296,14 +301,14 @@ def linear_attention(
     q_valid, q_packed = _padding_ids(fn, "q_segment_ids", mask.q_segment_ids)
     kv_valid, kv_packed = _padding_ids(fn, "kv_segment_ids", mask.kv_segment_ids)
 
-    f32 = jnp.float32
-    fq = _apply_feature_map(fn, feature_map, "q", q.astype(f32))
-    fk = _apply_feature_map(fn, feature_map, "k", k.astype(f32))
+    acc = _compute_dtype(q.dtype)
+    fq = _apply_feature_map(fn, feature_map, "q", q.astype(acc))
+    fk = _apply_feature_map(fn, feature_map, "k", k.astype(acc))
     if fq.shape[-1] != fk.shape[-1]:
         raise ValueError(
             f"{fn}: feature_map gives {fq.shape[-1]} features for q and {fk.shape[-1]} for k; expected the same"
         )
-    vf = v.astype(f32)
+    vf = v.astype(acc)
     if kv_valid is not None:
         fk = jnp.where(kv_valid[:, :, None, None], fk, 0.0)
         vf = jnp.where(kv_valid[:, :, None, None], vf, 0.0)
@@ -329,9 +334,9 @@ def linear_attention(
 
 # ----------------------------------------------------------------------------------------------------- hard
 def _one_hot_argmax(y: jax.Array, visible: jax.Array) -> jax.Array:
-    """One-hot of the largest visible entry per row; rows with no visible entry are zero. [..., Tk] f32."""
+    """One-hot of the largest visible entry per row; rows with no visible entry are zero. [..., Tk], y's dtype."""
     y = jnp.where(visible, y, -jnp.inf)
-    one_hot = jax.nn.one_hot(jnp.argmax(y, axis=-1), y.shape[-1], dtype=jnp.float32)
+    one_hot = jax.nn.one_hot(jnp.argmax(y, axis=-1), y.shape[-1], dtype=y.dtype)
     return jnp.where(jnp.any(visible, axis=-1, keepdims=True), one_hot, 0.0)
 
 
@@ -404,10 +409,10 @@ def hard_attention(
         raise ValueError(f"{fn}: temperature has shape {got}; expected a positive float or a float scalar array ()")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
-    s = grouped_logits(q, k, scale)  # [B, H, Tq, Tk] float32
+    s = grouped_logits(q, k, scale)  # [B, H, Tq, Tk] float32 (float64 for float64 inputs)
     visible = mask.materialize(B, H, Tq, Tk)
-    gumbel = jax.random.gumbel(rng, s.shape, jnp.float32)
-    y = (s + gumbel) / jnp.asarray(temperature, jnp.float32)
+    gumbel = jax.random.gumbel(rng, s.shape, s.dtype)
+    y = (s + gumbel) / jnp.asarray(temperature, s.dtype)
     p = _straight_through(y, visible) if hard else masked_softmax(y, visible)
     out = grouped_values(p.astype(v.dtype), v).astype(q.dtype)
     if not return_stats:
