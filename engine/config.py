@@ -240,6 +240,7 @@ def base_config() -> ml_collections.ConfigDict:
     e.num_samples = 5  # sample translations logged per evaluation.
     e.heatmap_examples = 2  # fixed examples whose attention maps are drawn per evaluation (0 = none).
     e.max_batches = 0  # cap on eval batches for loss/accuracy (0 = all).
+    e.at_end = True  # evaluate (decode eval.split) when training ends.
 
     m = c.mesh = ml_collections.ConfigDict()
     m.data = -1  # data-parallel devices; -1 = all devices not used by the model axis.

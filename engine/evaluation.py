@@ -74,7 +74,7 @@ class Evaluator:
         from engine.trainer import to_device
 
         if split not in self._eval_batches:
-            batches = list(self.data.eval_batches(split))
+            batches = list(self.data.eval_batches(split) if self.task == "translation" else self.data.eval_batches())
             if self.config.eval.max_batches:
                 batches = batches[: self.config.eval.max_batches]
             self._eval_batches[split] = batches
@@ -92,10 +92,17 @@ class Evaluator:
 
     # ------------------------------------------------------------------------------------ decoding
     def encode_sources(self, sources: Sequence[str]) -> list[list[int]]:
-        """Source token ids as the training pipeline feeds them (tokenizer ids + EOS, truncated)."""
+        """Source token ids as the training pipeline feeds them (piece ids + EOS, truncated)."""
         cfg = self.setup.model_cfg
-        max_len = cfg.max_len
-        return [list(self.data.tokenizer.encode(s))[: max_len - 1] + [cfg.eos_id] for s in sources]
+        max_len = min(cfg.max_len, int(self.config.data.max_source_len))
+        tok = self.data.source_tokenizer
+        return [list(ids)[: max_len - 1] + [cfg.eos_id] for ids in tok.encode_batch(list(sources))]
+
+    def encode_targets(self, targets: Sequence[str]) -> list[list[int]]:
+        """Target token ids as training sees them (piece ids + EOS, truncated)."""
+        cfg = self.setup.model_cfg
+        max_len = min(cfg.max_len, int(self.config.data.max_target_len))
+        return [list(ids)[: max_len - 1] + [cfg.eos_id] for ids in self.data.tokenizer.encode_batch(list(targets))]
 
     def translate(self, params, sources: Sequence[str], *, decode: Optional[str] = None) -> list[str]:
         """Decode ``sources`` with the config's decoder; returns detokenized hypotheses in input order."""
@@ -166,7 +173,7 @@ class Evaluator:
         """
         cfg = self.setup.model_cfg
         src = self.encode_sources([s for s, _ in pairs])
-        tgt = [list(self.data.tokenizer.encode(r))[: cfg.max_len - 1] + [cfg.eos_id] for _, r in pairs]
+        tgt = self.encode_targets([r for _, r in pairs])
         S = max(len(x) for x in src)
         T = max(len(x) for x in tgt)
         batch = {k: np.zeros((len(pairs), n), np.int32) for k, n in
@@ -201,13 +208,13 @@ class Evaluator:
             raise ValueError(f"heatmap example indices {bad} out of range for split {split!r} ({len(examples)})")
         pairs = [examples[i] for i in indices]
         weights, src, tgt = self.attention_weights(params, pairs)
-        tok = self.data.tokenizer
+        src_tok, tgt_tok = self.data.source_tokenizer, self.data.tokenizer
         outdir = os.path.join(self.workdir, "heatmaps")
         os.makedirs(outdir, exist_ok=True)
         paths = {}
         for ex, index in enumerate(indices):
-            src_labels = [tok.id_to_piece(i) for i in src[ex]]
-            tgt_labels = [tok.id_to_piece(i) for i in tgt[ex]]
+            src_labels = [src_tok.id_to_piece(i) for i in src[ex]]
+            tgt_labels = [tgt_tok.id_to_piece(i) for i in tgt[ex]]
             dec_in = ["<s>"] + tgt_labels[:-1]
             axes_labels = {"encoder_self": (src_labels, src_labels), "decoder_self": (dec_in, dec_in),
                            "cross": (dec_in, src_labels)}

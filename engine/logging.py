@@ -16,6 +16,8 @@ import logging
 import math
 import netrc
 import os
+import secrets
+import string
 import time
 from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import urlparse
@@ -34,6 +36,11 @@ def _has_api_key() -> bool:
         return netrc.netrc().authenticators(host) is not None
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         return False
+
+
+def _new_run_id() -> str:
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(8))
 
 
 def resolve_wandb_mode(mode: str) -> str:
@@ -96,7 +103,7 @@ class MetricLogger:
         # Training runs keep their W&B id in the workdir so a resumed run continues the same W&B run.
         id_file = "wandb_run_id" if job_type == "train" else f"wandb_run_id_{job_type}"
         id_path = os.path.join(self.workdir, id_file)
-        run_id = open(id_path).read().strip() if os.path.exists(id_path) else wandb.util.generate_id()
+        run_id = open(id_path).read().strip() if os.path.exists(id_path) else _new_run_id()
         with open(id_path, "w") as f:
             f.write(run_id)
         w = config.wandb

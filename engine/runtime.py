@@ -23,6 +23,9 @@ class _TqdmHandler(logging.StreamHandler):
 
 def setup_logging(logfile: str | None = None, level: int = logging.INFO) -> logging.Logger:
     """The ``attnlab`` logger: INFO to stderr (tqdm-safe) and, when given, to ``logfile``."""
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO through absl.
     logger = logging.getLogger("attnlab")
     logger.setLevel(level)
     logger.propagate = False

@@ -184,28 +184,40 @@ def abstract_state(setup: Setup, init: Callable[[], dict]) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ steps
-def make_train_step(setup: Setup, with_stats: bool) -> Callable:
-    """jit(train_step)(state, batch) -> (state, metrics[, attention summary]); the state is donated."""
+def dropout_key(state_rng: jax.Array, step: jax.Array) -> jax.Array:
+    """The dropout key of a train step: a function of the run's RNG and the step only (exact resumes)."""
+    return jax.random.fold_in(jax.random.wrap_key_data(state_rng), step)
+
+
+def seeded_rest(setup: Setup, params, rest, key: jax.Array):
+    """The model's RNG streams reseeded from ``key``, as a pure dict (for ``nnx.merge`` under ``grad``)."""
+    model = nnx.merge(setup.graphdef, params, rest)
+    nnx.reseed(model, dropout=key)
+    return nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[2])
+
+
+def make_train_step(setup: Setup) -> Callable:
+    """jit(train_step)(state, batch) -> (state, metrics); the state is donated.
+
+    A non-finite loss or gradient norm leaves params and optimizer state unchanged and records the first bad
+    step, the quantity and the parameters with non-finite gradients in the state (checked on the host when
+    metrics are pulled).
+    """
     task = setup.config.task
     smoothing = float(setup.config.train.label_smoothing)
 
     def train_step(state, batch, rest):
         step = state["step"]
-        dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), step)
-        seeded = nnx.merge(setup.graphdef, state["params"], rest)
-        nnx.reseed(seeded, dropout=dropout_key)  # per-step dropout streams, a function of (rng, step) only
-        rest = nnx.to_pure_dict(nnx.split(seeded, nnx.Param, ...)[2])
+        rest = seeded_rest(setup, state["params"], rest, dropout_key(state["rng"], step))
 
         def loss_fn(params):
             model = nnx.merge(setup.graphdef, params, rest)
-            out = forward(model, batch, task, deterministic=False, return_stats=with_stats)
-            logits, stats = out if with_stats else (out, None)
+            logits = forward(model, batch, task, deterministic=False)
             terms = loss_terms(logits, batch, task, smoothing)
-            loss = terms["loss_sum"] / jnp.maximum(terms["weight_sum"], 1.0)
-            return loss, (terms, stats)
+            return terms["loss_sum"] / jnp.maximum(terms["weight_sum"], 1.0), terms
 
-        (loss, (terms, stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
-        grad_norm = optax.global_norm(grads)
+        (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        grad_norm = optax.tree.norm(grads)
         loss_ok = jnp.isfinite(loss)
         grad_ok = jnp.isfinite(grad_norm)
         ok = loss_ok & grad_ok
@@ -225,13 +237,30 @@ def make_train_step(setup: Setup, with_stats: bool) -> Callable:
             "bad_leaves": jnp.where(first_bad, leaf_bad, state["bad_leaves"]),
         }
         metrics = dict(terms, grad_norm=grad_norm, lr=setup.schedule(step), tokens=batch_tokens(batch, task))
-        if not with_stats:
-            return new_state, metrics
-        summary = metrics_lib.attention_summary(stats, metrics_lib.visible_keys(batch, task))
-        return new_state, metrics, summary
+        return new_state, metrics
 
-    jitted = jax.jit(train_step, out_shardings=(setup.state_shardings, None) + ((None,) if with_stats else ()),
-                     donate_argnums=(0,))
+    jitted = jax.jit(train_step, out_shardings=(setup.state_shardings, None), donate_argnums=(0,))
+    return lambda state, batch: jitted(state, batch, setup.rest)
+
+
+def make_stats_step(setup: Setup, *, deterministic: bool) -> Callable:
+    """jit(stats_step)(state, batch) -> per-group attention summary ({group: {field: [L, H]}}).
+
+    With ``deterministic=False`` it replays the forward pass of the train step at ``state["step"]`` (same
+    params, batch and dropout masks), so the statistics are those of the training forward pass; running it
+    as a separate forward-only program keeps the every-step train program free of statistics work and
+    compiles in a fraction of the time of a second train-step variant.
+    """
+    task = setup.config.task
+
+    def stats_step(state, batch, rest):
+        if not deterministic:
+            rest = seeded_rest(setup, state["params"], rest, dropout_key(state["rng"], state["step"]))
+        model = nnx.merge(setup.graphdef, state["params"], rest)
+        _, stats = forward(model, batch, task, deterministic=deterministic, return_stats=True)
+        return metrics_lib.attention_summary(stats, metrics_lib.visible_keys(batch, task))
+
+    jitted = jax.jit(stats_step)
     return lambda state, batch: jitted(state, batch, setup.rest)
 
 
@@ -310,8 +339,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     lead = jax.process_index() == 0
 
     data = build_data(config, workdir)
-    vocab_size = data.tokenizer.vocab_size if config.task == "translation" else data.vocab_size
-    setup, init = build(config, mesh, vocab_size)
+    if hasattr(data, "describe"):
+        log.info("%s", data.describe())
+    setup, init = build(config, mesh, data.vocab_size)
 
     t = config.train
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=int(t.keep_checkpoints),
@@ -335,8 +365,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     logger.summary({"params": n_params})
     monitor = health_lib.HealthMonitor(config.health)
     peak = float(t.peak_flops) or metrics_lib.measure_peak_flops(mesh, config.model.dtype)
-    train_step = make_train_step(setup, with_stats=False)
-    stats_step = make_train_step(setup, with_stats=True)
+    train_step = make_train_step(setup)
+    stats_step = make_stats_step(setup, deterministic=False)
     eval_step = make_eval_step(setup)
     evaluator = evaluation.Evaluator(setup, data, eval_step, logger, workdir)
     flops_cache: dict[tuple, float] = {}
@@ -392,16 +422,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             pending = []
             interval.update(t0=now, flops=0.0, steps=0)
         for s_step, summary in pending_stats:
+            # Logged at the current step (W&B steps only go forward); attn/step is the step they describe.
             host = _summary_to_host(summary)
             flat = metrics_lib.flatten_summary(host)
             warnings = monitor.update(s_step, host)
             for wmsg in warnings:
                 log.warning("health: %s", wmsg.message())
-                logger.log_event(s_step, "health_warning", kind=wmsg.kind, group=wmsg.group, layer=wmsg.layer,
-                                 head=wmsg.head, value=wmsg.value, threshold=wmsg.threshold, message=wmsg.message())
+                logger.log_event(step, "health_warning", kind=wmsg.kind, group=wmsg.group, layer=wmsg.layer,
+                                 head=wmsg.head, value=wmsg.value, threshold=wmsg.threshold, message=wmsg.message(),
+                                 at_step=s_step)
             flat.update({f"health/{k}": v for k, v in monitor.active_counts().items()})
             flat["health/new_warnings"] = len(warnings)
-            logger.log(s_step, flat)
+            flat["attn/step"] = s_step
+            logger.log(step, flat)
         pending_stats = []
 
     def save(step: int) -> None:
@@ -414,14 +447,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 batch_np = next(train_iter)
                 batch = to_device(batch_np, mesh)
                 use_stats = t.stats_every > 0 and (step % t.stats_every == 0 or step + 1 == num_steps)
-                if use_stats:
-                    state, metrics, summary = stats_step(state, batch)
-                    pending_stats.append((step + 1, summary))
-                else:
-                    state, metrics = train_step(state, batch)
-                    if interval["t0"] is not None:
-                        interval["flops"] += step_flops(batch)
-                        interval["steps"] += 1
+                if use_stats:  # the statistics of this step's training forward pass (before the update)
+                    pending_stats.append((step, stats_step(state, batch)))
+                state, metrics = train_step(state, batch)
+                if interval["t0"] is not None:
+                    interval["flops"] += step_flops(batch)
+                    interval["steps"] += 1
                 pending.append(metrics)
                 step += 1
                 bar.update(1)
@@ -448,7 +479,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         ckpt.wait()
         log.info("training stopped at step %d (%s) after %.1f min", step, stop_reason, (time.time() - t_start) / 60)
         logger.log_event(step, "train_end", reason=stop_reason, minutes=(time.time() - t_start) / 60)
-        if stop_reason in ("num_steps", "max_minutes"):
+        if stop_reason in ("num_steps", "max_minutes") and config.eval.at_end:
             final.update(evaluator.evaluate(state["params"], step, final=True))
         final.update({"step": step, "stop_reason": stop_reason, "wall_minutes": (time.time() - t_start) / 60,
                       "params": n_params, "peak_flops": peak})
@@ -482,19 +513,6 @@ def _save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ eval.py
-def make_stats_eval_step(setup: Setup) -> Callable:
-    """jit((params, batch) -> attention summary) from a deterministic forward pass."""
-    task = setup.config.task
-
-    def stats_step(params, batch, rest):
-        _, stats = forward(nnx.merge(setup.graphdef, params, rest), batch, task, deterministic=True,
-                           return_stats=True)
-        return metrics_lib.attention_summary(stats, metrics_lib.visible_keys(batch, task))
-
-    jitted = jax.jit(stats_step)
-    return lambda params, batch: jitted(params, batch, setup.rest)
-
-
 def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step: Optional[int] = None,
                         split: Optional[str] = None, heatmap_examples: tuple[int, ...] = (),
                         stats_batches: int = 8) -> dict:
@@ -512,8 +530,9 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
     mesh = sharding_lib.make_mesh(config.mesh)
     split = split or config.eval.split
     data = build_data(config, workdir)
-    vocab_size = data.tokenizer.vocab_size if config.task == "translation" else data.vocab_size
-    setup, init = build(config, mesh, vocab_size)
+    if hasattr(data, "describe"):
+        log.info("%s", data.describe())
+    setup, init = build(config, mesh, data.vocab_size)
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False)
     try:
         state, _, step = ckpt.restore(abstract_state(setup, init), step)
@@ -535,9 +554,9 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
                             "bleu_signature": r["bleu_signature"], "chrf_signature": r["chrf_signature"],
                             "hypotheses_path": r.get("hypotheses_path"), "sentences": r["num_sentences"]})
             logger.log_table(step, f"{split}/samples", ["source", "reference", "hypothesis"], r["samples"])
-        stats_step = make_stats_eval_step(setup)
-        summaries = [_summary_to_host(stats_step(params, to_device(b, mesh)))
-                     for b in list(data.eval_batches(split))[:stats_batches]]
+        stats_step = make_stats_step(setup, deterministic=True)
+        batches = data.eval_batches(split) if config.task == "translation" else data.eval_batches()
+        summaries = [_summary_to_host(stats_step(state, to_device(b, mesh))) for b in list(batches)[:stats_batches]]
         summary = jax.tree.map(lambda *xs: np.mean(np.stack(xs), axis=0), *summaries)
         tables = "\n\n".join(metrics_lib.format_table(summary, f) for f in metrics_lib.FIELDS)
         with open(os.path.join(out_dir, "attention.txt"), "w") as f:

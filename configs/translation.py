@@ -1,0 +1,79 @@
+"""The main job: Spanish -> English on the embedded Bible corpus, sized for a 2-core CPU (~15 minutes).
+
+    python train.py --config=configs/translation.py
+    python train.py --config=configs/translation.py:heads=8,qk_dim=32      # config-file arguments
+    python train.py --config=configs/translation.py --config.model.num_heads=8  # any field
+    python train.py --config=configs/translation.py:runlocal                # a 1-minute smoke run
+
+Arguments (``:key=value,...``): heads, kv_heads, qk_dim, v_dim, d_model, d_ff, layers (encoder and decoder),
+minutes (training budget), steps, reverse (English -> Spanish), runlocal (tiny model, few steps).
+"""
+import ml_collections
+
+import data
+from engine.config import base_config, parse_arg
+
+
+def get_config(arg=None):
+    a = parse_arg(arg, heads=4, kv_heads=0, qk_dim=0, v_dim=0, d_model=256, d_ff=1024, layers=3,
+                  minutes=10.0, steps=100_000, reverse=False, runlocal=False)
+    c = base_config()
+    c.task = "translation"
+
+    c.data = data.default_translation_config()
+    if a.reverse:
+        c.data.source_lang, c.data.target_lang = "en", "es"
+    c.data.vocab_size = 8000
+    c.data.max_source_len = 128
+    c.data.max_target_len = 128
+    c.data.packing = True
+    c.data.batch_size = 32  # packed rows of 128 tokens: ~4k tokens per side per step
+
+    c.model = ml_collections.ConfigDict(dict(
+        d_model=a.d_model, num_heads=a.heads,
+        num_kv_heads=ml_collections.config_dict.placeholder(int),
+        qk_dim=ml_collections.config_dict.placeholder(int),
+        v_dim=ml_collections.config_dict.placeholder(int),
+        d_ff=a.d_ff, num_encoder_layers=a.layers, num_decoder_layers=a.layers,
+        dropout_rate=0.1, attention_dropout_rate=0.0, norm="pre", position="sinusoidal", max_len=128,
+        share_embeddings=True, tie_output=True, attention_impl="auto", attention_scale=ml_collections.config_dict.placeholder(float),
+        qk_layernorm=False, dtype="float32",
+    ))
+    for field, value in (("num_kv_heads", a.kv_heads), ("qk_dim", a.qk_dim), ("v_dim", a.v_dim)):
+        if value:
+            c.model[field] = value
+
+    t = c.train
+    t.optimizer = "adam"
+    t.schedule = "rsqrt"
+    t.learning_rate = 2e-3
+    t.warmup_steps = 150
+    t.label_smoothing = 0.1
+    t.grad_clip_norm = 1.0
+    t.num_steps = a.steps
+    t.max_minutes = a.minutes
+    t.log_every = 10
+    t.stats_every = 50
+    t.eval_every = 0  # no mid-run decoding on CPU: evaluate once at the end
+    t.checkpoint_every = 100
+
+    e = c.eval
+    e.decode = "greedy"
+    e.decode_batch_size = 128
+    e.max_decode_extra = 32
+    e.bleu_examples = 200
+    e.heatmap_examples = 2
+
+    c.wandb.project = "attnlab"
+    c.wandb.tags = ("translation", "bible_es_en", "cpu")
+
+    if a.runlocal:
+        c.model.update(d_model=64, d_ff=128, num_heads=min(a.heads, 4), num_encoder_layers=1, num_decoder_layers=1)
+        c.data.batch_size = 8
+        t.num_steps = min(a.steps, 20)
+        t.max_minutes = 0.0
+        t.warmup_steps = 10
+        t.log_every = 5
+        t.stats_every = 10
+        t.checkpoint_every = 10
+    return c

@@ -1,0 +1,236 @@
+"""End-to-end training on a tiny config: train, checkpoint, kill, resume; 1 vs 8 devices; NaN guard; W&B
+offline entropy keys; eval restores and decodes; a synthetic decoder-only task; train.py's CLI errors.
+
+Runs use 300 real verse pairs of the embedded corpus as a bring-your-own TSV, a 1+1-layer model of width 32
+and a few steps. Compiled programs are cached on disk for the module, so repeated runs compile once.
+"""
+import os
+import signal
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+import data
+from data.builders import bible_es_en
+from engine import checkpoint as ckpt_lib
+from engine import config as config_lib
+from engine import logging as logging_lib
+from engine import trainer
+from test_engine import wandb_offline_has
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 8
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compile_cache(tmp_path_factory):
+    """Share compiled programs between the runs of this module (same shapes, same programs)."""
+    old_dir = jax.config.jax_compilation_cache_dir
+    old_min = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    yield
+    jax.config.update("jax_compilation_cache_dir", old_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", old_min)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    rows = bible_es_en.read_pairs(bible_es_en.CORPUS_PATH)[:300]
+    path = tmp_path_factory.mktemp("corpus") / "pairs.tsv"
+    path.write_text("".join(f"{r[3]}\t{r[4]}\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+def tiny_translation_config(corpus: str, cache: str, *, devices: int = 1) -> ml_collections.ConfigDict:
+    c = config_lib.base_config()
+    c.task = "translation"
+    c.data = data.default_translation_config()
+    c.data.update(source="text_files", train_files=corpus, cache_dir=cache, vocab_size=200, max_source_len=24,
+                  max_target_len=24, batch_size=8, eval_batch_size=8, batch_multiple=8, validation_fraction=0.05,
+                  test_fraction=0.05, prefetch=0)
+    c.model = ml_collections.ConfigDict(dict(
+        d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1, num_decoder_layers=1, dropout_rate=0.1,
+        attention_dropout_rate=0.0, norm="pre", position="sinusoidal", max_len=32, dtype="float32",
+        attention_impl="auto"))
+    c.mesh.data = devices
+    c.train.update(learning_rate=3e-3, warmup_steps=4, num_steps=STEPS, log_every=1, stats_every=4,
+                   checkpoint_every=4, eval_every=0, async_checkpoint=False, peak_flops=1e12)
+    c.eval.update(decode="greedy", decode_batch_size=8, length_bucket=32, max_decode_extra=4, num_samples=2,
+                  heatmap_examples=1, at_end=False)
+    c.health.uniform_after_step = 0
+    c.wandb.mode = "disabled"
+    return c
+
+
+def losses(workdir: str) -> dict[int, float]:
+    return {r["step"]: r["train/loss"] for r in logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+            if "train/loss" in r}
+
+
+class _KillAt:
+    """A training iterator that sends this process SIGTERM when batch ``at`` is requested."""
+
+    def __init__(self, inner, at: int):
+        self.inner, self.at, self.count = inner, at, 0
+
+    def __next__(self):
+        if self.count == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        self.count += 1
+        return next(self.inner)
+
+    def get_state(self):
+        return self.inner.get_state()
+
+    def set_state(self, state):
+        self.inner.set_state(state)
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory, corpus):
+    """An uninterrupted run on one device, W&B offline, evaluated at the end."""
+    root = tmp_path_factory.mktemp("baseline")
+    c = tiny_translation_config(corpus, str(root / "cache"))
+    c.wandb.mode = "offline"
+    c.eval.at_end = True
+    workdir = str(root / "run")
+    final = trainer.train_and_evaluate(c, workdir)
+    return c, workdir, final
+
+
+def test_uninterrupted_run_logs_metrics_health_and_evaluates(baseline):
+    c, workdir, final = baseline
+    assert final["step"] == STEPS and final["stop_reason"] == "num_steps"
+    records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+    keys = set().union(*records)
+    for key in ("train/loss", "train/perplexity", "train/learning_rate", "train/grad_norm", "perf/tokens_per_sec",
+                "perf/mfu", "validation/perplexity", "test/bleu", "test/chrf", "health/entropy_collapse"):
+        assert key in keys, key
+    for group in ("encoder_self", "decoder_self", "cross"):
+        for field in ("entropy", "max_logit", "sink", "norm_entropy"):
+            assert f"attn/{group}/{field}/L0H1" in keys
+    stats_steps = sorted(r["attn/step"] for r in records if "attn/cross/entropy/L0H0" in r)
+    assert stats_steps == [0, 4, STEPS - 1]
+    assert losses(workdir)[STEPS] < losses(workdir)[1]
+    bleu = [r for r in records if r.get("event") == "bleu"][-1]
+    assert bleu["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    hyps = open(bleu["hypotheses"], encoding="utf-8").read().splitlines()
+    assert len(hyps) == bleu["sentences"] == len(trainer.build_data(c, workdir).examples("test"))
+    assert os.listdir(os.path.join(workdir, "heatmaps"))
+    assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps() == [4, 8]
+    assert wandb_offline_has(workdir, b"attn/cross/entropy/L0H1")
+
+
+def test_kill_and_resume_matches_the_uninterrupted_run(baseline, tmp_path, corpus, monkeypatch):
+    c, base_dir, _ = baseline
+    c = tiny_translation_config(corpus, c.data.cache_dir)
+    workdir = str(tmp_path / "run")
+    build = trainer.build_data
+
+    def killing_data(config, wd):
+        d = build(config, wd)
+        train_iter = d.train_iter
+        d.train_iter = lambda: _KillAt(train_iter(), at=5)
+        return d
+
+    monkeypatch.setattr(trainer, "build_data", killing_data)
+    first = trainer.train_and_evaluate(c, workdir)
+    assert first["stop_reason"] == "SIGTERM" and first["step"] == 6  # the step in flight completes
+    assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).latest_step() == 6
+    monkeypatch.setattr(trainer, "build_data", build)
+    second = trainer.train_and_evaluate(c, workdir)
+    assert second["step"] == STEPS
+    resumed, uninterrupted = losses(workdir), losses(base_dir)
+    assert sorted(resumed) == list(range(1, STEPS + 1))
+    for step in range(1, STEPS + 1):
+        assert resumed[step] == pytest.approx(uninterrupted[step], abs=1e-6), step
+
+
+def test_eight_devices_give_the_same_loss_curve(baseline, tmp_path, corpus):
+    c, base_dir, _ = baseline
+    workdir = str(tmp_path / "run")
+    trainer.train_and_evaluate(tiny_translation_config(corpus, c.data.cache_dir, devices=8), workdir)
+    eight, one = losses(workdir), losses(base_dir)
+    for step in range(1, STEPS + 1):
+        assert eight[step] == pytest.approx(one[step], rel=1e-4, abs=1e-5), step
+
+
+def test_nan_guard_names_step_and_quantity_and_keeps_last_checkpoint(baseline, tmp_path, corpus, monkeypatch):
+    c, base_dir, _ = baseline
+    c = tiny_translation_config(corpus, c.data.cache_dir)
+    workdir = str(tmp_path / "run")
+    it = trainer.build_data(c, workdir).train_iter()
+    poisoned = [next(it) for _ in range(6)][5]  # the batch of step 5
+    marker = int(poisoned["inputs"].sum())
+    loss_terms = trainer.loss_terms
+
+    def nan_on_marked_batch(logits, batch, task, smoothing):
+        terms = loss_terms(logits, batch, task, smoothing)
+        hit = jnp.sum(batch["inputs"]) == marker
+        return dict(terms, loss_sum=terms["loss_sum"] * jnp.where(hit, jnp.nan, 1.0))
+
+    monkeypatch.setattr(trainer, "loss_terms", nan_on_marked_batch)
+    with pytest.raises(trainer.NonFiniteError, match=r"non-finite loss and gradient norm at step 5.*"
+                                                      r"last good checkpoint is step 4"):
+        trainer.train_and_evaluate(c, workdir)
+    ck = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"))
+    assert ck.all_steps() == [4]
+    base = ckpt_lib.Checkpointer(os.path.join(base_dir, "checkpoints"))
+    raw = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
+    setup, init = trainer.build(c, trainer.sharding_lib.make_mesh(c.mesh), 200)
+    abstract = jax.tree.map(raw, jax.eval_shape(init))
+    mine, _, _ = ck.restore(abstract)
+    theirs, _, _ = base.restore(abstract, step=4)
+    for a, b in zip(jax.tree.leaves(mine["params"]), jax.tree.leaves(theirs["params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    ck.close()
+    base.close()
+
+
+def test_eval_restores_and_decodes(baseline):
+    c, workdir, final = baseline
+    c = tiny_translation_config(c.data.train_files, c.data.cache_dir)
+    r = trainer.evaluate_checkpoint(c, workdir, step=4, split="validation", heatmap_examples=(0,))
+    assert r["step"] == 4 and r["split"] == "validation"
+    assert np.isfinite(r["validation/perplexity"]) and 0 <= r["validation/bleu"] <= 100
+    assert os.path.exists(r["hypotheses_path"]) and len(r["heatmaps"]) == 3
+    assert "encoder_self entropy" in r["tables"] and "cross max_logit" in r["tables"]
+    assert np.asarray(r["attention"]["decoder_self"]["entropy"]).shape == (1, 2)
+    assert os.path.exists(os.path.join(r["out_dir"], "results.json"))
+
+
+def test_synthetic_decoder_only_task_reports_masked_accuracy(tmp_path):
+    c = config_lib.base_config()
+    c.task = "lm"
+    c.data = data.default_synthetic_config()
+    c.data.update(task="copy", vocab_size=16, seq_len=16, batch_size=8, min_items=2, max_items=6,
+                  num_eval_batches=1, prefetch=0)
+    c.model = ml_collections.ConfigDict(dict(
+        d_model=32, num_heads=2, d_ff=64, num_encoder_layers=0, num_decoder_layers=1, dropout_rate=0.0,
+        attention_dropout_rate=0.0, norm="pre", position="learned", max_len=16, dtype="float32",
+        attention_impl="auto"))
+    c.mesh.data = 1
+    c.train.update(learning_rate=3e-3, warmup_steps=2, num_steps=4, log_every=2, stats_every=2,
+                   checkpoint_every=0, async_checkpoint=False, peak_flops=1e12)
+    c.wandb.mode = "disabled"
+    final = trainer.train_and_evaluate(c, str(tmp_path / "run"))
+    assert 0.0 <= final["validation/accuracy"] <= 1.0 and np.isfinite(final["validation/perplexity"])
+    records = logging_lib.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
+    assert any("attn/decoder_self/entropy/L0H1" in r for r in records)
+    assert not any("attn/cross/entropy/L0H0" in r for r in records)
+
+
+def test_train_py_reports_config_errors_clearly(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    cmd = [sys.executable, os.path.join(REPO, "train.py"), "--config=" + os.path.join(REPO, "configs", "translation.py"),
+           f"--workdir={tmp_path / 'run'}", "--config.model.num_heads=3"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert proc.returncode == 1
+    assert "config.model.d_model=256 is not divisible by config.model.num_heads=3" in proc.stderr
+    assert "Traceback" not in proc.stderr
