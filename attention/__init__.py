@@ -26,3 +26,4 @@ from attention.variants import (  # noqa: E402
     init_additive_params,
     linear_attention,
 )
+from attention import flash as _flash  # noqa: E402,F401
