@@ -8,10 +8,8 @@
 Arguments (``:key=value,...``): heads, kv_heads, qk_dim, v_dim, d_model, d_ff, layers (encoder and decoder),
 minutes (training budget), steps, reverse (English -> Spanish), runlocal (tiny model, few steps).
 """
-import ml_collections
-
 import data
-from engine.config import base_config, parse_arg
+from engine.config import base_config, model_section, parse_arg
 
 
 def get_config(arg=None):
@@ -29,19 +27,11 @@ def get_config(arg=None):
     c.data.packing = True
     c.data.batch_size = 32  # packed rows of 128 tokens: ~4k tokens per side per step
 
-    c.model = ml_collections.ConfigDict(dict(
-        d_model=a.d_model, num_heads=a.heads,
-        num_kv_heads=ml_collections.config_dict.placeholder(int),
-        qk_dim=ml_collections.config_dict.placeholder(int),
-        v_dim=ml_collections.config_dict.placeholder(int),
-        d_ff=a.d_ff, num_encoder_layers=a.layers, num_decoder_layers=a.layers,
-        dropout_rate=0.1, attention_dropout_rate=0.0, norm="pre", position="sinusoidal", max_len=128,
-        share_embeddings=True, tie_output=True, attention_impl="auto", attention_scale=ml_collections.config_dict.placeholder(float),
-        qk_layernorm=False, dtype="float32",
-    ))
-    for field, value in (("num_kv_heads", a.kv_heads), ("qk_dim", a.qk_dim), ("v_dim", a.v_dim)):
-        if value:
-            c.model[field] = value
+    c.model = model_section(
+        d_model=a.d_model, num_heads=a.heads, d_ff=a.d_ff, num_encoder_layers=a.layers, num_decoder_layers=a.layers,
+        dropout_rate=0.1, norm="pre", position="sinusoidal", max_len=128,
+        num_kv_heads=a.kv_heads or None, qk_dim=a.qk_dim or None, v_dim=a.v_dim or None,
+    )
 
     t = c.train
     t.optimizer = "adam"

@@ -266,3 +266,60 @@ def base_config() -> ml_collections.ConfigDict:
     w.job_type = "train"
     w.init_timeout = 60.0
     return c
+
+
+def model_section(**fields: Any) -> ml_collections.ConfigDict:
+    """``config.model``: TransformerConfig fields (vocab_size and the special ids come from the data).
+
+    num_kv_heads / qk_dim / v_dim stay unset (None: derived from d_model / num_heads) unless given; they are
+    typed placeholders so ``--config.model.qk_dim=32`` works on the command line.
+    """
+    m = ml_collections.ConfigDict(dict(
+        d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=6, num_decoder_layers=6, dropout_rate=0.1,
+        attention_dropout_rate=0.0, norm="pre", position="sinusoidal", max_len=256, share_embeddings=True,
+        tie_output=True, attention_impl="auto", qk_layernorm=False, dtype="float32",
+        num_kv_heads=ml_collections.config_dict.placeholder(int),
+        qk_dim=ml_collections.config_dict.placeholder(int),
+        v_dim=ml_collections.config_dict.placeholder(int),
+        attention_scale=ml_collections.config_dict.placeholder(float),
+    ))
+    for key, value in fields.items():
+        if value is not None:
+            m[key] = value
+    return m
+
+
+def synthetic_config(task: str, *, heads: int, qk_dim: int, layers: int, d_model: int, steps: int,
+                     runlocal: bool) -> ml_collections.ConfigDict:
+    """A decoder-only config for a synthetic task of ``data.build_synthetic`` (CPU-sized)."""
+    import data
+
+    c = base_config()
+    c.task = "lm"
+    c.data = data.default_synthetic_config()
+    c.data.task = task
+    c.data.batch_size = 64
+    c.model = model_section(
+        d_model=d_model, num_heads=heads, d_ff=4 * d_model, num_encoder_layers=0, num_decoder_layers=layers,
+        dropout_rate=0.0, position="learned", max_len=c.data.seq_len, qk_dim=qk_dim or None, v_dim=qk_dim or None,
+    )
+    t = c.train
+    t.optimizer = "adamw"
+    t.schedule = "cosine"
+    t.learning_rate = 1e-3
+    t.warmup_steps = 100
+    t.weight_decay = 0.01
+    t.grad_clip_norm = 1.0
+    t.label_smoothing = 0.0
+    t.num_steps = steps
+    t.log_every = 50
+    t.stats_every = 100
+    t.eval_every = 500
+    t.checkpoint_every = 1000
+    c.wandb.tags = ("synthetic", task)
+    if runlocal:
+        c.model.update(d_model=32, d_ff=64, num_decoder_layers=min(layers, 2))
+        c.data.batch_size = 16
+        t.update(num_steps=min(steps, 20), warmup_steps=5, log_every=5, stats_every=10, eval_every=10,
+                 checkpoint_every=10)
+    return c

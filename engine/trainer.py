@@ -101,15 +101,19 @@ def batch_tokens(batch: Mapping[str, jax.Array], task: str) -> jax.Array:
 
 
 def loss_terms(logits: jax.Array, batch: Mapping[str, jax.Array], task: str, label_smoothing: float) -> dict:
-    """Sums over the batch: smoothed loss, NLL, weight (token count), correct argmax predictions."""
+    """Sums over the batch: smoothed loss, NLL, weight (token count), correct argmax predictions, and
+    sequences whose every weighted position is correct (``seq_correct`` of ``seq_count`` with any weight)."""
     w = target_weights(batch, task)
     loss_sum, weight_sum = models.cross_entropy(logits, batch["targets"], w, label_smoothing=label_smoothing)
     if label_smoothing > 0:
         nll_sum, _ = models.cross_entropy(logits, batch["targets"], w, label_smoothing=0.0)
     else:
         nll_sum = loss_sum
-    correct = jnp.sum((jnp.argmax(logits, axis=-1) == batch["targets"]) * w)
-    return {"loss_sum": loss_sum, "nll_sum": nll_sum, "weight_sum": weight_sum, "correct": correct}
+    hit = jnp.argmax(logits, axis=-1) == batch["targets"]
+    counted = jnp.any(w > 0, axis=-1)
+    seq_ok = jnp.all(hit | (w == 0), axis=-1) & counted
+    return {"loss_sum": loss_sum, "nll_sum": nll_sum, "weight_sum": weight_sum, "correct": jnp.sum(hit * w),
+            "seq_correct": jnp.sum(seq_ok), "seq_count": jnp.sum(counted)}
 
 
 # ------------------------------------------------------------------------------------------------ state

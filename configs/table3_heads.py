@@ -1,0 +1,67 @@
+"""Vaswani et al. (2017) Table 3 rows (A): the number of heads at constant compute, d_k = d_v = d_model / h.
+
+    python scripts/sweep.py --config=configs/table3_heads.py                 # CPU scale, embedded corpus
+    python scripts/sweep.py --config=configs/table3_heads.py:seeds=3,minutes=5
+    python scripts/sweep.py --config=configs/table3_heads.py:wmt14,seeds=2   # paper scale, WMT14 EN-DE
+    python train.py --config=configs/table3_heads.py:heads=16,seed=1          # one point
+
+Arguments (``:key=value,...``): heads and seed (the point train.py trains), seeds (the sweep runs seeds
+0..seeds-1), wmt14 (paper scale: ``configs/translation_wmt14.py``, d_model 512, h in {1, 4, 8, 16, 32}),
+minutes (CPU scale: training minutes per point), quick (CPU scale, tiny model and a few steps).
+At CPU scale the base is ``configs/translation.py`` (d_model 256, so d_k = 256, 64, 32, 16, 8).
+"""
+import importlib.util
+import os
+
+from engine.config import parse_arg
+
+HEADS = (1, 4, 8, 16, 32)
+
+
+def parse(arg):
+    """The arguments of the Table 3 configs (shared with ``configs/table3_dk.py``)."""
+    return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=1, wmt14=False, minutes=3.0, quick=False)
+
+
+def sibling(name: str):
+    """Import ``configs/<name>.py`` by path (config files are not a package)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(f"attnlab_config_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def base(a):
+    """The translation config a Table 3 point starts from, with its W&B tags."""
+    if a.wmt14:
+        c = sibling("translation_wmt14").get_config(None)
+    else:
+        c = sibling("translation").get_config(f"minutes={a.minutes:g}" + (",runlocal" if a.quick else ""))
+        c.eval.heatmap_examples = 0  # sweeps compare numbers; heatmaps come from the per-point entropy stats
+    c.seed = a.seed
+    c.wandb.tags = tuple(c.wandb.tags) + ("table3",)
+    return c
+
+
+def get_config(arg=None):
+    a = parse(arg)
+    c = base(a)
+    d_model = c.model.d_model
+    if a.heads <= 0 or d_model % a.heads:
+        raise ValueError(f"table3_heads: heads={a.heads} must be a positive divisor of d_model={d_model}")
+    c.model.num_heads = a.heads
+    c.model.qk_dim = d_model // a.heads
+    c.model.v_dim = d_model // a.heads
+    return c
+
+
+def sweep(arg=None):
+    """Points: seed x h in HEADS (those dividing d_model), with qk_dim = v_dim = d_model / h."""
+    a = parse(arg)
+    d_model = base(a).model.d_model
+    for seed in range(a.seeds):
+        for h in HEADS:
+            if d_model % h == 0:
+                yield {"model.num_heads": h, "model.qk_dim": d_model // h, "model.v_dim": d_model // h,
+                       "seed": seed}
