@@ -109,7 +109,12 @@ def sweep_points(config_spec: str) -> list[Point]:
             raise ValueError(f"{path}: sweep point {p!r} must be a non-empty dict of dotted config fields")
     keys = list(dict.fromkeys(k for p in raw for k in p))
     varying = [k for k in keys if len({_value_str(p.get(k)) for p in raw}) > 1] or keys[:1]
-    points = [Point(point_name(p, [k for k in varying if k in p]), p) for p in raw]
+    naming: list[str] = []  # varying keys that tell points apart; e.g. qk_dim = d_model / num_heads adds nothing
+    for k in varying:
+        distinct = lambda ks: len({tuple(_value_str(p.get(x)) for x in ks) for p in raw})  # noqa: E731
+        if distinct(naming + [k]) > distinct(naming):
+            naming.append(k)
+    points = [Point(point_name(p, [k for k in naming if k in p]), p) for p in raw]
     names = [p.name for p in points]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
