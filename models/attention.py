@@ -1,0 +1,209 @@
+"""``MultiHeadAttention``: the Q/K/V/O projections around ``attention.attention``.
+
+The layer owns the parameters and the per-head knobs (GQA/MQA, d_k != d_v, scale, QK-LayerNorm, RoPE,
+attention dropout, backend); the attention math itself is always ``attention.attention``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import attention as attn
+from models.layers import apply_rope, bias_init, kernel_init
+
+Stats = Optional[attn.AttentionStats]
+
+
+def check_backend(implementation: str, *, num_heads: int, num_kv_heads: int, qk_dim: int, v_dim: int,
+                  dtype, dropout: bool) -> None:
+    """Raise ValueError at build time when ``implementation`` cannot serve this layer's calls.
+
+    With "auto" every call picks a backend that supports it (the registry skips backends without dropout
+    when a training call asks for attention dropout), so only named backends are checked.
+    """
+    if implementation == "auto":
+        return
+    if implementation not in attn.available_backends():
+        raise ValueError(
+            f"attention_impl={implementation!r} is not a registered backend; expected 'auto' or one of "
+            f"{attn.available_backends()}"
+        )
+    seg = jnp.ones((1, 1), jnp.int32)
+    request = attn.Request(
+        batch=1, q_len=1, kv_len=1, num_heads=num_heads, num_kv_heads=num_kv_heads, qk_dim=qk_dim, v_dim=v_dim,
+        dtype=jnp.dtype(dtype), mask=attn.Mask(causal=True, q_segment_ids=seg, kv_segment_ids=seg),
+        dropout=dropout, return_stats=False, platform=attn.api.default_platform(),
+    )
+    try:
+        attn.select_backend(implementation, request)
+    except ValueError as e:
+        hint = " (attention_dropout_rate > 0; use attention_impl='auto')" if dropout else ""
+        raise ValueError(f"attention_impl={implementation!r} cannot serve this model{hint}: {e}") from None
+
+
+class MultiHeadAttention(nnx.Module):
+    """Multi-head attention with independent head counts and widths.
+
+    Queries: ``num_heads`` heads of ``qk_dim``; keys: ``num_kv_heads`` heads of ``qk_dim``; values:
+    ``num_kv_heads`` heads of ``v_dim``; the output projection maps ``num_heads * v_dim`` back to ``d_model``.
+    ``scale=None`` is 1/sqrt(qk_dim). ``rope_base`` set: RoPE on queries and keys at the given positions.
+    ``qk_layernorm``: LayerNorm (scale only) over each head's qk_dim on queries and keys, before RoPE.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_kv_heads: Optional[int] = None,
+        qk_dim: int,
+        v_dim: int,
+        use_bias: bool = True,
+        scale: Optional[float] = None,
+        qk_layernorm: bool = False,
+        rope_base: Optional[float] = None,
+        dropout_rate: float = 0.0,
+        implementation: str = "auto",
+        backend_options: tuple = (),
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        norm_epsilon: float = 1e-6,
+        rngs: nnx.Rngs,
+    ):
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads),
+                            ("qk_dim", qk_dim), ("v_dim", v_dim)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"MultiHeadAttention: {name} must be a positive int; got {value!r}")
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"MultiHeadAttention: num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}"
+            )
+        if rope_base is not None and qk_dim % 2 != 0:
+            raise ValueError(f"MultiHeadAttention: RoPE needs an even qk_dim; got qk_dim={qk_dim}")
+        if not 0.0 <= dropout_rate < 1.0:
+            raise ValueError(f"MultiHeadAttention: dropout_rate must be in [0, 1); got {dropout_rate!r}")
+        check_backend(implementation, num_heads=num_heads, num_kv_heads=num_kv_heads, qk_dim=qk_dim,
+                      v_dim=v_dim, dtype=dtype, dropout=dropout_rate > 0)
+        self.num_heads, self.num_kv_heads, self.qk_dim, self.v_dim = num_heads, num_kv_heads, qk_dim, v_dim
+        self.scale = 1.0 / math.sqrt(qk_dim) if scale is None else float(scale)
+        self.rope_base = rope_base
+        self.dropout_rate = float(dropout_rate)
+        self.implementation = implementation
+        self.backend_options = tuple(backend_options)
+        self.dtype = dtype
+
+        def proj(heads: int, dim: int) -> nnx.LinearGeneral:
+            return nnx.LinearGeneral(d_model, (heads, dim), use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
+                                     kernel_init=kernel_init, bias_init=bias_init, rngs=rngs)
+
+        self.query = proj(num_heads, qk_dim)  # kernel [d_model, H, Dk]
+        self.key = proj(num_kv_heads, qk_dim)  # kernel [d_model, Hkv, Dk]
+        self.value = proj(num_kv_heads, v_dim)  # kernel [d_model, Hkv, Dv]
+        self.out = nnx.LinearGeneral((num_heads, v_dim), d_model, axis=(-2, -1), use_bias=use_bias, dtype=dtype,
+                                     param_dtype=param_dtype, kernel_init=kernel_init, bias_init=bias_init,
+                                     rngs=rngs)  # kernel [H, Dv, d_model]
+        if qk_layernorm:
+            norm = lambda: nnx.LayerNorm(qk_dim, epsilon=norm_epsilon, use_bias=False, dtype=dtype,  # noqa: E731
+                                         param_dtype=param_dtype, rngs=rngs)
+            self.query_norm, self.key_norm = norm(), norm()
+        else:
+            self.query_norm, self.key_norm = nnx.data(None), nnx.data(None)
+        if dropout_rate > 0:
+            try:
+                self.dropout_rngs = rngs["dropout"].fork()
+            except KeyError:
+                raise ValueError(
+                    f"attention dropout rate {dropout_rate} needs a 'dropout' rng stream: build the model with "
+                    "rngs=nnx.Rngs(params=..., dropout=...)"
+                ) from None
+        else:
+            self.dropout_rngs = nnx.data(None)
+
+    # ------------------------------------------------------------------------------------------ projections
+    def queries(self, x: jax.Array, positions: Optional[jax.Array] = None) -> jax.Array:
+        """x: [B, Tq, d_model], positions: [B, Tq] (RoPE only) -> q [B, Tq, H, Dk]."""
+        q = self.query(x)
+        if self.query_norm is not None:
+            q = self.query_norm(q)
+        if self.rope_base is not None:
+            q = apply_rope(q, positions, self.rope_base)
+        return q
+
+    def keys_values(self, x: jax.Array, positions: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
+        """x: [B, Tk, d_model], positions: [B, Tk] (RoPE only) -> (k [B, Tk, Hkv, Dk], v [B, Tk, Hkv, Dv])."""
+        k = self.key(x)
+        if self.key_norm is not None:
+            k = self.key_norm(k)
+        if self.rope_base is not None:
+            k = apply_rope(k, positions, self.rope_base)
+        return k, self.value(x)
+
+    # ------------------------------------------------------------------------------------------------ calls
+    def attend(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        mask: attn.Mask,
+        *,
+        deterministic: bool = True,
+        return_stats: bool = False,
+    ) -> tuple[jax.Array, Stats]:
+        """Attention over projected heads and the output projection.
+
+        q: [B, Tq, H, Dk], k: [B, Tk, Hkv, Dk], v: [B, Tk, Hkv, Dv] -> ([B, Tq, d_model], stats or None).
+        """
+        dropout_rate, dropout_rng = 0.0, None
+        if self.dropout_rate > 0 and not deterministic:
+            dropout_rate, dropout_rng = self.dropout_rate, self.dropout_rngs()
+        result = attn.attention(
+            q, k, v, mask, implementation=self.implementation, scale=self.scale, dropout_rate=dropout_rate,
+            dropout_rng=dropout_rng, return_stats=return_stats, backend_options=dict(self.backend_options) or None,
+        )
+        out, stats = result if return_stats else (result, None)
+        return self.out(out), stats
+
+    def __call__(
+        self,
+        x: jax.Array,
+        kv: Optional[jax.Array] = None,
+        *,
+        mask: attn.Mask,
+        positions: Optional[jax.Array] = None,
+        kv_positions: Optional[jax.Array] = None,
+        deterministic: bool = True,
+        return_stats: bool = False,
+    ) -> Union[jax.Array, tuple[jax.Array, attn.AttentionStats]]:
+        """x: [B, Tq, d_model] attends to kv: [B, Tk, d_model] (None: self-attention) -> [B, Tq, d_model].
+
+        positions / kv_positions ([B, Tq] / [B, Tk]) feed RoPE only; the mask carries the visibility.
+        With ``return_stats`` also returns the ``AttentionStats`` of this call.
+        """
+        if self.rope_base is not None and positions is None:
+            raise ValueError("MultiHeadAttention with RoPE needs positions [B, Tq]")
+        if kv is None:
+            kv, kv_positions = x, positions if kv_positions is None else kv_positions
+        q = self.queries(x, positions)
+        k, v = self.keys_values(kv, kv_positions)
+        out, stats = self.attend(q, k, v, mask, deterministic=deterministic, return_stats=return_stats)
+        return (out, stats) if return_stats else out
+
+    def extend_cache(
+        self, x: jax.Array, k_cache: jax.Array, v_cache: jax.Array, index: jax.Array, positions: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        """Write the keys/values of new tokens into a self-attention cache at ``index``.
+
+        x: [B, t, d_model], k_cache: [B, L, Hkv, Dk], v_cache: [B, L, Hkv, Dv], index: scalar int,
+        positions: [B, t] -> (k_cache, v_cache) with rows index..index+t-1 replaced.
+        """
+        k, v = self.keys_values(x, positions)
+        zero = jnp.zeros((), jnp.int32)
+        start = (zero, jnp.asarray(index, jnp.int32), zero, zero)
+        k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
+        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
+        return k_cache, v_cache

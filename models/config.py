@@ -1,0 +1,213 @@
+"""``TransformerConfig``: every architecture knob of the models, validated when the config is made."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import jax.numpy as jnp
+
+NORMS = ("pre", "post")
+NORM_TYPES = ("layernorm", "rmsnorm")
+POSITIONS = ("sinusoidal", "learned", "rope", "none")
+ACTIVATIONS = ("relu", "gelu", "silu")
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Architecture of ``EncoderDecoder`` / ``DecoderOnly``. Invalid values raise ``ValueError`` on creation.
+
+    Widths: ``num_heads`` query heads of ``qk_dim`` (d_k) each; ``num_kv_heads`` key/value heads (MQA/GQA;
+    None = ``num_heads``); ``v_dim`` (d_v) per head. ``qk_dim`` / ``v_dim`` default to ``d_model // num_heads``
+    and are otherwise independent of ``d_model``. After creation ``num_kv_heads``, ``qk_dim`` and ``v_dim`` hold
+    the resolved ints.
+
+    ``norm``: "pre" (LayerNorm before each sublayer, plus a final one) or "post" (Vaswani et al.).
+    ``norm_type``: "layernorm" or "rmsnorm". ``position``: "sinusoidal", "learned" (a table of ``max_len``
+    rows per side), "rope" (rotary, on self-attention queries/keys; ``rope_base``) or "none".
+    ``share_embeddings``: one token table for source and target. ``tie_output``: the pre-softmax projection is
+    the (target) token table, transposed. ``scale_embeddings``: multiply token embeddings by sqrt(d_model).
+    ``attention_impl``: an ``attention`` backend name or "auto"; ``attention_options``: extra keyword
+    arguments for that backend (e.g. block sizes). ``attention_scale``: logit scale (None = 1/sqrt(qk_dim),
+    1.0 = unscaled). ``qk_layernorm``: LayerNorm (scale only) on each head's queries and keys.
+    ``dropout_rate``: residual/embedding dropout; ``attention_dropout_rate``: dropout on attention weights.
+    ``dtype``: computation dtype; ``param_dtype``: parameter dtype.
+    """
+
+    vocab_size: int
+    d_model: int = 512
+    num_heads: int = 8
+    num_kv_heads: Optional[int] = None
+    qk_dim: Optional[int] = None
+    v_dim: Optional[int] = None
+    d_ff: int = 2048
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.0
+    norm: str = "pre"
+    norm_type: str = "layernorm"
+    norm_epsilon: float = 1e-6
+    position: str = "sinusoidal"
+    rope_base: float = 10000.0
+    max_len: int = 256
+    activation: str = "relu"
+    use_bias: bool = True
+    share_embeddings: bool = True
+    tie_output: bool = True
+    scale_embeddings: bool = True
+    attention_impl: str = "auto"
+    attention_options: tuple = ()
+    attention_scale: Optional[float] = None
+    qk_layernorm: bool = False
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 1
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    # Names of the fields above that were None and got their derived value (see ``replace``).
+    _derived: frozenset = dataclasses.field(default=frozenset(), init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        set_("_derived", frozenset(n for n in ("num_kv_heads", "qk_dim", "v_dim") if getattr(self, n) is None))
+        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "max_len"):
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive int; got {value!r}")
+        for name in ("num_encoder_layers", "num_decoder_layers"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise ValueError(f"TransformerConfig.{name} must be an int >= 0; got {value!r}")
+        if self.num_kv_heads is None:
+            set_("num_kv_heads", self.num_heads)
+        if not _is_int(self.num_kv_heads) or self.num_kv_heads <= 0:
+            raise ValueError(f"TransformerConfig.num_kv_heads must be a positive int or None; got {self.num_kv_heads!r}")
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(
+                f"TransformerConfig.num_heads={self.num_heads} must be a multiple of "
+                f"num_kv_heads={self.num_kv_heads} (each key/value head serves a group of query heads)"
+            )
+        for name in ("qk_dim", "v_dim"):
+            value = getattr(self, name)
+            if value is None:
+                if self.d_model % self.num_heads != 0:
+                    raise ValueError(
+                        f"TransformerConfig.{name}=None means d_model // num_heads, but d_model={self.d_model} is "
+                        f"not divisible by num_heads={self.num_heads}; set {name} explicitly"
+                    )
+                set_(name, self.d_model // self.num_heads)
+            elif not _is_int(value) or value <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive int or None; got {value!r}")
+        for name, choices in (("norm", NORMS), ("norm_type", NORM_TYPES), ("position", POSITIONS),
+                              ("activation", ACTIVATIONS), ("dtype", DTYPES), ("param_dtype", DTYPES)):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                try:
+                    value = jnp.dtype(value).name
+                except TypeError:
+                    pass
+                set_(name, value)
+            if value not in choices:
+                raise ValueError(f"TransformerConfig.{name} must be one of {choices}; got {value!r}")
+        if self.position == "rope" and self.qk_dim % 2 != 0:
+            raise ValueError(f"TransformerConfig.position='rope' needs an even qk_dim (it rotates pairs); got qk_dim={self.qk_dim}")
+        for name in ("dropout_rate", "attention_dropout_rate"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0.0 <= value < 1.0:
+                raise ValueError(f"TransformerConfig.{name} must be a float in [0, 1); got {value!r}")
+        for name in ("norm_epsilon", "rope_base"):
+            value = getattr(self, name)
+            if not _is_number(value) or not value > 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive float; got {value!r}")
+        if self.attention_scale is not None and (
+            not _is_number(self.attention_scale) or not math.isfinite(self.attention_scale) or self.attention_scale <= 0
+        ):
+            raise ValueError(f"TransformerConfig.attention_scale must be None or a positive float; got {self.attention_scale!r}")
+        if not isinstance(self.attention_impl, str) or not self.attention_impl:
+            raise ValueError(f"TransformerConfig.attention_impl must be a backend name or 'auto'; got {self.attention_impl!r}")
+        options = self.attention_options
+        if isinstance(options, Mapping):
+            options = tuple(sorted(options.items()))
+        if not isinstance(options, (tuple, list)) or not all(
+            isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) for item in options
+        ):
+            raise ValueError(
+                f"TransformerConfig.attention_options must be a dict of backend keyword arguments; got {self.attention_options!r}"
+            )
+        set_("attention_options", tuple((k, v) for k, v in options))
+        for name in ("use_bias", "share_embeddings", "tie_output", "scale_embeddings", "qk_layernorm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TransformerConfig.{name} must be a bool; got {getattr(self, name)!r}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            if not _is_int(value) or not 0 <= value < self.vocab_size:
+                raise ValueError(f"TransformerConfig.{name} must be a token id in [0, vocab_size={self.vocab_size}); got {value!r}")
+
+    # ---------------------------------------------------------------------------------------------- builders
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TransformerConfig":
+        """From a dict or ``ml_collections.ConfigDict``; unknown keys raise ``ValueError`` listing the valid ones."""
+        if hasattr(d, "to_dict"):
+            d = d.to_dict()
+        if not isinstance(d, Mapping):
+            raise ValueError(f"TransformerConfig.from_dict expects a mapping; got {type(d).__name__}")
+        fields = [f.name for f in dataclasses.fields(cls) if f.init]
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ValueError(f"TransformerConfig.from_dict: unknown keys {unknown}; valid keys are {fields}")
+        return cls(**dict(d))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict that ``from_dict`` turns back into an equal config (derived widths stay None)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        d.update({name: None for name in self._derived})
+        d["attention_options"] = dict(self.attention_options)
+        return d
+
+    def replace(self, **changes) -> "TransformerConfig":
+        """A copy with ``changes``. Widths that were derived (None on creation) are derived again, so
+        ``cfg.replace(num_heads=4)`` gives ``qk_dim = d_model // 4``; ``dataclasses.replace`` would keep them."""
+        d = self.to_dict()
+        d.update(changes)
+        return type(self)(**d)
+
+    @classmethod
+    def base(cls, vocab_size: int = 37000, **overrides) -> "TransformerConfig":
+        """Vaswani et al. (2017) Transformer base: 512/2048, 8 heads, 6+6 layers, dropout 0.1, post-LN.
+
+        Train it with label smoothing 0.1 (an argument of ``cross_entropy``).
+        """
+        fields = dict(
+            vocab_size=vocab_size, d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=6,
+            num_decoder_layers=6, dropout_rate=0.1, attention_dropout_rate=0.0, norm="post",
+            position="sinusoidal", share_embeddings=True, tie_output=True, scale_embeddings=True,
+        )
+        fields.update(overrides)
+        return cls(**fields)
+
+    @classmethod
+    def big(cls, vocab_size: int = 37000, **overrides) -> "TransformerConfig":
+        """Vaswani et al. (2017) Transformer big: 1024/4096, 16 heads, 6+6 layers, dropout 0.3, post-LN."""
+        fields = dict(d_model=1024, num_heads=16, d_ff=4096, dropout_rate=0.3)
+        fields.update(overrides)
+        return cls.base(vocab_size, **fields)
+
+    # ------------------------------------------------------------------------------------------------ derived
+    @property
+    def jnp_dtype(self):
+        return jnp.dtype(self.dtype)
+
+    @property
+    def jnp_param_dtype(self):
+        return jnp.dtype(self.param_dtype)

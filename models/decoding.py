@@ -1,0 +1,184 @@
+"""Greedy and beam-search decoding for ``EncoderDecoder`` with a KV cache, jit-compiled end to end.
+
+Both return ``tokens [B, max_len]`` int32: the generated target tokens (no BOS), ending with EOS when the
+model emitted it, then ``pad_id``. The self-attention cache holds ``max_len`` positions; cross-attention
+keys/values are computed once from the encoder output; source padding is masked at every step.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models.transformer import DecodeCache, EncoderDecoder
+
+NEG_INF = -1.0e9
+
+
+def _check(model, inputs, max_len: int) -> None:
+    if not isinstance(model, EncoderDecoder):
+        raise ValueError(f"decoding needs an EncoderDecoder model; got {type(model).__name__}")
+    if getattr(inputs, "ndim", None) != 2:
+        raise ValueError(f"inputs must be a [batch, length] int array; got shape {getattr(inputs, 'shape', None)}")
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len <= 0:
+        raise ValueError(f"max_len must be a positive int; got {max_len!r}")
+
+
+def _source_segmentation(model: EncoderDecoder, inputs, inputs_segmentation):
+    if inputs_segmentation is None:
+        return (inputs != model.cfg.pad_id).astype(jnp.int32)
+    return jnp.asarray(inputs_segmentation).astype(jnp.int32)
+
+
+def _encode_and_cache(model: EncoderDecoder, inputs, seg, max_len: int) -> DecodeCache:
+    encoded = model.encode(inputs, inputs_segmentation=seg)
+    return model.init_cache(encoded, seg, max_len)
+
+
+def greedy_decode(
+    model: EncoderDecoder, inputs: jax.Array, *, max_len: int, inputs_segmentation: Optional[jax.Array] = None
+) -> jax.Array:
+    """Greedy decoding. inputs: [B, S] source ids (padding = pad_id, or give ``inputs_segmentation``
+    [B, S] with 0 = padding) -> tokens [B, max_len] int32. Stops early once every row has emitted EOS."""
+    _check(model, inputs, max_len)
+    seg = _source_segmentation(model, inputs, inputs_segmentation)
+    graphdef, state = nnx.split(model)
+    return _greedy(graphdef, state, jnp.asarray(inputs), seg, max_len=max_len)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_len"))
+def _greedy(graphdef, state, inputs, seg, *, max_len: int):
+    model = nnx.merge(graphdef, state)
+    cfg = model.cfg
+    B = inputs.shape[0]
+    cache = _encode_and_cache(model, inputs, seg, max_len)
+
+    def cond(carry):
+        i, _, _, done, _ = carry
+        return (i < max_len) & ~jnp.all(done)
+
+    def body(carry):
+        i, tokens, last, done, cache = carry
+        logits, cache = model.decode_step(last, cache, i)
+        nxt = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        nxt = jnp.where(done, cfg.pad_id, nxt)
+        tokens = jax.lax.dynamic_update_slice(tokens, nxt[:, None], (jnp.zeros((), jnp.int32), i))
+        return i + 1, tokens, nxt, done | (nxt == cfg.eos_id), cache
+
+    init = (
+        jnp.zeros((), jnp.int32),
+        jnp.full((B, max_len), cfg.pad_id, jnp.int32),
+        jnp.full((B,), cfg.bos_id, jnp.int32),
+        jnp.zeros((B,), jnp.bool_),
+        cache,
+    )
+    return jax.lax.while_loop(cond, body, init)[1]
+
+
+def length_penalty_factor(length: jax.Array, alpha) -> jax.Array:
+    """GNMT length penalty (Wu et al., 2016): ((5 + length) / 6) ** alpha."""
+    return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+def beam_search(
+    model: EncoderDecoder,
+    inputs: jax.Array,
+    *,
+    beam_size: int,
+    max_len: int,
+    length_penalty: float = 0.6,
+    inputs_segmentation: Optional[jax.Array] = None,
+) -> jax.Array:
+    """Beam search. inputs: [B, S] -> tokens [B, max_len] int32, the best hypothesis per row.
+
+    Hypotheses are ranked by log-probability / ``length_penalty_factor(length, length_penalty)`` (length counts
+    the EOS). A hypothesis finishes when it emits EOS; a row stops when no live hypothesis can beat its worst
+    kept finished one. Rows with no finished hypothesis by ``max_len`` return their best live one.
+    With ``beam_size=1`` and ``length_penalty=0`` this is greedy decoding.
+    """
+    _check(model, inputs, max_len)
+    if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
+        raise ValueError(f"beam_size must be a positive int; got {beam_size!r}")
+    if not isinstance(length_penalty, (int, float)) or length_penalty < 0:
+        raise ValueError(f"length_penalty must be a float >= 0; got {length_penalty!r}")
+    seg = _source_segmentation(model, inputs, inputs_segmentation)
+    graphdef, state = nnx.split(model)
+    return _beam(graphdef, state, jnp.asarray(inputs), seg, jnp.float32(length_penalty), beam_size=beam_size,
+                 max_len=max_len)
+
+
+def _gather_beams(x: jax.Array, idx: jax.Array) -> jax.Array:
+    """x: [B, K, ...], idx: [B, K2] -> [B, K2, ...]."""
+    return jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
+def _gather_flat(x: jax.Array, idx: jax.Array) -> jax.Array:
+    """x: [B*K, ...] (beams of a row adjacent), idx: [B, K] -> [B*K, ...]."""
+    B, K = idx.shape
+    return _gather_beams(x.reshape((B, K) + x.shape[1:]), idx).reshape(x.shape)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "max_len"))
+def _beam(graphdef, state, inputs, seg, alpha, *, beam_size: int, max_len: int):
+    model = nnx.merge(graphdef, state)
+    cfg = model.cfg
+    B, K, L = inputs.shape[0], beam_size, max_len
+    cache = _encode_and_cache(model, inputs, seg, max_len)
+    # Beams of a row are adjacent: [B*K, ...].
+    cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), cache)
+    max_penalty = length_penalty_factor(L, alpha)
+
+    def cond(carry):
+        i, _, live_logp, _, fin_scores, _, _ = carry
+        best_possible = live_logp[:, 0] / max_penalty  # live_logp is sorted, best first
+        done = jnp.min(fin_scores, axis=1) >= best_possible
+        return (i < L) & ~jnp.all(done)
+
+    def body(carry):
+        i, live_seqs, live_logp, last, fin_scores, fin_seqs, cache = carry
+        logits, cache = model.decode_step(last.reshape(B * K), cache, i)
+        V = logits.shape[-1]
+        logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(B, K, V)
+        cand = (live_logp[:, :, None] + logp).reshape(B, K * V)
+        cand_logp, flat = jax.lax.top_k(cand, 2 * K)  # [B, 2K]
+        beam_idx, tok = flat // V, (flat % V).astype(jnp.int32)
+        cand_seqs = _gather_beams(live_seqs, beam_idx)
+        cand_seqs = jax.lax.dynamic_update_slice(
+            cand_seqs, tok[:, :, None], (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), i)
+        )
+        is_eos = tok == cfg.eos_id
+        # Finished: the best K among the kept ones and the candidates that just emitted EOS.
+        new_fin = jnp.where(is_eos, cand_logp / length_penalty_factor(i + 1, alpha), NEG_INF)
+        all_scores = jnp.concatenate([fin_scores, new_fin], axis=1)
+        all_seqs = jnp.concatenate([fin_seqs, cand_seqs], axis=1)
+        fin_scores, keep = jax.lax.top_k(all_scores, K)
+        fin_seqs = _gather_beams(all_seqs, keep)
+        # Live: the best K candidates that did not emit EOS (at most K of the 2K did).
+        live_scores = jnp.where(is_eos, NEG_INF, cand_logp)
+        live_logp, keep = jax.lax.top_k(live_scores, K)
+        live_seqs = _gather_beams(cand_seqs, keep)
+        last = _gather_beams(tok, keep)
+        src_beam = _gather_beams(beam_idx, keep)
+        cache = dataclasses.replace(
+            cache,
+            self_k=[_gather_flat(x, src_beam) for x in cache.self_k],
+            self_v=[_gather_flat(x, src_beam) for x in cache.self_v],
+        )
+        return i + 1, live_seqs, live_logp, last, fin_scores, fin_seqs, cache
+
+    init = (
+        jnp.zeros((), jnp.int32),
+        jnp.full((B, K, L), cfg.pad_id, jnp.int32),
+        jnp.tile(jnp.array([0.0] + [NEG_INF] * (K - 1), jnp.float32), (B, 1)),
+        jnp.full((B, K), cfg.bos_id, jnp.int32),
+        jnp.full((B, K), NEG_INF, jnp.float32),
+        jnp.full((B, K, L), cfg.pad_id, jnp.int32),
+        cache,
+    )
+    _, live_seqs, _, _, fin_scores, fin_seqs, _ = jax.lax.while_loop(cond, body, init)
+    any_finished = fin_scores[:, 0] > NEG_INF / 2
+    return jnp.where(any_finished[:, None], fin_seqs[:, 0], live_seqs[:, 0])

@@ -1,0 +1,431 @@
+"""Encoder, decoder, the encoder-decoder Transformer and a decoder-only variant, with KV-cache decoding steps.
+
+Batches follow the Flax-WMT convention: ``*_segmentation`` ([B, T] ints, 0 = padding, packed examples 1, 2,
+...) and ``*_position`` (position inside its own example). Masks are ``attention.Mask`` values built from them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Union
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import attention as attn
+from models.attention import MultiHeadAttention
+from models.config import TransformerConfig
+from models.layers import MLP, PositionEncoding, make_dropout, make_norm, positions_from_segmentation
+
+StatsList = list[attn.AttentionStats]
+
+
+def shift_right(targets: jax.Array, segmentation: Optional[jax.Array], bos_id: int, pad_id: int = 0) -> jax.Array:
+    """Decoder inputs from targets: BOS at each segment start, tokens shifted right within segments.
+
+    targets: [B, T] ints; segmentation: [B, T] (0 = padding) or None (each row is one example)
+    -> [B, T] int32 with ``pad_id`` at padding positions.
+    """
+    targets = jnp.asarray(targets)
+    B = targets.shape[0]
+    shifted = jnp.concatenate([jnp.full((B, 1), bos_id, targets.dtype), targets[:, :-1]], axis=1)
+    if segmentation is None:
+        return shifted.astype(jnp.int32)
+    segmentation = jnp.asarray(segmentation)
+    prev = jnp.pad(segmentation[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+    shifted = jnp.where(segmentation != prev, bos_id, shifted)
+    return jnp.where(segmentation == 0, pad_id, shifted).astype(jnp.int32)
+
+
+def _check_ids(name: str, x: jax.Array) -> None:
+    if getattr(x, "ndim", None) != 2:
+        raise ValueError(f"{name} must be a [batch, length] int array; got shape {getattr(x, 'shape', None)}")
+
+
+def _check_len(cfg: TransformerConfig, name: str, length: int) -> None:
+    if cfg.position == "learned" and length > cfg.max_len:
+        raise ValueError(
+            f"{name} has length {length} but position='learned' has max_len={cfg.max_len} rows; raise max_len"
+        )
+
+
+def _segments_and_positions(
+    tokens: jax.Array, segmentation: Optional[jax.Array], positions: Optional[jax.Array], pad_id: Optional[int]
+) -> tuple[Optional[jax.Array], jax.Array]:
+    """Segment ids (from ``tokens != pad_id`` when not given and pad_id is set) and per-segment positions."""
+    if segmentation is None and pad_id is not None:
+        segmentation = (tokens != pad_id).astype(jnp.int32)
+    if positions is None:
+        if segmentation is None:
+            B, T = tokens.shape
+            positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+        else:
+            positions = positions_from_segmentation(segmentation)
+    return segmentation, positions
+
+
+def _self_attention(cfg: TransformerConfig, rngs: nnx.Rngs) -> MultiHeadAttention:
+    return _attention(cfg, rngs, rope=cfg.position == "rope")
+
+
+def _attention(cfg: TransformerConfig, rngs: nnx.Rngs, *, rope: bool) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        cfg.d_model, cfg.num_heads, num_kv_heads=cfg.num_kv_heads, qk_dim=cfg.qk_dim, v_dim=cfg.v_dim,
+        use_bias=cfg.use_bias, scale=cfg.attention_scale, qk_layernorm=cfg.qk_layernorm,
+        rope_base=cfg.rope_base if rope else None, dropout_rate=cfg.attention_dropout_rate,
+        implementation=cfg.attention_impl, backend_options=cfg.attention_options, dtype=cfg.jnp_dtype,
+        param_dtype=cfg.jnp_param_dtype, norm_epsilon=cfg.norm_epsilon, rngs=rngs,
+    )
+
+
+class _Sublayer(nnx.Module):
+    """Residual wrapper: pre-LN ``x + drop(f(norm(x)))`` or post-LN ``norm(x + drop(f(x)))``."""
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        self.pre = cfg.norm == "pre"
+        self.norm = make_norm(cfg, cfg.d_model, rngs=rngs)
+        self.dropout = make_dropout(cfg.dropout_rate, rngs)
+
+    def inputs(self, x: jax.Array) -> jax.Array:
+        return self.norm(x) if self.pre else x
+
+    def residual(self, x: jax.Array, y: jax.Array, deterministic: bool) -> jax.Array:
+        x = x + self.dropout(y, deterministic=deterministic)
+        return x if self.pre else self.norm(x)
+
+
+class EncoderLayer(nnx.Module):
+    """Self-attention and feed-forward sublayers. x: [B, S, d_model] -> [B, S, d_model]."""
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        self.self_attention = _self_attention(cfg, rngs)
+        self.attention_block = _Sublayer(cfg, rngs=rngs)
+        self.mlp = MLP(cfg, rngs=rngs)
+        self.mlp_block = _Sublayer(cfg, rngs=rngs)
+
+    def __call__(self, x, mask: attn.Mask, positions, *, deterministic: bool, return_stats: bool):
+        h = self.attention_block.inputs(x)
+        a, stats = self.self_attention.attend(
+            self.self_attention.queries(h, positions), *self.self_attention.keys_values(h, positions), mask,
+            deterministic=deterministic, return_stats=return_stats,
+        )
+        x = self.attention_block.residual(x, a, deterministic)
+        x = self.mlp_block.residual(x, self.mlp(self.mlp_block.inputs(x)), deterministic)
+        return x, stats
+
+
+class DecoderLayer(nnx.Module):
+    """Causal self-attention, optional cross-attention, feed-forward. y: [B, T, d_model] -> [B, T, d_model]."""
+
+    def __init__(self, cfg: TransformerConfig, *, cross_attention: bool, rngs: nnx.Rngs):
+        self.self_attention = _self_attention(cfg, rngs)
+        self.self_block = _Sublayer(cfg, rngs=rngs)
+        if cross_attention:
+            self.cross_attention = _attention(cfg, rngs, rope=False)
+            self.cross_block = _Sublayer(cfg, rngs=rngs)
+        else:
+            self.cross_attention, self.cross_block = nnx.data(None), nnx.data(None)
+        self.mlp = MLP(cfg, rngs=rngs)
+        self.mlp_block = _Sublayer(cfg, rngs=rngs)
+
+    def _cross_and_mlp(self, y, cross_kv, cross_mask, deterministic, return_stats):
+        cross_stats = None
+        if self.cross_attention is not None:
+            h = self.cross_block.inputs(y)
+            a, cross_stats = self.cross_attention.attend(
+                self.cross_attention.queries(h), *cross_kv, cross_mask,
+                deterministic=deterministic, return_stats=return_stats,
+            )
+            y = self.cross_block.residual(y, a, deterministic)
+        y = self.mlp_block.residual(y, self.mlp(self.mlp_block.inputs(y)), deterministic)
+        return y, cross_stats
+
+    def __call__(self, y, self_mask, positions, encoded, cross_mask, *, deterministic: bool, return_stats: bool):
+        """encoded: [B, S, d_model] or None (decoder-only). Returns (y, self stats, cross stats)."""
+        h = self.self_block.inputs(y)
+        sa = self.self_attention
+        a, self_stats = sa.attend(sa.queries(h, positions), *sa.keys_values(h, positions), self_mask,
+                                  deterministic=deterministic, return_stats=return_stats)
+        y = self.self_block.residual(y, a, deterministic)
+        cross_kv = None if self.cross_attention is None else self.cross_attention.keys_values(encoded)
+        y, cross_stats = self._cross_and_mlp(y, cross_kv, cross_mask, deterministic, return_stats)
+        return y, self_stats, cross_stats
+
+    def step(self, y, k_cache, v_cache, index, positions, cross_kv, cross_mask, cache_positions):
+        """One decoding step. y: [B, 1, d_model]; caches [B, L, Hkv, D*]; index: scalar; positions: [B, 1];
+        cross_kv: (k, v) of the encoder output or None; cache_positions: [B, L].
+        Returns (y, k_cache, v_cache)."""
+        h = self.self_block.inputs(y)
+        sa = self.self_attention
+        k_cache, v_cache = sa.extend_cache(h, k_cache, v_cache, index, positions)
+        mask = attn.Mask(causal=True, q_positions=positions, kv_positions=cache_positions)
+        a, _ = sa.attend(sa.queries(h, positions), k_cache, v_cache, mask)
+        y = self.self_block.residual(y, a, True)
+        y, _ = self._cross_and_mlp(y, cross_kv, cross_mask, True, False)
+        return y, k_cache, v_cache
+
+
+class Encoder(nnx.Module):
+    """Position encoding, dropout, the encoder layers and (pre-LN) a final norm.
+
+    x: token embeddings [B, S, d_model] -> ([B, S, d_model], [AttentionStats per layer] or []).
+    """
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        self.positions = PositionEncoding(cfg, rngs=rngs)
+        self.dropout = make_dropout(cfg.dropout_rate, rngs)
+        self.layers = nnx.List([EncoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_encoder_layers)])
+        self.final_norm = make_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else nnx.data(None)
+
+    def __call__(self, x, segmentation, positions, *, deterministic: bool = True, return_stats: bool = False):
+        x = self.dropout(self.positions(x, positions), deterministic=deterministic)
+        mask = attn.Mask(q_segment_ids=segmentation, kv_segment_ids=segmentation)
+        stats = []
+        for layer in self.layers:
+            x, s = layer(x, mask, positions, deterministic=deterministic, return_stats=return_stats)
+            stats.append(s)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, (stats if return_stats else [])
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class DecodeCache:
+    """State of incremental decoding. Self-attention caches are [B, L, Hkv, D*] per layer; cross-attention
+    keys/values ([B, S, Hkv, D*] per layer) and the source segmentation ([B, S]) are computed once."""
+
+    self_k: list
+    self_v: list
+    cross_k: list
+    cross_v: list
+    source_segmentation: Optional[jax.Array]
+
+
+class Decoder(nnx.Module):
+    """Position encoding, dropout, the decoder layers and (pre-LN) a final norm.
+
+    y: token embeddings [B, T, d_model] -> ([B, T, d_model], self stats, cross stats).
+    """
+
+    def __init__(self, cfg: TransformerConfig, *, cross_attention: bool, rngs: nnx.Rngs):
+        self.positions = PositionEncoding(cfg, rngs=rngs)
+        self.dropout = make_dropout(cfg.dropout_rate, rngs)
+        self.layers = nnx.List(
+            [DecoderLayer(cfg, cross_attention=cross_attention, rngs=rngs) for _ in range(cfg.num_decoder_layers)]
+        )
+        self.final_norm = make_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else nnx.data(None)
+
+    def __call__(self, y, segmentation, positions, encoded=None, encoder_segmentation=None, *,
+                 deterministic: bool = True, return_stats: bool = False):
+        y = self.dropout(self.positions(y, positions), deterministic=deterministic)
+        self_mask = attn.Mask(causal=True, q_segment_ids=segmentation, kv_segment_ids=segmentation)
+        cross_mask = attn.Mask(q_segment_ids=segmentation, kv_segment_ids=encoder_segmentation)
+        self_stats, cross_stats = [], []
+        for layer in self.layers:
+            y, s, c = layer(y, self_mask, positions, encoded, cross_mask,
+                            deterministic=deterministic, return_stats=return_stats)
+            self_stats.append(s)
+            cross_stats.append(c)
+        if self.final_norm is not None:
+            y = self.final_norm(y)
+        if not return_stats:
+            return y, [], []
+        return y, self_stats, (cross_stats if encoded is not None else [])
+
+    def step(self, y, cache: DecodeCache, index) -> tuple[jax.Array, DecodeCache]:
+        """y: embeddings of the newest tokens [B, 1, d_model] at position ``index`` -> ([B, 1, d_model], cache)."""
+        B, L = cache.self_k[0].shape[:2]
+        positions = jnp.full((B, 1), index, jnp.int32)
+        cache_positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+        y = self.positions(y, positions)
+        cross_mask = attn.Mask(kv_segment_ids=cache.source_segmentation)
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            cross_kv = (cache.cross_k[i], cache.cross_v[i]) if cache.cross_k else None
+            y, k, v = layer.step(y, cache.self_k[i], cache.self_v[i], index, positions, cross_kv, cross_mask,
+                                 cache_positions)
+            new_k.append(k)
+            new_v.append(v)
+        if self.final_norm is not None:
+            y = self.final_norm(y)
+        return y, dataclasses.replace(cache, self_k=new_k, self_v=new_v)
+
+    def empty_self_cache(self, batch: int, max_len: int, dtype) -> tuple[list, list]:
+        """Zero self-attention caches: ([B, L, Hkv, Dk] per layer, [B, L, Hkv, Dv] per layer)."""
+        ks, vs = [], []
+        for layer in self.layers:
+            sa = layer.self_attention
+            ks.append(jnp.zeros((batch, max_len, sa.num_kv_heads, sa.qk_dim), dtype))
+            vs.append(jnp.zeros((batch, max_len, sa.num_kv_heads, sa.v_dim), dtype))
+        return ks, vs
+
+
+def _embed(cfg: TransformerConfig, rngs: nnx.Rngs) -> nnx.Embed:
+    # N(0, d^-1/2): with the sqrt(d_model) input scale, embeddings enter at unit scale and tied logits stay O(1).
+    return nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
+                     embedding_init=nnx.initializers.normal(stddev=cfg.d_model ** -0.5), rngs=rngs)
+
+
+class _LanguageModelHead(nnx.Module):
+    """Token embedding in, logits out (tied to the embedding or a separate projection)."""
+
+    def _init_output(self, cfg: TransformerConfig, rngs: nnx.Rngs) -> None:
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        if cfg.tie_output:
+            self.output = nnx.data(None)
+        else:
+            self.output = nnx.Linear(cfg.d_model, cfg.vocab_size, use_bias=False, dtype=cfg.jnp_dtype,
+                                     param_dtype=cfg.jnp_param_dtype,
+                                     kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs)
+
+    def _logits(self, y: jax.Array, embed: nnx.Embed) -> jax.Array:
+        if self.output is None:
+            return embed.attend(y)
+        return self.output(y)
+
+
+class EncoderDecoder(_LanguageModelHead):
+    """The encoder-decoder Transformer (Vaswani et al., 2017) with every ``TransformerConfig`` knob.
+
+    ``model(inputs, targets, ...)``: inputs [B, S], targets [B, T] token ids -> logits [B, T, V] for predicting
+    ``targets`` (decoder inputs are ``shift_right(targets)``), or ``(logits, stats)`` with
+    ``stats = {"encoder_self": [...], "decoder_self": [...], "cross": [...]}``, one ``AttentionStats`` per layer.
+    Segmentations default to ``tokens != pad_id``; positions default to positions within each segment.
+    """
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        if not isinstance(cfg, TransformerConfig):
+            raise ValueError(f"EncoderDecoder expects a TransformerConfig; got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.source_embed = _embed(cfg, rngs)
+        self.target_embed = nnx.data(None) if cfg.share_embeddings else _embed(cfg, rngs)
+        self.encoder = Encoder(cfg, rngs=rngs)
+        self.decoder = Decoder(cfg, cross_attention=True, rngs=rngs)
+        self._init_output(cfg, rngs)
+
+    def _target_embed(self) -> nnx.Embed:
+        return self.source_embed if self.target_embed is None else self.target_embed
+
+    def encode(
+        self,
+        inputs: jax.Array,
+        *,
+        inputs_segmentation: Optional[jax.Array] = None,
+        inputs_position: Optional[jax.Array] = None,
+        deterministic: bool = True,
+        return_stats: bool = False,
+    ) -> Union[jax.Array, tuple[jax.Array, StatsList]]:
+        """inputs: [B, S] -> encoded [B, S, d_model] (or (encoded, encoder self-attention stats))."""
+        _check_ids("inputs", inputs)
+        _check_len(self.cfg, "inputs", inputs.shape[1])
+        seg, pos = _segments_and_positions(inputs, inputs_segmentation, inputs_position, self.cfg.pad_id)
+        x = self.source_embed(inputs) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
+        encoded, stats = self.encoder(x, seg, pos, deterministic=deterministic, return_stats=return_stats)
+        return (encoded, stats) if return_stats else encoded
+
+    def decode(
+        self,
+        encoded: jax.Array,
+        targets: jax.Array,
+        *,
+        inputs_segmentation: Optional[jax.Array] = None,
+        targets_segmentation: Optional[jax.Array] = None,
+        targets_position: Optional[jax.Array] = None,
+        deterministic: bool = True,
+        return_stats: bool = False,
+    ):
+        """Teacher-forced decoder. encoded: [B, S, d_model], targets: [B, T] -> logits [B, T, V]
+        (or (logits, decoder self stats, cross stats)). ``inputs_segmentation`` masks the source padding."""
+        _check_ids("targets", targets)
+        _check_len(self.cfg, "targets", targets.shape[1])
+        seg, pos = _segments_and_positions(targets, targets_segmentation, targets_position, self.cfg.pad_id)
+        decoder_inputs = shift_right(targets, seg, self.cfg.bos_id, self.cfg.pad_id)
+        embed = self._target_embed()
+        y = embed(decoder_inputs) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
+        y, self_stats, cross_stats = self.decoder(
+            y, seg, pos, encoded, inputs_segmentation, deterministic=deterministic, return_stats=return_stats
+        )
+        logits = self._logits(y, embed)
+        return (logits, self_stats, cross_stats) if return_stats else logits
+
+    def __call__(
+        self,
+        inputs: jax.Array,
+        targets: jax.Array,
+        *,
+        inputs_segmentation: Optional[jax.Array] = None,
+        targets_segmentation: Optional[jax.Array] = None,
+        inputs_position: Optional[jax.Array] = None,
+        targets_position: Optional[jax.Array] = None,
+        deterministic: bool = True,
+        return_stats: bool = False,
+    ):
+        """inputs: [B, S], targets: [B, T] -> logits [B, T, V] or (logits, stats dict)."""
+        _check_ids("inputs", inputs)
+        if inputs_segmentation is None:
+            inputs_segmentation = (inputs != self.cfg.pad_id).astype(jnp.int32)
+        enc = self.encode(inputs, inputs_segmentation=inputs_segmentation, inputs_position=inputs_position,
+                          deterministic=deterministic, return_stats=return_stats)
+        encoded, enc_stats = enc if return_stats else (enc, None)
+        out = self.decode(encoded, targets, inputs_segmentation=inputs_segmentation,
+                          targets_segmentation=targets_segmentation, targets_position=targets_position,
+                          deterministic=deterministic, return_stats=return_stats)
+        if not return_stats:
+            return out
+        logits, self_stats, cross_stats = out
+        return logits, {"encoder_self": enc_stats, "decoder_self": self_stats, "cross": cross_stats}
+
+    # ------------------------------------------------------------------------------------ incremental decoding
+    def init_cache(self, encoded: jax.Array, inputs_segmentation: jax.Array, max_len: int) -> DecodeCache:
+        """Empty self-attention caches of length ``max_len`` and the cross-attention keys/values.
+
+        encoded: [B, S, d_model], inputs_segmentation: [B, S] (0 = padding)."""
+        _check_len(self.cfg, "max_len", max_len)
+        B = encoded.shape[0]
+        self_k, self_v = self.decoder.empty_self_cache(B, max_len, self.cfg.jnp_dtype)
+        cross = [layer.cross_attention.keys_values(encoded) for layer in self.decoder.layers]
+        return DecodeCache(self_k=self_k, self_v=self_v, cross_k=[k for k, _ in cross],
+                           cross_v=[v for _, v in cross], source_segmentation=inputs_segmentation)
+
+    def decode_step(self, tokens: jax.Array, cache: DecodeCache, index) -> tuple[jax.Array, DecodeCache]:
+        """tokens: [B] decoder input ids at position ``index`` (BOS at 0) -> (logits [B, V], updated cache)."""
+        embed = self._target_embed()
+        y = embed(tokens[:, None]) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
+        y, cache = self.decoder.step(y, cache, index)
+        return self._logits(y, embed)[:, 0], cache
+
+
+class DecoderOnly(_LanguageModelHead):
+    """A causal Transformer language model (uses ``num_decoder_layers``; no cross-attention).
+
+    ``model(tokens)``: tokens [B, T] -> logits [B, T, V], or ``(logits, {"decoder_self": [...]})``.
+    ``segmentation`` ([B, T], 0 = padding, packed examples 1, 2, ...) restricts attention to each example;
+    None means every token of a row is one example. ``position`` defaults to positions within segments.
+    """
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        if not isinstance(cfg, TransformerConfig):
+            raise ValueError(f"DecoderOnly expects a TransformerConfig; got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.embed = _embed(cfg, rngs)
+        self.decoder = Decoder(cfg, cross_attention=False, rngs=rngs)
+        self._init_output(cfg, rngs)
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        *,
+        segmentation: Optional[jax.Array] = None,
+        position: Optional[jax.Array] = None,
+        deterministic: bool = True,
+        return_stats: bool = False,
+    ):
+        _check_ids("tokens", tokens)
+        _check_len(self.cfg, "tokens", tokens.shape[1])
+        seg, pos = _segments_and_positions(tokens, segmentation, position, None)
+        y = self.embed(tokens) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
+        y, self_stats, _ = self.decoder(y, seg, pos, deterministic=deterministic, return_stats=return_stats)
+        logits = self._logits(y, self.embed)
+        return (logits, {"decoder_self": self_stats}) if return_stats else logits
