@@ -12,6 +12,7 @@ import base64
 import logging
 import os
 import signal
+import time
 from typing import Any, Optional
 
 import jax
@@ -118,11 +119,17 @@ class StopRequest:
         self._previous.clear()
 
     def requested(self) -> bool:
-        """True on every host once any host received a stop signal (multi-host: one small all-gather)."""
-        local = self.signal_name is not None
-        if jax.process_count() == 1:
-            return local
-        from jax.experimental import multihost_utils
+        """True once this process received a stop signal."""
+        return self.signal_name is not None
 
-        flags = multihost_utils.process_allgather(np.asarray([local]))
-        return bool(np.any(flags))
+    def check(self, deadline: Optional[float] = None) -> Optional[str]:
+        """Why to stop now: the signal's name, ``"max_minutes"`` once ``time.time()`` passed ``deadline``, or
+        None. With several hosts every host gets the same answer (one small all-gather), so call it at the same
+        steps on every host."""
+        code = 1 if self.signal_name is not None else 2 if deadline is not None and time.time() > deadline else 0
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            codes = np.asarray(multihost_utils.process_allgather(np.asarray([code], np.int32))).reshape(-1)
+            code = 1 if np.any(codes == 1) else int(codes.max())
+        return {0: None, 1: self.signal_name or "SIGTERM", 2: "max_minutes"}[code]

@@ -218,7 +218,8 @@ def base_config() -> ml_collections.ConfigDict:
     t.grad_clip_norm = 0.0  # 0 = no clipping.
     t.label_smoothing = 0.1
     t.num_steps = 100_000
-    t.max_minutes = 0.0  # wall-clock budget of the training loop (0 = none); training stops at whichever first.
+    t.max_minutes = 0.0  # wall-clock budget from start-up to the end of training (data, compile, steps; the
+    # final evaluation comes after); 0 = none. Training stops at num_steps or max_minutes, whichever is first.
     t.log_every = 100  # metrics are pulled from the device every log_every steps (the only host sync).
     t.stats_every = 500  # attention statistics + health check every stats_every steps (0 = never).
     t.eval_every = 5000  # validation loss (+ BLEU on eval.bleu_examples) every eval_every steps (0 = end only).

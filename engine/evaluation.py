@@ -55,6 +55,17 @@ def cut_at_eos(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
     return out
 
 
+def host_local(tree):
+    """On several hosts, a full copy of ``tree`` on this host's first device, so each process can decode on
+    its own (decoding is not sharded); on one host, ``tree`` unchanged."""
+    if jax.process_count() == 1:
+        return tree
+    from jax.experimental import multihost_utils
+
+    full = multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_put(full, jax.local_devices()[0])
+
+
 class Evaluator:
     """Runs the evaluations of one training run (or of eval.py) and logs them."""
 
@@ -113,7 +124,7 @@ class Evaluator:
         e = self.config.eval
         decode = decode or e.decode
         cfg = self.setup.model_cfg
-        model = self.setup.model(params)
+        model = nnx.merge(self.setup.graphdef, host_local(params), host_local(self.setup.rest))
         ids = self.encode_sources(sources)
         order = np.argsort([len(x) for x in ids], kind="stable")
         bucket = int(e.length_bucket)
@@ -168,7 +179,7 @@ class Evaluator:
         if self._ref_graphdef is None:
             abstract = nnx.eval_shape(lambda: create_model(cfg, self.task, nnx.Rngs(params=0, dropout=1)))
             self._ref_graphdef = nnx.split(abstract, nnx.Param, ...)[0]
-        return nnx.merge(self._ref_graphdef, params, self.setup.rest)
+        return nnx.merge(self._ref_graphdef, host_local(params), host_local(self.setup.rest))
 
     def attention_weights(self, params, pairs: Sequence[tuple[str, str]]) -> tuple[dict, list, list]:
         """Teacher-forced attention weights for (source, reference) pairs.

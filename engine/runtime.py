@@ -5,8 +5,19 @@ import logging
 import os
 import sys
 
-ENV_MULTIHOST = ("JAX_COORDINATOR_ADDRESS", "SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "TPU_WORKER_HOSTNAMES",
-                 "CLOUD_TPU_TASK_ID")
+
+def multi_process_launch() -> bool:
+    """Whether the environment shows a launch of several processes (manual, SLURM, Open MPI, TPU pod)."""
+    env = os.environ
+    if env.get("JAX_COORDINATOR_ADDRESS"):
+        return True
+    for key in ("JAX_NUM_PROCESSES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
+        try:
+            if int(env.get(key) or 1) > 1:
+                return True
+        except ValueError:
+            pass
+    return "," in env.get("TPU_WORKER_HOSTNAMES", "")
 
 
 class _TqdmHandler(logging.StreamHandler):
@@ -49,19 +60,25 @@ def maybe_initialize_distributed(mode: str) -> bool:
 
     mode: "yes" (always), "no" (never) or "auto" (when the environment shows a multi-process launch: a
     coordinator address, SLURM, Open MPI, or a Cloud TPU pod). Returns whether it initialized.
+    A manual launch sets ``JAX_COORDINATOR_ADDRESS=host:port``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``
+    on every host; cluster launchers (SLURM, Open MPI, TPU pods) are detected by JAX itself.
     """
     if mode not in ("auto", "yes", "no"):
         raise ValueError(f"--distributed={mode!r}; expected auto, yes or no")
     if mode == "no":
         return False
-    if mode == "auto":
-        launched = [k for k in ENV_MULTIHOST if os.environ.get(k)]
-        many = any(int(os.environ.get(k, "1") or 1) > 1 for k in ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"))
-        if not launched or (launched and set(launched) <= {"SLURM_JOB_ID"} and not many):
-            return False
+    if mode == "auto" and not multi_process_launch():
+        return False
     import jax
 
-    jax.distributed.initialize()
+    kwargs = {}
+    for env, arg in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
+        if os.environ.get(env):
+            try:
+                kwargs[arg] = int(os.environ[env])
+            except ValueError:
+                raise ValueError(f"${env}={os.environ[env]!r}; expected an integer") from None
+    jax.distributed.initialize(**kwargs)
     return True
 
 

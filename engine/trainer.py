@@ -385,7 +385,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         return flops_cache[key]
 
     num_steps = int(t.num_steps)
-    deadline = time.time() + 60.0 * float(t.max_minutes) if t.max_minutes > 0 else None
+    deadline = t_start + 60.0 * float(t.max_minutes) if t.max_minutes > 0 else None
     pending: list[dict] = []
     pending_stats: list[tuple[int, Any]] = []
     interval = {"t0": None, "flops": 0.0, "steps": 0}
@@ -420,8 +420,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 out["perf/steps_per_sec"] = interval["steps"] / dt
                 out["perf/mfu"] = interval["flops"] / dt / peak
             logger.log(step, out)
-            bar.set_postfix(loss=f"{out['train/loss']:.3f}",
-                            tok_s=f"{out.get('perf/tokens_per_sec', 0.0):.0f}", refresh=False)
+            postfix = dict(loss=f"{out['train/loss']:.3f}", tok_s=f"{out.get('perf/tokens_per_sec', 0.0):.0f}")
+            if deadline is not None:
+                postfix["left"] = time.strftime("%M:%S", time.gmtime(max(deadline - now, 0.0)))
+            bar.set_postfix(postfix, refresh=False)
             final.update(out)
             pending = []
             interval.update(t0=now, flops=0.0, steps=0)
@@ -471,13 +473,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     flush(step)
                     final.update(evaluator.evaluate(state["params"], step, final=False))
                     interval["t0"] = time.time()
-                check_stop = jax.process_count() == 1 or step % t.log_every == 0
-                if check_stop and stop.requested():
-                    stop_reason = stop.signal_name or "signal"
-                    break
-                if deadline is not None and time.time() > deadline:
-                    stop_reason = "max_minutes"
-                    break
+                if jax.process_count() == 1 or step % t.log_every == 0:  # multi-host: agree at log steps
+                    reason = stop.check(deadline)
+                    if reason is not None:
+                        stop_reason = reason
+                        break
             save(step)
         bar.close()
         ckpt.wait()

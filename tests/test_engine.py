@@ -285,7 +285,28 @@ def test_checkpointer_round_trip_with_bytes_data_state(tmp_path):
 def test_stop_request_turns_sigterm_into_a_flag():
     before = signal.getsignal(signal.SIGTERM)
     with ckpt_lib.StopRequest() as stop:
-        assert not stop.requested()
+        assert stop.check(deadline=time.time() + 60) is None
+        assert stop.check(deadline=time.time() - 1) == "max_minutes"
         os.kill(os.getpid(), signal.SIGTERM)
-        assert stop.requested() and stop.signal_name == "SIGTERM"
+        assert stop.requested() and stop.check() == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_multi_process_launch_detection(monkeypatch):
+    from engine import runtime
+
+    for key in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
+                "TPU_WORKER_HOSTNAMES"):
+        monkeypatch.delenv(key, raising=False)
+    assert not runtime.multi_process_launch()
+    assert not runtime.maybe_initialize_distributed("auto")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "localhost")
+    assert not runtime.multi_process_launch()
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    assert runtime.multi_process_launch()
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "h0,h1")
+    assert runtime.multi_process_launch()
+    with pytest.raises(ValueError, match="--distributed='maybe'"):
+        runtime.maybe_initialize_distributed("maybe")
