@@ -51,7 +51,8 @@ def main(argv):
         sys.exit(1)
     split = r["split"]
     lines = [f"checkpoint step {r['step']}, split {split}"]
-    for key in (f"{split}/loss", f"{split}/perplexity", f"{split}/accuracy", f"{split}/bleu", f"{split}/chrf"):
+    for key in (f"{split}/loss", f"{split}/perplexity", f"{split}/accuracy", f"{split}/sequence_accuracy",
+                f"{split}/bleu", f"{split}/chrf"):
         if key in r:
             lines.append(f"  {key:24s} {r[key]:.4f}")
     for key in ("bleu_signature", "chrf_signature", "hypotheses_path"):

@@ -10,7 +10,6 @@ Adam (0.9, 0.98, 1e-9) with warmup 4000 and the inverse-square-root schedule (pe
 label smoothing 0.1; ~25k tokens per side per step; beam 4, length penalty 0.6. bfloat16 compute.
 Arguments: heads, kv_heads, qk_dim, v_dim, steps, pair (de-en, fr-en, ...), reverse (X -> English), runlocal.
 """
-import ml_collections
 
 import data
 from engine.config import base_config, model_section, parse_arg

@@ -520,7 +520,8 @@ def _save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
 def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step: Optional[int] = None,
                         split: Optional[str] = None, heatmap_examples: tuple[int, ...] = (),
                         stats_batches: int = 8) -> dict:
-    """Restore a checkpoint of ``workdir`` and evaluate it on ``split`` (default ``config.eval.split``).
+    """Restore a checkpoint of ``workdir`` and evaluate it on ``split`` (default ``config.eval.split``; synthetic
+    tasks have one evaluation set, reported as "validation").
 
     Writes ``<workdir>/eval/<split>_step<N>/`` (hypotheses, results.json, entropy tables, heatmaps) and
     returns the results: loss/perplexity, BLEU/chrF with signatures (translation), and per-layer,
@@ -532,7 +533,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
 
     config_lib.validate(config, jax.device_count(), available_backends())
     mesh = sharding_lib.make_mesh(config.mesh)
-    split = split or config.eval.split
+    split = split or (config.eval.split if config.task == "translation" else "validation")
     data = build_data(config, workdir)
     if hasattr(data, "describe"):
         log.info("%s", data.describe())

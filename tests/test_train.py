@@ -155,7 +155,9 @@ def test_kill_and_resume_matches_the_uninterrupted_run(baseline, tmp_path, corpu
 def test_eight_devices_give_the_same_loss_curve(baseline, tmp_path, corpus):
     c, base_dir, _ = baseline
     workdir = str(tmp_path / "run")
-    trainer.train_and_evaluate(tiny_translation_config(corpus, c.data.cache_dir, devices=8), workdir)
+    c8 = tiny_translation_config(corpus, c.data.cache_dir, devices=8)
+    c8.train.update(stats_every=0, checkpoint_every=0)
+    trainer.train_and_evaluate(c8, workdir)
     eight, one = losses(workdir), losses(base_dir)
     for step in range(1, STEPS + 1):
         assert eight[step] == pytest.approx(one[step], rel=1e-4, abs=1e-5), step
@@ -164,6 +166,7 @@ def test_eight_devices_give_the_same_loss_curve(baseline, tmp_path, corpus):
 def test_nan_guard_names_step_and_quantity_and_keeps_last_checkpoint(baseline, tmp_path, corpus, monkeypatch):
     c, base_dir, _ = baseline
     c = tiny_translation_config(corpus, c.data.cache_dir)
+    c.train.stats_every = 0
     workdir = str(tmp_path / "run")
     it = trainer.build_data(c, workdir).train_iter()
     poisoned = [next(it) for _ in range(6)][5]  # the batch of step 5
