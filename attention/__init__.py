@@ -27,3 +27,4 @@ from attention.variants import (  # noqa: E402
     linear_attention,
 )
 from attention import flash as _flash  # noqa: E402,F401
+from attention import chunked as _chunked  # noqa: E402,F401
