@@ -130,19 +130,22 @@ def _block_rows(x: jax.Array, block: int, groups: int) -> jax.Array:
     B, T, H, D = x.shape
     n = -(-T // block)
     x = jnp.pad(x, ((0, 0), (0, n * block - T), (0, 0), (0, 0)))
-    return x.reshape(B, n, block, H // groups, groups, D).transpose(1, 0, 3, 4, 2, 5)
+    # One axis split per reshape, so that explicitly sharded inputs keep a well-defined sharding.
+    x = x.reshape(B, n, block, H, D).reshape(B, n, block, H // groups, groups, D)
+    return x.transpose(1, 0, 3, 4, 2, 5)
 
 
 def _unblock_rows(x: jax.Array, length: int) -> jax.Array:
     """[nq, B, Hkv, G, block, D] -> [B, length, H, D]."""
     n, B, Hkv, G, block, D = x.shape
-    return x.transpose(1, 0, 4, 2, 3, 5).reshape(B, n * block, Hkv * G, D)[:, :length]
+    x = x.transpose(1, 0, 4, 2, 3, 5).reshape(B, n * block, Hkv, G, D).reshape(B, n * block, Hkv * G, D)
+    return x[:, :length]
 
 
 def _unblock_row_stat(x: jax.Array, length: int) -> jax.Array:
     """[nq, B, Hkv, G, block] -> [B, H, length]."""
     n, B, Hkv, G, block = x.shape
-    return x.transpose(1, 2, 3, 0, 4).reshape(B, Hkv * G, n * block)[..., :length]
+    return x.transpose(1, 2, 3, 0, 4).reshape(B, Hkv * G, n, block).reshape(B, Hkv * G, n * block)[..., :length]
 
 
 def _block_cols(x: jax.Array, block: int) -> jax.Array:
@@ -232,7 +235,7 @@ def _forward(plan: _Plan, qb, kb, vb, aux, rng):
     (entropy, max_logit, lse, valid, sink), each [nq, B, Hkv, G, bq].
     """
     acc = plan.acc_dtype
-    nq, B, Hkv, G, bq, _ = qb.shape
+    nq = qb.shape[0]
     Dv = vb.shape[-1]
     static_range = plan.default_positions and (plan.causal or plan.window is not None)
     if static_range:
@@ -270,13 +273,9 @@ def _forward(plan: _Plan, qb, kb, vb, aux, rng):
 
             return _skip_or_run(aux, vis, run, carry)
 
-        init = (
-            jnp.full((B, Hkv, G, bq), -jnp.inf, acc),
-            jnp.zeros((B, Hkv, G, bq), acc),
-            jnp.zeros((B, Hkv, G, bq, Dv), acc),
-            jnp.zeros((B, Hkv, G, bq), acc),
-            jnp.zeros((B, Hkv, G, bq), acc),
-        )
+        # Accumulators built from q_blk so that they inherit its sharding: [B, Hkv, G, bq] (+ [Dv] for o).
+        row = jnp.zeros_like(q_blk[..., 0], dtype=acc)
+        init = (row - jnp.inf, row, jnp.broadcast_to(row[..., None], row.shape + (Dv,)), row, row)
         if static_range:
             m, l, o, ps, sink = jax.lax.fori_loop(kv_start[i], kv_stop[i], per_kv_block, init)
         else:
@@ -340,14 +339,14 @@ def _backward(plan: _Plan, qb, kb, vb, aux, rng, ob, lse, dob):
 
             return _skip_or_run(aux, vis, run, carry)
 
-        init = (dq, jnp.zeros(k_blk.shape, acc), jnp.zeros(v_blk.shape, acc))
+        init = (dq, jnp.zeros_like(k_blk, dtype=acc), jnp.zeros_like(v_blk, dtype=acc))
         if static_range:
             dq, dk, dv = jax.lax.fori_loop(q_start[j], q_stop[j], per_q_block, init)
         else:
             dq, dk, dv = jax.lax.fori_loop(jnp.int32(0), jnp.int32(qb.shape[0]), per_q_block, init)
         return dq, (dk, dv)
 
-    dq0 = jnp.zeros(qb.shape, acc)
+    dq0 = jnp.zeros_like(qb, dtype=acc)
     dq, (dkb, dvb) = jax.lax.scan(per_kv_block, dq0, (jnp.arange(nk, dtype=jnp.int32), kb, vb))
     scale = jnp.asarray(plan.scale, acc)
     return (dq * scale).astype(qb.dtype), (dkb * scale).astype(kb.dtype), dvb.astype(vb.dtype)
