@@ -59,7 +59,8 @@ class Row:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seq-lens", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384])
+    p.add_argument("--seq-lens", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384],
+                   help="sequence lengths to measure (Tq = Tk)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA/MQA); default: --heads")
@@ -84,6 +85,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
     if min(args.seq_lens) < 1:
         raise SystemExit(f"--seq-lens must all be >= 1; got {args.seq_lens}")
+    unknown = sorted(set(args.backends or ()) - set(attention.available_backends()))
+    if unknown:
+        raise SystemExit(f"--backends {unknown} are not registered; expected names from {attention.available_backends()}")
     args.kv_heads = args.kv_heads or args.heads
     args.v_head_dim = args.v_head_dim or args.head_dim
     if args.heads % args.kv_heads:
