@@ -3,7 +3,7 @@
 ``attention(q, k, v, mask, implementation=...)`` is the one entry point; ``Mask`` is the structured mask
 every backend takes; ``AttentionStats`` are the per-row statistics every backend can return.
 """
-from attention.api import AUTO_ORDER, Backend, Request, attention, available_backends, register_backend, select_backend
+from attention.api import AUTO_ORDER, Backend, auto_order, Request, attention, available_backends, register_backend, select_backend
 from attention.mask import Mask
 from attention.stats import (
     AttentionStats,
