@@ -344,7 +344,8 @@ def aggregate(sweep_dir: str, points: Sequence[Point], title: str) -> str:
     groups = sorted({g for _, s in summaries for g in s["entropy"]})
     entropy_cols = [f"H {g} L{l}" for g in groups
                     for l in range(max(s["entropy"][g].shape[0] for _, s in summaries if g in s["entropy"]))]
-    headers = ["point"] + [f.rsplit(".", 1)[-1] for f in fields] + list(COLUMNS) + entropy_cols + ["status"]
+    metric_cols = [c for c in COLUMNS if any(s[c] is not None for _, s in summaries)]
+    headers = ["point"] + [f.rsplit(".", 1)[-1] for f in fields] + metric_cols + entropy_cols + ["status"]
     rows = []
     for p, s in summaries:
         ent = []
@@ -353,11 +354,13 @@ def aggregate(sweep_dir: str, points: Sequence[Point], title: str) -> str:
             arr = s["entropy"].get(g)
             layer = int(l[1:])
             ent.append(float(np.nanmean(arr[layer])) if arr is not None and layer < arr.shape[0] else None)
-        rows.append([p.name] + [p.overrides.get(f) for f in fields] + [s[c] for c in COLUMNS] + ent + [s["status"]])
+        rows.append([p.name] + [p.overrides.get(f) for f in fields] + [s[c] for c in metric_cols] + ent
+                    + [s["status"]])
     report = Report(sweep_dir, title)
     done = sum(1 for _, s in summaries if s["status"] == "done")
     report.text(f"{done} of {len(points)} points done. Varied: {', '.join(fields)}. Entropy columns: mean "
-                "attention entropy (nats) over the heads of each layer, at the last logged step.")
+                "attention entropy (nats) over the heads of each layer, at the last logged step. Metrics no "
+                "point has are left out.")
     report.table(headers, rows, csv_name="results.csv")
     _plot_metrics(report, fields, summaries)
     _plot_entropy(report, summaries, groups)
