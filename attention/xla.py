@@ -6,7 +6,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from attention.api import Request, register_backend
+from attention.api import Request, default_platform, register_backend
 from attention.mask import Mask
 from attention.reference import grouped_logits
 from attention.stats import AttentionStats, stats_from_logits
@@ -24,6 +24,13 @@ def _jax_window(window, open_size: int):
 
 
 def _dot_product_attention(q, k, v, mask: Mask, *, scale, return_stats, implementation):
+    if q.dtype == jnp.float16 and default_platform() == "cpu":
+        # XLA:CPU cannot compile the float16 x float16 -> float32 products jax.nn.dot_product_attention emits
+        # under jit; float16 is exact in float32, so compute there and round the output back.
+        up = [x.astype(jnp.float32) for x in (q, k, v)]
+        out, stats = _dot_product_attention(*up, mask, scale=scale, return_stats=return_stats,
+                                            implementation=implementation)
+        return out.astype(q.dtype), stats
     B, Tq, H, D = q.shape
     Tk, Dv = k.shape[1], v.shape[3]
     # jax.nn.dot_product_attention needs one head dim for q, k and v: zero-pad the smaller side (exact).
