@@ -11,24 +11,29 @@ from attention.mask import Mask
 from attention.stats import AttentionStats, stats_from_logits
 
 
+def _accumulator(dtype) -> jnp.dtype:
+    """float32 for 16/32-bit inputs, float64 for float64 ones."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
 def grouped_logits(q: jax.Array, k: jax.Array, scale: float) -> jax.Array:
     """Scaled logits with K/V heads shared by groups of query heads, without copying K.
 
-    q: [B, Tq, H, D], k: [B, Tk, Hkv, D] -> [B, H, Tq, Tk] float32.
+    q: [B, Tq, H, D], k: [B, Tk, Hkv, D] -> [B, H, Tq, Tk] float32 (float64 for float64 inputs).
     """
     B, Tq, H, D = q.shape
     Hkv = k.shape[2]
     qg = q.reshape(B, Tq, Hkv, H // Hkv, D)
-    s = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    s = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=_accumulator(q.dtype))
     return s.reshape(B, H, Tq, k.shape[1]) * scale
 
 
 def grouped_values(p: jax.Array, v: jax.Array) -> jax.Array:
-    """p: [B, H, Tq, Tk], v: [B, Tk, Hkv, Dv] -> [B, Tq, H, Dv] (accumulated in float32)."""
+    """p: [B, H, Tq, Tk], v: [B, Tk, Hkv, Dv] -> [B, Tq, H, Dv] (accumulated in float32, or float64)."""
     B, H, Tq, Tk = p.shape
     Hkv = v.shape[2]
     pg = p.reshape(B, Hkv, H // Hkv, Tq, Tk)
-    out = jnp.einsum("bkgts,bskd->btkgd", pg, v, preferred_element_type=jnp.float32)
+    out = jnp.einsum("bkgts,bskd->btkgd", pg, v, preferred_element_type=_accumulator(v.dtype))
     return out.reshape(B, Tq, H, v.shape[3])
 
 
