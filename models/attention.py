@@ -95,7 +95,6 @@ class MultiHeadAttention(nnx.Module):
         self.dropout_rate = float(dropout_rate)
         self.implementation = implementation
         self.backend_options = tuple(backend_options)
-        self.dtype = dtype
 
         def proj(heads: int, dim: int) -> nnx.LinearGeneral:
             return nnx.LinearGeneral(d_model, (heads, dim), use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,

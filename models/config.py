@@ -145,7 +145,7 @@ class TransformerConfig:
             raise ValueError(
                 f"TransformerConfig.attention_options must be a dict of backend keyword arguments; got {self.attention_options!r}"
             )
-        set_("attention_options", tuple((k, v) for k, v in options))
+        set_("attention_options", tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in options))
         for name in ("use_bias", "share_embeddings", "tie_output", "scale_embeddings", "qk_layernorm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TransformerConfig.{name} must be a bool; got {getattr(self, name)!r}")

@@ -42,8 +42,10 @@ def _encode_and_cache(model: EncoderDecoder, inputs, seg, max_len: int) -> Decod
 def greedy_decode(
     model: EncoderDecoder, inputs: jax.Array, *, max_len: int, inputs_segmentation: Optional[jax.Array] = None
 ) -> jax.Array:
-    """Greedy decoding. inputs: [B, S] source ids (padding = pad_id, or give ``inputs_segmentation``
-    [B, S] with 0 = padding) -> tokens [B, max_len] int32. Stops early once every row has emitted EOS."""
+    """Greedy decoding. inputs: [B, S] source ids, one example per row (padding = pad_id, or give
+    ``inputs_segmentation`` [B, S] with 0 = padding) -> tokens [B, max_len] int32. Stops early once every row
+    has emitted EOS; rows whose source is all padding (batch filler) give only ``pad_id`` and do not hold
+    the loop up."""
     _check(model, inputs, max_len)
     seg = _source_segmentation(model, inputs, inputs_segmentation)
     graphdef, state = nnx.split(model)
@@ -73,7 +75,7 @@ def _greedy(graphdef, state, inputs, seg, *, max_len: int):
         jnp.zeros((), jnp.int32),
         jnp.full((B, max_len), cfg.pad_id, jnp.int32),
         jnp.full((B,), cfg.bos_id, jnp.int32),
-        jnp.zeros((B,), jnp.bool_),
+        ~jnp.any(seg != 0, axis=1),  # rows with an empty source (batch filler) are done from the start
         cache,
     )
     return jax.lax.while_loop(cond, body, init)[1]
@@ -97,8 +99,9 @@ def beam_search(
 
     Hypotheses are ranked by log-probability / ``length_penalty_factor(length, length_penalty)`` (length counts
     the EOS). A hypothesis finishes when it emits EOS; a row stops when no live hypothesis can beat its worst
-    kept finished one. Rows with no finished hypothesis by ``max_len`` return their best live one.
-    With ``beam_size=1`` and ``length_penalty=0`` this is greedy decoding.
+    kept finished one. Rows with no finished hypothesis by ``max_len`` return their best live one; rows whose
+    source is all padding give only ``pad_id``. With ``beam_size=1`` and ``length_penalty=0`` this is greedy
+    decoding.
     """
     _check(model, inputs, max_len)
     if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
@@ -131,11 +134,12 @@ def _beam(graphdef, state, inputs, seg, alpha, *, beam_size: int, max_len: int):
     # Beams of a row are adjacent: [B*K, ...].
     cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), cache)
     max_penalty = length_penalty_factor(L, alpha)
+    empty = ~jnp.any(seg != 0, axis=1)  # batch filler rows
 
     def cond(carry):
         i, _, live_logp, _, fin_scores, _, _ = carry
         best_possible = live_logp[:, 0] / max_penalty  # live_logp is sorted, best first
-        done = jnp.min(fin_scores, axis=1) >= best_possible
+        done = (jnp.min(fin_scores, axis=1) >= best_possible) | empty
         return (i < L) & ~jnp.all(done)
 
     def body(carry):
@@ -181,4 +185,5 @@ def _beam(graphdef, state, inputs, seg, alpha, *, beam_size: int, max_len: int):
     )
     _, live_seqs, _, _, fin_scores, fin_seqs, _ = jax.lax.while_loop(cond, body, init)
     any_finished = fin_scores[:, 0] > NEG_INF / 2
-    return jnp.where(any_finished[:, None], fin_seqs[:, 0], live_seqs[:, 0])
+    best = jnp.where(any_finished[:, None], fin_seqs[:, 0], live_seqs[:, 0])
+    return jnp.where(empty[:, None], cfg.pad_id, best)

@@ -133,6 +133,17 @@ def test_beam_search_rows_are_independent():
             assert np.all(row[eos[0] + 1:] == model.cfg.pad_id)
 
 
+def test_empty_source_rows_give_padding():
+    model = build(tiny(position="learned"), seed=3)
+    filler = INPUTS.at[1].set(0)
+    greedy = np.asarray(models.greedy_decode(model, filler, max_len=7))
+    beam = np.asarray(models.beam_search(model, filler, beam_size=1, max_len=7, length_penalty=0.0))
+    assert np.all(greedy[1] == 0) and np.all(beam[1] == 0)
+    full = np.asarray(models.greedy_decode(model, INPUTS, max_len=7))
+    np.testing.assert_array_equal(greedy[[0, 2]], full[[0, 2]])
+    np.testing.assert_array_equal(beam, greedy)
+
+
 def test_decoding_errors():
     model = build(tiny())
     with pytest.raises(ValueError, match="beam_size must be a positive int; got 0"):
