@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
 
 import jax
@@ -168,6 +169,10 @@ def attention(
     dropout = float(dropout_rate) > 0.0
     if dropout and dropout_rng is None:
         raise ValueError(f"attention: dropout_rate={dropout_rate} needs a dropout_rng key; got None")
+    if not isinstance(implementation, str):
+        raise ValueError(f"attention: implementation must be a backend name (str); got {implementation!r}")
+    if backend_options is not None and not isinstance(backend_options, Mapping):
+        raise ValueError(f"attention: backend_options must be a dict or None; got {type(backend_options).__name__}")
     request = Request(
         batch=B, q_len=Tq, kv_len=Tk, num_heads=H, num_kv_heads=Hkv, qk_dim=D, v_dim=Dv,
         dtype=q.dtype, mask=mask, dropout=dropout, return_stats=bool(return_stats), platform=default_platform(),
