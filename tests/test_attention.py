@@ -353,6 +353,10 @@ INVALID_CALLS = {
                            r"dropout_rate must be a float in \[0, 1\); got 1.0"),
     "unknown_implementation": (lambda: attention.attention(Q, K, V, implementation="flash9"),
                                r"unknown implementation 'flash9'; expected 'auto' or one of"),
+    "implementation_type": (lambda: attention.attention(Q, K, V, implementation=["xla"]),
+                            r"implementation must be a backend name \(str\); got \['xla'\]"),
+    "backend_options_type": (lambda: attention.attention(Q, K, V, backend_options=[("block_q", 8)]),
+                             r"backend_options must be a dict or None; got list"),
 }
 
 
