@@ -6,3 +6,5 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ["WANDB_MODE"] = "disabled"
 os.environ["WANDB_SILENT"] = "true"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# NumPy's BLAS threads spin on the tiny reference products the tests make; one thread is faster here.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
