@@ -51,8 +51,9 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                         "runs/repro/entropy_collapse_quick with --quick)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stable_lr", type=float, default=1e-3)
-    parser.add_argument("--high_lr", type=float, default=1e-1, help="the too-high learning rate")
-    parser.add_argument("--spike", type=float, default=1.0, help="loss rise (nats) that counts as divergence")
+    parser.add_argument("--high_lr", type=float, default=1e-1, help="a too-high learning rate")
+    parser.add_argument("--very_high_lr", type=float, default=1.0, help="a far too high learning rate")
+    parser.add_argument("--spike", type=float, default=0.5, help="loss rise (nats) that counts as divergence")
     args = parser.parse_args(argv)
     out = args.out or os.path.join(REPO, "runs/repro/entropy_collapse_quick" if args.quick
                                    else "docs/results/entropy_collapse")
@@ -63,7 +64,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     model_cfg = tiny_model_config(vocab_size=task.vocab_size, d_model=16 if args.quick else 64, num_heads=4,
                                   num_layers=1 if args.quick else 2, max_len=task.seq_len)
     runs = {}
-    for label, lr in (("stable", args.stable_lr), ("high", args.high_lr)):
+    for label, lr in (("stable", args.stable_lr), ("high", args.high_lr), ("very high", args.very_high_lr)):
         hist = train_decoder(model_cfg, task, steps=steps, learning_rate=lr, seed=args.seed, log_every=1,
                              schedule="constant", warmup_steps=max(1, steps // 40), eval_batches=1 if args.quick else 8)
         runs[label] = {"lr": lr, "hist": hist,
@@ -100,7 +101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
         report.text("Health-monitor warnings (first 20 per run):")
         report.table(["run", "step", "kind", "layer", "head", "value", "threshold"], warn_rows)
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 5.5), sharex="col")
+    fig, axes = plt.subplots(2, len(runs), figsize=(5 * len(runs), 5.5), sharex="col", squeeze=False)
     for col, (label, r) in enumerate(runs.items()):
         h = r["hist"]
         ent = np.stack(h["entropy"])
@@ -118,7 +119,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
             fc = first_warning(h, "entropy_collapse")
             if fc is not None:
                 ax.axvline(fc, color="orange", ls=":", lw=1.5, label="first collapse warning")
-    axes[1, 1].legend(fontsize=6, ncol=2)
+    axes[1, -1].legend(fontsize=6, ncol=2)
     report.figure(fig, "entropy_collapse", "Loss (top) and per-head attention entropy (bottom); red dashes: "
                   "divergence, orange dots: the health monitor's first entropy-collapse warning.")
     report.section("What the data say")
@@ -130,12 +131,15 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
 
 def verdict(runs: dict) -> str:
     lines = []
+    stable_loss = runs["stable"]["hist"]["loss"][-1]
     for label, r in runs.items():
         h = r["hist"]
         fc, fm, d = first_warning(h, "entropy_collapse"), first_warning(h, "max_logit"), r["diverged"]
         if d is None:
-            lines.append(f"- {label} (lr {r['lr']:g}): no divergence; entropy-collapse warnings: "
-                         f"{sum(1 for w in h['warnings'] if w.kind == 'entropy_collapse')}.")
+            first = f" (first at step {fc})" if fc is not None else ""
+            lines.append(f"- {label} (lr {r['lr']:g}): no divergence by the criterion above; last loss "
+                         f"{h['loss'][-1]:.3g} (stable run: {stable_loss:.3g}); entropy-collapse warnings: "
+                         f"{sum(1 for w in h['warnings'] if w.kind == 'entropy_collapse')}{first}.")
             continue
         if fc is None:
             when = "the monitor raised no entropy-collapse warning"

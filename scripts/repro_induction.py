@@ -52,13 +52,13 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parser.parse_args(argv)
     out = args.out or os.path.join(REPO, "runs/repro/induction_quick" if args.quick else "docs/results/induction")
 
-    steps = args.steps or (4 if args.quick else 1000)
+    steps = args.steps or (4 if args.quick else 3000)
     every = max(1, steps // (2 if args.quick else 30))
     eval_batches = 1 if args.quick else 8
     task = induction_task(seq_len=16 if args.quick else 64, vocab_size=16 if args.quick else 64,
                           batch_size=8 if args.quick else 16, segment_len=4 if args.quick else 16)
     T = task.seq_len
-    early, late = (1, max(2, T // 8)), (T - T // 4, T)
+    early, late = (T // 8, T // 4), (T - T // 4, T)  # skip the first positions: almost no context there
     runs = {}
     for layers in (1, 2):
         model_cfg = tiny_model_config(vocab_size=task.vocab_size, d_model=16 if args.quick else 64, num_heads=4,

@@ -148,7 +148,12 @@ def verdict(runs: list[dict], sens: dict) -> str:
         )
     better = "lower" if sens[True] < sens[False] else "not lower"
     lines.append(f"- LR sensitivity with QK-LayerNorm is {better} than without ({sens[True]:.3f} vs "
-                 f"{sens[False]:.3f}).")
+                 f"{sens[False]:.3f}); the metric is relative to each variant's own best loss.")
+    on = {r["lr"]: final_loss(r["hist"]) for r in runs if r["qk_layernorm"]}
+    off = {r["lr"]: final_loss(r["hist"]) for r in runs if not r["qk_layernorm"]}
+    wins = [lr for lr in on if on[lr] < off.get(lr, math.inf)]
+    lines.append(f"- QK-LayerNorm reaches a lower final loss at {len(wins)} of {len(on)} learning rates"
+                 + (f" ({', '.join(f'{lr:g}' for lr in wins)})." if wins else "."))
     return "\n".join(lines)
 
 

@@ -58,7 +58,7 @@ def test_entropy_collapse_quick(tmp_path):
 
     repro_entropy_collapse.main(["--quick", f"--out={tmp_path}"])
     _report(tmp_path, "entropy_collapse")
-    assert [r["run"] for r in _csv(tmp_path / "summary.csv")] == ["stable", "high"]
+    assert [r["run"] for r in _csv(tmp_path / "summary.csv")] == ["stable", "high", "very high"]
     div = repro_entropy_collapse.divergence_step
     assert div([1, 2, 3, 4], [5.0, 3.0, 3.5, 4.5], spike=1.0) == 4
     assert div([1, 2, 3], [5.0, float("nan"), 1.0], spike=1.0) == 2
