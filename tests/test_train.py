@@ -99,6 +99,8 @@ def baseline(tmp_path_factory, corpus):
     c = tiny_translation_config(corpus, str(root / "cache"))
     c.wandb.mode = "offline"
     c.eval.at_end = True
+    c.train.eval_every = 4  # one evaluation during training: validation loss, BLEU on a subset, heatmaps
+    c.eval.bleu_examples = 4
     workdir = str(root / "run")
     final = trainer.train_and_evaluate(c, workdir)
     return c, workdir, final
@@ -110,7 +112,8 @@ def test_uninterrupted_run_logs_metrics_health_and_evaluates(baseline):
     records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
     keys = set().union(*records)
     for key in ("train/loss", "train/perplexity", "train/learning_rate", "train/grad_norm", "perf/tokens_per_sec",
-                "perf/mfu", "validation/perplexity", "test/bleu", "test/chrf", "health/entropy_collapse"):
+                "perf/mfu", "validation/perplexity", "validation_subset/bleu", "test/bleu", "test/chrf",
+                "health/entropy_collapse"):
         assert key in keys, key
     for group in ("encoder_self", "decoder_self", "cross"):
         for field in ("entropy", "max_logit", "sink", "norm_entropy"):
@@ -122,7 +125,8 @@ def test_uninterrupted_run_logs_metrics_health_and_evaluates(baseline):
     assert bleu["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     hyps = open(bleu["hypotheses"], encoding="utf-8").read().splitlines()
     assert len(hyps) == bleu["sentences"] == len(trainer.build_data(c, workdir).examples("test"))
-    assert os.listdir(os.path.join(workdir, "heatmaps"))
+    assert sorted(os.listdir(os.path.join(workdir, "heatmaps"))) == [
+        f"step{s}_validation0_{g}.png" for s in (4, 8) for g in ("cross", "decoder_self", "encoder_self")]
     assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps() == [4, 8]
     assert wandb_offline_has(workdir, b"attn/cross/entropy/L0H1")
 
