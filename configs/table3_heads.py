@@ -1,13 +1,15 @@
 """Vaswani et al. (2017) Table 3 rows (A): the number of heads at constant compute, d_k = d_v = d_model / h.
 
     python scripts/sweep.py --config=configs/table3_heads.py                 # CPU scale, embedded corpus
-    python scripts/sweep.py --config=configs/table3_heads.py:seeds=3,minutes=5
+    python scripts/sweep.py --config=configs/table3_heads.py:seeds=3,steps=600
     python scripts/sweep.py --config=configs/table3_heads.py:wmt14,seeds=2   # paper scale, WMT14 EN-DE
     python train.py --config=configs/table3_heads.py:heads=16,seed=1          # one point
 
 Arguments (``:key=value,...``): heads and seed (the point train.py trains), seeds (the sweep runs seeds
 0..seeds-1), wmt14 (paper scale: ``configs/translation_wmt14.py``, d_model 512, h in {1, 4, 8, 16, 32}),
-minutes (CPU scale: training minutes per point), quick (CPU scale, tiny model and a few steps).
+steps (CPU scale: training steps per point; a step budget, not a time budget, so every point sees the same
+data whatever the machine load), minutes (CPU scale: an optional time cap, 0 = none), test_examples (CPU
+scale: test sentences decoded per point, 0 = all), quick (CPU scale, tiny model and a few steps).
 At CPU scale the base is ``configs/translation.py`` (d_model 256, so d_k = 256, 64, 32, 16, 8).
 """
 import importlib.util
@@ -20,7 +22,8 @@ HEADS = (1, 4, 8, 16, 32)
 
 def parse(arg):
     """The arguments of the Table 3 configs (shared with ``configs/table3_dk.py``)."""
-    return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=1, wmt14=False, minutes=3.0, quick=False)
+    return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=1, wmt14=False, steps=300, minutes=0.0,
+                     test_examples=500, quick=False)
 
 
 def sibling(name: str):
@@ -37,8 +40,11 @@ def base(a):
     if a.wmt14:
         c = sibling("translation_wmt14").get_config(None)
     else:
-        c = sibling("translation").get_config(f"minutes={a.minutes:g}" + (",runlocal" if a.quick else ""))
+        c = sibling("translation").get_config(f"minutes={a.minutes:g},steps={a.steps}" + (",runlocal" if a.quick else ""))
         c.eval.heatmap_examples = 0  # sweeps compare numbers; heatmaps come from the per-point entropy stats
+        c.eval.split_examples = a.test_examples
+        c.model.qk_layernorm = False  # the paper's attention: d_k must matter through the logit scale
+        c.train.learning_rate = 3e-3
     c.seed = a.seed
     c.wandb.tags = tuple(c.wandb.tags) + ("table3",)
     return c

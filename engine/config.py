@@ -192,6 +192,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
     e = config.eval
     _one_of("eval.decode", e.decode, DECODERS)
     _positive("eval.beam_size", e.beam_size)
+    for field in ("bleu_examples", "split_examples", "max_batches"):
+        _positive(f"eval.{field}", e[field], allow_zero=True)
     _one_of("wandb.mode", config.wandb.mode, WANDB_MODES)
 
 
@@ -241,6 +243,7 @@ def base_config() -> ml_collections.ConfigDict:
     e.num_samples = 5  # sample translations logged per evaluation.
     e.heatmap_examples = 2  # fixed examples whose attention maps are drawn per evaluation (0 = none).
     e.max_batches = 0  # cap on eval batches for loss/accuracy (0 = all).
+    e.split_examples = 0  # sentences of eval.split decoded when training ends (0 = all; sweeps use a cap).
     e.at_end = True  # evaluate (decode eval.split) when training ends.
 
     m = c.mesh = ml_collections.ConfigDict()

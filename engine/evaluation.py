@@ -256,7 +256,7 @@ class Evaluator:
             return results
         split = e.split if final else e.bleu_split
         results.update(self.loss_metrics(params, "validation"))
-        limit = 0 if final else int(e.bleu_examples)
+        limit = int(e.split_examples) if final else int(e.bleu_examples)
         if final or limit > 0:
             r = self.bleu(params, split, step, limit=limit)
             prefix = f"{split}" if final else f"{split}_subset"

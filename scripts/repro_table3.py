@@ -9,8 +9,8 @@ reports test BLEU and validation perplexity as mean +- standard deviation over s
 Each point trains with ``train.py`` in ``<workdir>/<sweep>/<point>``; finished points are skipped on a rerun,
 so an interrupted reproduction continues where it stopped.
 
-    python scripts/repro_table3.py                       # 2 seeds, a few minutes per point
-    python scripts/repro_table3.py --seeds=3 --minutes=5 # more seeds, longer points
+    python scripts/repro_table3.py                       # 2 seeds, 300 steps per point
+    python scripts/repro_table3.py --seeds=3 --steps=600 # more seeds, longer points
     python scripts/repro_table3.py --quick               # tiny model, a handful of steps; for tests
 """
 from __future__ import annotations
@@ -43,6 +43,12 @@ def run_sweep(config_spec: str, workdir: str, extra: dict, point_filter: Optiona
         sweep_lib.run_point(config_spec, workdir, p, extra, group=group, train_script=train_script)
     sweep_lib.aggregate(workdir, points, f"Sweep {group}")
     return [(p, sweep_lib.point_summary(os.path.join(workdir, p.name))) for p in points]
+
+
+def shared_points(rows_a, d_model: int) -> list[tuple[sweep_lib.Point, dict]]:
+    """The h = 8 points of rows (A) as the d_k = d_model / 8 points of rows (B) (the same configuration)."""
+    return [(sweep_lib.Point(p.name, {"model.qk_dim": d_model // 8, "seed": p.overrides["seed"]}), s)
+            for p, s in rows_a if p.overrides["model.num_heads"] == 8]
 
 
 def by_value(results, field: str, metric: str) -> dict:
@@ -84,7 +90,9 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model, a few steps, 2 points per row, 1 seed")
     parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--minutes", type=float, default=3.0, help="training minutes per point (CPU scale)")
+    parser.add_argument("--steps", type=int, default=300, help="training steps per point (CPU scale)")
+    parser.add_argument("--minutes", type=float, default=0.0, help="optional time cap per point (0 = none)")
+    parser.add_argument("--test_examples", type=int, default=500, help="test sentences decoded per point (0 = all)")
     parser.add_argument("--workdir", default=None, help="sweep folders (default runs/repro/table3[_quick])")
     parser.add_argument("--out", default=None, help="report folder (default docs/results/table3, or "
                         "runs/repro/table3_quick with --quick)")
@@ -94,25 +102,35 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
     out = args.out or os.path.join(REPO, "runs/repro/table3_quick" if args.quick else "docs/results/table3")
 
-    config_arg = f"seeds={1 if args.quick else args.seeds}" + (",quick" if args.quick else f",minutes={args.minutes:g}")
+    config_arg = f"seeds={1 if args.quick else args.seeds}" + (
+        ",quick" if args.quick else f",steps={args.steps},minutes={args.minutes:g},test_examples={args.test_examples}")
+    base = sweep_lib.load_config_module(os.path.join(REPO, SWEEPS["A"])).get_config(config_arg)
+    d_model = base.model.d_model
     results = {}
     for row, path in SWEEPS.items():
         spec = f"{os.path.join(REPO, path)}:{config_arg}"
-        keep = None
+        points = sweep_lib.sweep_points(spec)
+        keep = [p.name for p in points]
         if args.quick:
             field, values = QUICK[row]
-            keep = [p.name for p in sweep_lib.sweep_points(spec) if p.overrides[field] in values]
+            keep = [p.name for p in points if p.overrides[field] in values]
+        shared = row == "B" and any(p.overrides["model.qk_dim"] == d_model // 8 for p in points if p.name in keep)
+        if shared:  # d_k = d_model / 8 at 8 heads is the h = 8 point of rows (A): trained once, reported in both
+            keep = [p.name for p in points if p.name in keep and p.overrides["model.qk_dim"] != d_model // 8]
         results[row] = run_sweep(spec, os.path.join(workdir, row), {}, keep, args.train_script)
+        if shared:
+            results[row] += shared_points(results["A"], d_model)
 
     report = Report(out, "Vaswani et al. Table 3 rows (A) and (B) at CPU scale")
     report.text(environment_line() + (" Quick mode (tiny model, few steps)." if args.quick else ""))
-    base = sweep_lib.load_config_module(os.path.join(REPO, SWEEPS["A"])).get_config(config_arg)
     report.text(
         f"Embedded corpus, d_model {base.model.d_model}, {base.model.num_encoder_layers}+"
         f"{base.model.num_decoder_layers} layers, d_ff {base.model.d_ff}; each point trains for "
-        f"{base.train.num_steps} steps or {base.train.max_minutes:g} minutes, whichever comes first, then "
-        f"decodes the test split ({base.eval.decode}). Seeds: {1 if args.quick else args.seeds}. Per-point "
-        f"tables: `{os.path.relpath(workdir, REPO)}/A/README.md` and `.../B/README.md`."
+        f"{base.train.num_steps} steps" + (f" (capped at {base.train.max_minutes:g} minutes)" if
+                                             base.train.max_minutes else "") + ", then decodes "
+        f"{base.eval.split_examples or 'all'} test sentences ({base.eval.decode}). "
+        f"Seeds: {1 if args.quick else args.seeds}. Per-point tables: `{os.path.relpath(workdir, REPO)}/A/README.md` "
+        "and `.../B/README.md` (rows (B) reuse the h = 8 points of rows (A) for d_k = d_model / 8)."
     )
     verdicts = []
     fig, axes = plt.subplots(2, 2, figsize=(9, 6))

@@ -65,6 +65,7 @@ def test_config_name_and_default_workdir():
     (lambda c: c.train.update(schedule="linear"), r"config.train.schedule='linear'"),
     (lambda c: c.model.update(position="rope", qk_dim=7), r"config.model: .*rope.*even qk_dim"),
     (lambda c: c.eval.update(decode="sample"), r"config.eval.decode='sample'"),
+    (lambda c: c.eval.update(split_examples=-1), r"config.eval.split_examples=-1; expected a number >= 0"),
     (lambda c: c.wandb.update(mode="sometimes"), r"config.wandb.mode='sometimes'"),
 ])
 def test_validation_errors_name_the_field(change, message):

@@ -90,6 +90,7 @@ def test_table3_quick_report_with_seed_spread(tmp_path):
     """The Table 3 reproduction over its real sweep configs, trained by the stand-in (train.py is tested
     on its own; a real point takes minutes)."""
     import repro_table3
+    import sweep as sweep_lib
 
     repro_table3.main(["--quick", f"--out={tmp_path / 'report'}", f"--workdir={tmp_path / 'runs'}",
                        f"--train_script={os.path.join(REPO, 'tests', 'fake_train.py')}"])
@@ -102,5 +103,9 @@ def test_table3_quick_report_with_seed_spread(tmp_path):
     assert "Test BLEU, heads 1 vs 8: 13 vs 41" in text
 
     groups = {1: [10.0, 11.0], 8: [12.0, 12.5]}
+    shared = repro_table3.shared_points(
+        [(sweep_lib.Point("num_heads_8-seed_1", {"model.num_heads": 8, "seed": 1}), {"status": "done"}),
+         (sweep_lib.Point("num_heads_1-seed_1", {"model.num_heads": 1, "seed": 1}), {"status": "done"})], 256)
+    assert [(p.overrides, s) for p, s in shared] == [({"model.qk_dim": 32, "seed": 1}, {"status": "done"})]
     assert "1 is worse" in repro_table3.compare(groups, 1, 8, "BLEU, heads", higher_is_better=True)
     assert "do not overlap" in repro_table3.compare(groups, 1, 8, "BLEU, heads", higher_is_better=True)

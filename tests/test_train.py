@@ -161,10 +161,14 @@ def test_eight_devices_give_the_same_loss_curve(baseline, tmp_path, corpus):
     workdir = str(tmp_path / "run")
     c8 = tiny_translation_config(corpus, c.data.cache_dir, devices=8)
     c8.train.update(stats_every=0, checkpoint_every=0)
-    trainer.train_and_evaluate(c8, workdir)
+    c8.eval.update(at_end=True, split_examples=3, heatmap_examples=0)  # decoding on 8 devices, capped test set
+    final = trainer.train_and_evaluate(c8, workdir)
     eight, one = losses(workdir), losses(base_dir)
     for step in range(1, STEPS + 1):
         assert eight[step] == pytest.approx(one[step], rel=1e-4, abs=1e-5), step
+    bleu = [r for r in logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r.get("event") == "bleu"]
+    assert [b["sentences"] for b in bleu] == [3] and 0 <= final["test/bleu"] <= 100
+    assert len(open(bleu[0]["hypotheses"], encoding="utf-8").read().splitlines()) == 3
 
 
 def test_nan_guard_names_step_and_quantity_and_keeps_last_checkpoint(baseline, tmp_path, corpus, monkeypatch):
