@@ -12,10 +12,13 @@ are ``FIRST_TOKEN = 5 .. vocab_size - 1``.
   query region in which every key appears once at an even offset (gaps drawn from Zoology's power law with
   exponent ``mqar_power_a``) and all other positions hold random task tokens. At a query key's position the
   target is the value bound to that key and the mask is 1; every other target is PAD with mask 0.
-- ``induction``: random task tokens with one segment of ``induction_segment_len`` distinct tokens that
-  occur nowhere else, repeated later. inputs/targets are the shifted sequence; the mask covers the targets
-  inside the repeat after its first token, which an induction head predicts by copying what followed the
-  current token in the first occurrence.
+- ``induction``: ``induction_layout`` "segment": random task tokens with one segment of
+  ``induction_segment_len`` distinct tokens that occur nowhere else, repeated later at a random offset.
+  "repeat": ``BOS`` then a block of n distinct random task tokens (n uniform in [induction_segment_len // 2,
+  induction_segment_len], per row) repeated until the sequence is full, so every token after the first block
+  is predictable from context but the period differs between rows (no fixed-offset shortcut). inputs/targets
+  are the shifted sequence; the mask covers the targets inside each repeat after its first token, which an
+  induction head predicts by copying what followed the current token at its previous occurrence.
 
 Batch i of the training stream is a pure function of (seed, i), so the iterator state is just the index.
 Hosts generate the same global batch and keep their rows.
@@ -33,6 +36,7 @@ from data.tokenizer import BOS_ID, EOS_ID
 SEP_ID = 4
 FIRST_TOKEN = 5
 TASKS = ("copy", "reverse", "sort", "mqar", "induction")
+INDUCTION_LAYOUTS = ("segment", "repeat")
 
 _TRAIN_STREAM, _EVAL_STREAM = 0, 1
 
@@ -50,6 +54,7 @@ def default_synthetic_config() -> ml_collections.ConfigDict:
     c.mqar_num_kv_pairs = 8  # mqar: key-value pairs, all queried (4 * pairs <= seq_len)
     c.mqar_power_a = 0.01  # mqar: power-law exponent of the query gaps (1.0 = uniform)
     c.induction_segment_len = 8  # induction: length of the repeated segment
+    c.induction_layout = "segment"  # induction: "segment" (one repeat among random tokens) or "repeat" (a block tiled)
     c.num_eval_batches = 8  # size of the fixed evaluation set, in batches
     c.prefetch = 2  # batches prepared ahead in a background thread
     return c
@@ -116,12 +121,34 @@ def _induction_batch(rng, cfg, rows: int) -> dict[str, np.ndarray]:
     return {"inputs": inputs, "targets": targets, "loss_mask": mask}
 
 
+def _induction_repeat_batch(rng, cfg, rows: int) -> dict[str, np.ndarray]:
+    T, m = cfg.seq_len, cfg.induction_segment_len
+    n_task = cfg.vocab_size - FIRST_TOKEN
+    inputs = np.zeros((rows, T), np.int32)
+    targets = np.zeros((rows, T), np.int32)
+    mask = np.zeros((rows, T), np.float32)
+    for r in range(rows):
+        n = int(rng.integers(max(2, m // 2), m + 1))
+        block = FIRST_TOKEN + rng.choice(n_task, size=n, replace=False)
+        seq = np.concatenate([[BOS_ID], np.tile(block, T // n + 1)[:T]])  # T + 1 tokens
+        inputs[r] = seq[:-1]
+        targets[r] = seq[1:]
+        mask[r, n + 1:] = 1.0  # input x_1 of the first repeat sits at position n + 1
+    return {"inputs": inputs, "targets": targets, "loss_mask": mask}
+
+
+def _induction(rng, cfg, rows: int) -> dict[str, np.ndarray]:
+    if cfg.induction_layout == "repeat":
+        return _induction_repeat_batch(rng, cfg, rows)
+    return _induction_batch(rng, cfg, rows)
+
+
 _GENERATORS = {
     "copy": lambda rng, cfg, rows: _seq2seq_batch(rng, cfg, rows, lambda x: x),
     "reverse": lambda rng, cfg, rows: _seq2seq_batch(rng, cfg, rows, lambda x: x[::-1]),
     "sort": lambda rng, cfg, rows: _seq2seq_batch(rng, cfg, rows, np.sort),
     "mqar": _mqar_batch,
-    "induction": _induction_batch,
+    "induction": _induction,
 }
 
 
@@ -162,6 +189,8 @@ def validate_synthetic_config(cfg: ml_collections.ConfigDict) -> None:
         if n_task <= m:
             raise ValueError(f"induction: vocab_size {cfg.vocab_size} leaves {n_task} task tokens; need more "
                              f"than induction_segment_len = {m}")
+        if cfg.induction_layout not in INDUCTION_LAYOUTS:
+            raise ValueError(f"induction_layout must be one of {INDUCTION_LAYOUTS}; got {cfg.induction_layout!r}")
 
 
 @dataclasses.dataclass
@@ -203,7 +232,7 @@ class SyntheticData:
         """One line for the run log."""
         c = self.config
         detail = {"mqar": f"{c.mqar_num_kv_pairs} key-value pairs, power_a {c.mqar_power_a}",
-                  "induction": f"segment of {c.induction_segment_len}"}.get(
+                  "induction": f"{c.induction_layout} layout, segment of {c.induction_segment_len}"}.get(
                       c.task, f"{c.min_items}-{c.max_items} items")
         return (f"data: synthetic {c.task} ({detail}), vocab {c.vocab_size}, seq_len {c.seq_len}, "
                 f"global batch {c.batch_size}, {c.num_eval_batches} eval batches")

@@ -44,6 +44,7 @@ class Task:
     batch_size: int
     num_pairs: int = 0  # mqar: key-value pairs per sequence
     segment_len: int = 0  # induction: length of the repeated segment
+    layout: str = "segment"  # induction: "segment" or "repeat" (see data/synthetic.py)
 
     def data_config(self, num_eval_batches: int = 8) -> ml_collections.ConfigDict:
         """The ``config.data`` that ``data.build_synthetic`` takes for this task."""
@@ -58,6 +59,7 @@ class Task:
             c.mqar_num_kv_pairs = self.num_pairs
         if self.name == "induction":
             c.induction_segment_len = self.segment_len
+            c.induction_layout = self.layout
         return c
 
 
@@ -66,9 +68,12 @@ def mqar_task(*, num_pairs: int, seq_len: int, vocab_size: int, batch_size: int)
     return Task("mqar", vocab_size=vocab_size, seq_len=seq_len, batch_size=batch_size, num_pairs=num_pairs)
 
 
-def induction_task(*, seq_len: int, vocab_size: int, batch_size: int, segment_len: int) -> Task:
-    """Random tokens with one segment of ``segment_len`` tokens repeated later (the induction-head task)."""
-    return Task("induction", vocab_size=vocab_size, seq_len=seq_len, batch_size=batch_size, segment_len=segment_len)
+def induction_task(*, seq_len: int, vocab_size: int, batch_size: int, segment_len: int,
+                   layout: str = "segment") -> Task:
+    """The induction-head task: layout "segment" = random tokens with one segment of ``segment_len`` tokens
+    repeated later; "repeat" = a block of ``segment_len // 2 .. segment_len`` random tokens tiled."""
+    return Task("induction", vocab_size=vocab_size, seq_len=seq_len, batch_size=batch_size, segment_len=segment_len,
+                layout=layout)
 
 
 def tiny_model_config(*, vocab_size: int, d_model: int, num_heads: int, num_layers: int, max_len: int,
@@ -123,6 +128,7 @@ def train_decoder(
     health: Optional[ml_collections.ConfigDict] = None,
     on_log: Optional[Callable[[int, dict], None]] = None,
     position_loss_every: int = 0,
+    train_on_all_targets: bool = False,
 ) -> dict[str, Any]:
     """Train a ``DecoderOnly`` on a synthetic task and return its history.
 
@@ -131,7 +137,9 @@ def train_decoder(
     zeroed and frozen, leaving an attention-only model (Elhage et al. 2021). health: ``config.health`` for the
     engine's monitor (default: ``engine.config.base_config().health``). eval_batches: size of the task's fixed
     evaluation set. position_loss_every: every that many steps also record the held-out loss per sequence
-    position over every non-PAD target (``position_loss``, [T]).
+    position over every non-PAD target (``position_loss``, [T]). train_on_all_targets: the training loss
+    covers every non-PAD target (language modelling) instead of the task's ``loss_mask``; evaluation still
+    uses the mask.
 
     Returns dict of lists over logged steps: ``step``, ``loss`` (mean over the interval), ``lr``,
     ``grad_norm``, ``entropy`` / ``norm_entropy`` / ``max_logit`` ([L, H] each, at that step), plus
@@ -158,7 +166,10 @@ def train_decoder(
     def loss_fn(model, batch, return_stats):
         out = model(batch["inputs"], deterministic=True, return_stats=return_stats)
         logits, stats = out if return_stats else (out, None)
-        weights = batch["loss_mask"].astype(jnp.float32)
+        if train_on_all_targets:
+            weights = (batch["targets"] != data_lib.PAD_ID).astype(jnp.float32)
+        else:
+            weights = batch["loss_mask"].astype(jnp.float32)
         loss_sum, weight_sum = models.cross_entropy(logits, batch["targets"], weights)
         return loss_sum / jnp.maximum(weight_sum, 1.0), (logits, stats)
 

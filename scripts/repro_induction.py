@@ -6,30 +6,36 @@ attention-only model with 2 layers can form one and a 1-layer model cannot. Olss
 in-context-learning score: loss late in the context minus loss early in the context (more negative = the
 model uses its context more), and see it drop abruptly — a phase change — during training.
 
-This trains attention-only decoders (MLP blocks zeroed and frozen) with 1 and 2 layers on the induction
-task (random tokens with repeated segments) and tracks the ICL score on held-out sequences over training.
+This trains attention-only decoders (MLP blocks zeroed and frozen) with 1 and 2 layers, as language models
+(loss on every token), on sequences made of a block of random distinct tokens repeated until the sequence
+is full (``induction_layout="repeat"``; the block length varies per sequence so no fixed-offset positional
+head can solve it), and tracks the ICL score on held-out sequences over training.
 
-    python scripts/repro_induction.py          # full: a few minutes on 2 CPU cores -> docs/results/induction/
+    python scripts/repro_induction.py          # full: about 8 minutes on one CPU core -> docs/results/induction/
     python scripts/repro_induction.py --quick  # seconds; for tests
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Optional, Sequence
 
 import numpy as np
 
-from _report import Report, environment_line, plt
+from _report import Report, environment_line, mean_std, plt
 from _synthetic import induction_task, tiny_model_config, train_decoder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LR = 3e-3
+NUM_HEADS = 4
 
 
 def icl_score(position_loss: np.ndarray, early: tuple[int, int], late: tuple[int, int]) -> float:
-    """Mean loss over positions [late) minus mean loss over positions [early) (NaN positions ignored)."""
+    """Mean loss over positions [late) minus mean loss over positions [early) (NaN positions ignored).
+
+    position_loss: [T] held-out loss per sequence position."""
     return float(np.nanmean(position_loss[late[0]:late[1]]) - np.nanmean(position_loss[early[0]:early[1]]))
 
 
@@ -42,85 +48,142 @@ def phase_change_step(steps: Sequence[int], scores: Sequence[float]) -> Optional
     return int(steps[i + 1]) if drops[i] < 0 else None
 
 
+def transition(steps: Sequence[int], scores: Sequence[float], lo: float = 0.1,
+               hi: float = 0.9) -> tuple[Optional[int], Optional[int]]:
+    """First steps at which the ICL score has covered ``lo`` and ``hi`` of its total fall from the first
+    measurement to the lowest one (None, None if it never falls). A small gap = an abrupt change."""
+    s = np.asarray(scores, np.float64)
+    if len(s) < 2 or not np.all(np.isfinite(s)) or s.min() >= s[0]:
+        return None, None
+    fall = (s[0] - s) / (s[0] - s.min())
+    return int(steps[int(np.argmax(fall >= lo))]), int(steps[int(np.argmax(fall >= hi))])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, runs in seconds (for tests)")
     parser.add_argument("--out", default=None, help="report folder (default docs/results/induction, or "
                         "runs/repro/induction_quick with --quick)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1; 0 with --quick)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 1500; 4 quick)")
     args = parser.parse_args(argv)
     out = args.out or os.path.join(REPO, "runs/repro/induction_quick" if args.quick else "docs/results/induction")
+    seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1")).split(",")]
+    steps = args.steps or (4 if args.quick else 1500)
+    if steps < 2:
+        raise ValueError(f"--steps must be >= 2 (the ICL score needs two measurements); got {steps}")
 
-    steps = args.steps or (4 if args.quick else 3000)
-    every = max(1, steps // (2 if args.quick else 30))
-    eval_batches = 1 if args.quick else 8
+    every = max(1, steps // (2 if args.quick else 60))
+    eval_batches = 1 if args.quick else 4
+    d_model = 16 if args.quick else 64
     task = induction_task(seq_len=16 if args.quick else 64, vocab_size=16 if args.quick else 64,
-                          batch_size=8 if args.quick else 16, segment_len=4 if args.quick else 16)
+                          batch_size=8 if args.quick else 32, segment_len=8 if args.quick else 32,
+                          layout="repeat")
     T = task.seq_len
-    early, late = (T // 8, T // 4), (T - T // 4, T)  # skip the first positions: almost no context there
+    early, late = (T // 8, T // 4), (T - T // 4, T)  # early: inside the first block; late: in the repeats
     runs = {}
     for layers in (1, 2):
-        model_cfg = tiny_model_config(vocab_size=task.vocab_size, d_model=16 if args.quick else 64, num_heads=4,
-                                      num_layers=layers, max_len=T, position="rope")
-        hist = train_decoder(model_cfg, task, steps=steps, learning_rate=LR, seed=args.seed, log_every=every,
-                             attention_only=True, position_loss_every=every, eval_batches=eval_batches)
-        scores = [icl_score(p, early, late) for p in hist["position_loss"]]
-        runs[layers] = {"hist": hist, "scores": scores,
-                        "phase": phase_change_step(hist["position_loss_step"], scores)}
-        print(f"{layers} layer(s): final ICL score {scores[-1]:.3f}, eval loss {hist['eval_loss']:.3f} "
-              f"({hist['seconds']:.0f}s)", flush=True)
+        for seed in seeds:
+            model_cfg = tiny_model_config(vocab_size=task.vocab_size, d_model=d_model, num_heads=NUM_HEADS,
+                                          num_layers=layers, max_len=T, position="rope")
+            model_cfg["tie_output"] = False
+            hist = train_decoder(model_cfg, task, steps=steps, learning_rate=LR, seed=seed, log_every=every,
+                                 warmup_steps=min(100, max(1, steps // 10)), attention_only=True,
+                                 position_loss_every=every, eval_batches=eval_batches, train_on_all_targets=True)
+            scores = [icl_score(p, early, late) for p in hist["position_loss"]]
+            final = icl_score(hist["eval_position_loss"], early, late) if hist["eval_position_loss"] is not None \
+                else math.nan
+            runs[layers, seed] = {"hist": hist, "scores": scores, "final": final,
+                                  "phase": phase_change_step(hist["position_loss_step"], scores),
+                                  "window": transition(hist["position_loss_step"], scores)}
+            print(f"{layers} layer(s), seed {seed}: final ICL score {final:.3f}, accuracy on the repeats "
+                  f"{hist['eval_accuracy']:.3f}, phase change at {runs[layers, seed]['phase']} "
+                  f"({hist['seconds']:.0f}s)", flush=True)
 
+    n_lo, n_hi = max(2, task.segment_len // 2), task.segment_len
     report = Report(out, "Induction heads: in-context-learning score, 1 vs 2 attention-only layers")
     report.text(environment_line() + (" Quick mode (tiny sizes)." if args.quick else ""))
     report.text(
-        f"Attention-only decoders (MLP blocks zeroed and frozen), d_model {model_cfg['d_model']}, 4 heads, "
-        f"rotary positions, on the induction task (random tokens with one segment of {task.segment_len} "
-        f"distinct tokens repeated later; sequence {T}, vocabulary {task.vocab_size}, batch {task.batch_size}; "
-        f"trained on the repeat's targets); AdamW lr {LR:g} with warmup and cosine decay, {steps} steps, "
-        f"seed {args.seed}. "
-        f"ICL score = mean held-out loss over positions {late[0]}-{late[1] - 1} minus mean over positions "
-        f"{early[0]}-{early[1] - 1}, measured every {every} steps on {eval_batches * task.batch_size} held-out "
-        "sequences "
-        "(loss over every target, not only the repeat)."
+        f"Attention-only decoders (MLP blocks zeroed and frozen; pre-LN, untied output projection, rotary "
+        f"positions), d_model {d_model}, {NUM_HEADS} heads, 1 or 2 layers. Data: `BOS` then a block of n "
+        f"distinct random tokens, n uniform in [{n_lo}, {n_hi}] per sequence, repeated until the sequence "
+        f"(length {T}, vocabulary {task.vocab_size}) is full (`data.build_synthetic`, task `induction`, "
+        f"`induction_layout=\"repeat\"`). Trained as a language model on every token: AdamW lr {LR:g}, warmup "
+        f"then cosine decay, {steps} steps of batch {task.batch_size}, seeds {', '.join(map(str, seeds))}.\n\n"
+        f"**ICL score** (Olsson et al.: loss at a late token minus loss at an early token) = mean held-out loss "
+        f"over positions {late[0]}-{late[1] - 1} minus mean over positions {early[0]}-{early[1] - 1}, on "
+        f"{eval_batches * task.batch_size} held-out sequences, every {every} steps. The early positions are "
+        f"always inside the first block (nothing to copy: loss about log({task.vocab_size - 5}) = "
+        f"{math.log(task.vocab_size - 5):.2f}); the late ones are always in a repeat, predictable by an induction "
+        f"head. A perfect induction model scores about {-math.log(task.vocab_size - 5):.2f}; a model that only "
+        f"spreads its bet over the tokens already seen scores about log(n) - log({task.vocab_size - 5}) "
+        f"(≈ {math.log((n_lo + n_hi) / 2) - math.log(task.vocab_size - 5):.2f} at the mean n). **Phase change** "
+        "= the step where the score falls fastest between two measurements; the 10%→90% window is where the "
+        "score covers 10% and 90% of its total fall. Accuracy: argmax on the targets inside the repeats."
     )
+    headers = ["attention layers", "seed", "parameters", "ICL score (start)", "ICL score (end)",
+               "phase change at step", "10%→90% of the fall (steps)", "loss late (end)", "loss early (end)",
+               "accuracy on repeats (end)", "seconds"]
     rows = []
-    for layers, r in runs.items():
+    for (layers, seed), r in runs.items():
         h = r["hist"]
-        rows.append([layers, h["params"], r["scores"][0], min(r["scores"]), r["scores"][-1], r["phase"],
-                     h["eval_loss"], h["eval_accuracy"]])
-    report.table(["attention layers", "parameters", "ICL score (start)", "ICL score (min)", "ICL score (end)",
-                  "steepest drop at step", "eval loss (end)", "eval accuracy (end)"], rows, csv_name="summary.csv")
+        p = h["eval_position_loss"]
+        lo, hi = r["window"]
+        rows.append([layers, seed, h["params"], r["scores"][0], r["final"], r["phase"],
+                     None if lo is None else f"{lo}→{hi}",
+                     float(np.nanmean(p[late[0]:late[1]])) if p is not None else math.nan,
+                     float(np.nanmean(p[early[0]:early[1]])) if p is not None else math.nan,
+                     h["eval_accuracy"], round(h["seconds"])])
+    report.table(headers, rows, csv_name="summary.csv")
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.2))
-    for layers, r in runs.items():
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.4))
+    colors = {1: "tab:blue", 2: "tab:red"}
+    for (layers, seed), r in runs.items():
         h = r["hist"]
-        axes[0].plot(h["position_loss_step"], r["scores"], marker=".", label=f"{layers} layer(s)")
-        axes[1].plot(h["step"], h["loss"], label=f"{layers} layer(s)")
+        label = f"{layers} layer(s), seed {seed}"
+        style = dict(color=colors[layers], alpha=1.0 if seed == seeds[0] else 0.55,
+                     linestyle="-" if seed == seeds[0] else "--")
+        axes[0].plot(h["position_loss_step"], r["scores"], label=label, **style)
+        axes[1].plot(h["step"], h["loss"], label=label, **style)
         if h["eval_position_loss"] is not None:
-            axes[2].plot(np.arange(T), h["eval_position_loss"], label=f"{layers} layer(s)")
-    axes[0].set_title("ICL score (late - early loss)", fontsize=9)
+            axes[2].plot(np.arange(T), h["eval_position_loss"], label=label, **style)
+    axes[0].set_title("ICL score (late - early held-out loss)", fontsize=9)
     axes[0].set_xlabel("step")
-    axes[1].set_title("train loss", fontsize=9)
+    axes[0].set_ylabel("nats")
+    axes[1].set_title("training loss (every token)", fontsize=9)
     axes[1].set_xlabel("step")
     axes[2].set_title("held-out loss by position (end of training)", fontsize=9)
     axes[2].set_xlabel("position")
+    for a, b in (early, late):
+        axes[2].axvspan(a - 0.5, b - 0.5, color="0.9")
     for ax in axes:
         ax.legend(fontsize=7)
-    report.figure(fig, "icl_score", "In-context-learning score over training, training loss, and the loss per "
-                  "position at the end, for 1- and 2-layer attention-only models.")
+    fig.tight_layout()
+    report.figure(fig, "icl_score", "In-context-learning score over training, training loss, and the held-out "
+                  "loss per position at the end (grey: the early and late windows of the score), for 1- and "
+                  "2-layer attention-only models.")
     report.section("What the data say")
-    one, two = runs[1], runs[2]
-    report.text("\n".join([
-        f"- 1 layer: ICL score {one['scores'][0]:.3f} at the start, {one['scores'][-1]:.3f} at the end "
-        f"(held-out accuracy {one['hist']['eval_accuracy']:.3f}).",
-        f"- 2 layers: ICL score {two['scores'][0]:.3f} at the start, {two['scores'][-1]:.3f} at the end "
-        f"(held-out accuracy {two['hist']['eval_accuracy']:.3f}); steepest drop at step {two['phase']}.",
-        f"- End-of-training difference (2 layers minus 1 layer): {two['scores'][-1] - one['scores'][-1]:.3f} nats.",
-    ]))
+    report.text(verdict(runs, seeds))
     path = report.write()
     print(f"wrote {path}")
     return path
+
+
+def verdict(runs: dict, seeds: Sequence[int]) -> str:
+    """Markdown bullets comparing the 1- and 2-layer runs."""
+    lines = []
+    for layers in (1, 2):
+        finals = [runs[layers, s]["final"] for s in seeds]
+        phases = [runs[layers, s]["phase"] for s in seeds]
+        windows = [runs[layers, s]["window"] for s in seeds]
+        acc = [runs[layers, s]["hist"]["eval_accuracy"] for s in seeds]
+        lines.append(
+            f"- {layers} layer(s): final ICL score {mean_std(finals)}; accuracy on the repeats {mean_std(acc)}; "
+            f"steepest fall at step(s) {', '.join(str(p) for p in phases)}; 10%→90% of the fall between steps "
+            + ", ".join("—" if lo is None else f"{lo}→{hi}" for lo, hi in windows) + ".")
+    gap = np.nanmean([runs[2, s]["final"] for s in seeds]) - np.nanmean([runs[1, s]["final"] for s in seeds])
+    lines.append(f"- End-of-training difference (2 layers minus 1 layer): {gap:.3f} nats.")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ value bound to each queried key. Attention solves it by matching the query again
 question is how the accuracy depends on the number of heads and on the query/key width d_k.
 
 A 2-layer decoder with fixed d_model is trained for each (num_heads, qk_dim) on the grid, with v_dim =
-d_model / num_heads so the attention output width stays d_model; accuracy is measured on the answer
-positions of held-out sequences.
+d_model / num_heads so the attention output width stays d_model, for the same fixed number of steps;
+accuracy is measured on the answer positions of held-out sequences, and the training loss over time shows
+how fast each cell learns the task.
 
-    python scripts/repro_mqar.py          # full: a few minutes on 2 CPU cores -> docs/results/mqar/
+    python scripts/repro_mqar.py          # full: about 10 minutes on one CPU core -> docs/results/mqar/
     python scripts/repro_mqar.py --quick  # seconds; for tests
 """
 from __future__ import annotations
@@ -24,6 +25,13 @@ from _report import Report, environment_line, plt
 from _synthetic import mqar_task, tiny_model_config, train_decoder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOLVED_LOSS = 0.5  # "learned the task" threshold on the training loss (nats; chance is about log(29) = 3.4)
+
+
+def solve_step(steps: Sequence[int], losses: Sequence[float], threshold: float = SOLVED_LOSS) -> Optional[int]:
+    """First logged step whose (interval-mean) training loss is below ``threshold``; None if never."""
+    below = [s for s, loss in zip(steps, losses) if loss < threshold]
+    return int(below[0]) if below else None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
@@ -31,7 +39,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, runs in seconds (for tests)")
     parser.add_argument("--out", default=None, help="report folder (default docs/results/mqar, or "
                         "runs/repro/mqar_quick with --quick)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1; 0 with --quick)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per cell")
     args = parser.parse_args(argv)
     out = args.out or os.path.join(REPO, "runs/repro/mqar_quick" if args.quick else "docs/results/mqar")
@@ -40,65 +48,102 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     qk_dims = (8,) if args.quick else (2, 8, 32)
     d_model = 16 if args.quick else 64
     layers = 1 if args.quick else 2
-    steps = args.steps or (5 if args.quick else 300)
+    steps = args.steps or (5 if args.quick else 800)
     eval_batches = 1 if args.quick else 8
     lr = 3e-3
     task = mqar_task(num_pairs=2 if args.quick else 4, seq_len=16 if args.quick else 32,
-                     vocab_size=32 if args.quick else 64, batch_size=8 if args.quick else 16)
-    acc = np.full((len(heads), len(qk_dims)), np.nan)
+                     vocab_size=32 if args.quick else 64, batch_size=8 if args.quick else 32)
+    seeds = [int(x) for x in (args.seeds or ("0" if args.quick else "0,1")).split(",")]
+    # accuracy and steps to learn (NaN: not within the budget) per [head, qk_dim, seed]
+    acc = np.full((len(heads), len(qk_dims), len(seeds)), np.nan)
+    learn = np.full((len(heads), len(qk_dims), len(seeds)), np.nan)
     rows = []
+    curves = {}
     for i, h in enumerate(heads):
         for j, dk in enumerate(qk_dims):
-            model_cfg = tiny_model_config(vocab_size=task.vocab_size, d_model=d_model, num_heads=h, qk_dim=dk,
-                                          v_dim=d_model // h, num_layers=layers, max_len=task.seq_len)
-            hist = train_decoder(model_cfg, task, steps=steps, learning_rate=lr, seed=args.seed,
-                                 log_every=max(1, steps // 10), eval_batches=eval_batches)
-            acc[i, j] = hist["eval_accuracy"]
-            rows.append([h, dk, d_model // h, hist["params"], hist["loss"][-1], hist["eval_loss"],
-                         hist["eval_accuracy"]])
-            print(f"heads={h} qk_dim={dk}: accuracy {hist['eval_accuracy']:.3f} ({hist['seconds']:.0f}s)", flush=True)
+            for k, seed in enumerate(seeds):
+                model_cfg = tiny_model_config(vocab_size=task.vocab_size, d_model=d_model, num_heads=h,
+                                              qk_dim=dk, v_dim=d_model // h, num_layers=layers,
+                                              max_len=task.seq_len)
+                hist = train_decoder(model_cfg, task, steps=steps, learning_rate=lr, seed=seed,
+                                     log_every=max(1, steps // 40), eval_batches=eval_batches)
+                acc[i, j, k] = hist["eval_accuracy"]
+                curves[h, dk, seed] = (hist["step"], hist["loss"])
+                solved = solve_step(hist["step"], hist["loss"])
+                learn[i, j, k] = np.nan if solved is None else solved
+                rows.append([h, dk, seed, d_model // h, hist["params"], hist["loss"][-1], solved,
+                             hist["eval_loss"], hist["eval_accuracy"], round(hist["seconds"])])
+                print(f"heads={h} qk_dim={dk} seed={seed}: accuracy {hist['eval_accuracy']:.3f} "
+                      f"({hist['seconds']:.0f}s)", flush=True)
 
     report = Report(out, "Multi-query associative recall: accuracy over num_heads x qk_dim")
     report.text(environment_line() + (" Quick mode (tiny sizes)." if args.quick else ""))
     report.text(
         f"{layers}-layer pre-LN decoder, d_model {d_model}, v_dim = d_model / num_heads, learned positions; MQAR with "
         f"{task.num_pairs} key-value pairs, sequence {task.seq_len}, vocabulary {task.vocab_size}; AdamW lr "
-        f"{lr:g} with warmup and cosine decay, {steps} steps of batch {task.batch_size}, seed {args.seed}. "
+        f"{lr:g} with warmup and cosine decay, {steps} steps of batch {task.batch_size}, "
+        f"seeds {', '.join(map(str, seeds))}. "
         f"Accuracy: exact-match of the value token at the answer positions of "
         f"{eval_batches * task.batch_size} held-out "
         f"sequences (chance is about 1/{(task.vocab_size - 5) // 2}: values come from half the task tokens)."
     )
-    report.table(["num_heads", "qk_dim", "v_dim", "parameters", "last train loss", "eval loss", "eval accuracy"],
-                 rows, csv_name="grid.csv")
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(qk_dims), 0.8 + 0.7 * len(heads)))
-    im = ax.imshow(acc, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    report.text(f"Steps to learn: the first logged step (every {max(1, steps // 40)}) whose mean training "
+                f"loss since the previous log is below {SOLVED_LOSS} nats (— = not within {steps} steps).")
+    report.table(["num_heads", "qk_dim", "seed", "v_dim", "parameters", "last train loss", "steps to learn",
+                  "eval loss", "eval accuracy", "seconds"], rows, csv_name="grid.csv")
+    mean_acc = acc.mean(axis=2)
+    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(5.5 + 0.9 * len(qk_dims), 1.2 + 0.7 * len(heads)),
+                                      gridspec_kw={"width_ratios": [1.0, 1.6]})
+    im = ax.imshow(mean_acc, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     for i in range(len(heads)):
         for j in range(len(qk_dims)):
-            ax.text(j, i, f"{acc[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if acc[i, j] < 0.6 else "black")
+            ax.text(j, i, f"{mean_acc[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if mean_acc[i, j] < 0.6 else "black")
     ax.set_xticks(range(len(qk_dims)), [str(d) for d in qk_dims])
     ax.set_yticks(range(len(heads)), [str(h) for h in heads])
     ax.set_xlabel("qk_dim (d_k)")
     ax.set_ylabel("num_heads")
     fig.colorbar(im, ax=ax, label="accuracy")
-    report.figure(fig, "accuracy_grid", "MQAR accuracy for each (num_heads, qk_dim).")
+    styles = dict(zip(qk_dims, ["-", "--", ":", "-."] * len(qk_dims)))
+    colors = dict(zip(heads, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for (h, dk, seed), (st, loss) in curves.items():
+        ax_loss.plot(st, loss, color=colors[h], linestyle=styles[dk], alpha=0.9 if seed == seeds[0] else 0.45,
+                     label=f"h={h}, d_k={dk}" if seed == seeds[0] else None)
+    ax_loss.set_xlabel("step")
+    ax_loss.set_ylabel("training loss (answers)")
+    ax_loss.legend(fontsize=6, ncol=len(heads))
+    fig.tight_layout()
+    report.figure(fig, "accuracy_grid", "MQAR held-out accuracy for each (num_heads, qk_dim) after the same "
+                  "number of steps, mean over seeds (left) and the training loss on the answers over training "
+                  "(right; colour = heads, line style = d_k; fainter: later seeds).")
     report.section("What the data say")
-    report.text(verdict(acc, heads, qk_dims))
+    report.text(verdict(acc, learn, heads, qk_dims, steps))
     path = report.write()
     print(f"wrote {path}")
     return path
 
 
-def verdict(acc: np.ndarray, heads: Sequence[int], qk_dims: Sequence[int]) -> str:
+def verdict(acc_seeds: np.ndarray, learn: np.ndarray, heads: Sequence[int], qk_dims: Sequence[int],
+            steps: int) -> str:
+    """Markdown bullets: best/worst cells and the means by d_k and by heads. acc_seeds, learn:
+    [heads, qk_dims, seeds] (accuracy, steps to learn with NaN = not learned)."""
+    acc = acc_seeds.mean(axis=2)
     best = np.unravel_index(np.nanargmax(acc), acc.shape)
     worst = np.unravel_index(np.nanargmin(acc), acc.shape)
     by_dk = np.nanmean(acc, axis=0)
     by_h = np.nanmean(acc, axis=1)
+    spread = ", ".join(f"h={h}/d_k={d}: " + "/".join(f"{a:.2f}" for a in acc_seeds[i, j])
+                       for i, h in enumerate(heads) for j, d in enumerate(qk_dims))
     return "\n".join([
+        f"- Accuracy per seed: {spread}.",
         f"- Best cell: {heads[best[0]]} heads, d_k {qk_dims[best[1]]} ({acc[best]:.3f}); worst: "
         f"{heads[worst[0]]} heads, d_k {qk_dims[worst[1]]} ({acc[worst]:.3f}).",
         "- Mean accuracy by d_k: " + ", ".join(f"{d}: {a:.3f}" for d, a in zip(qk_dims, by_dk)) + ".",
         "- Mean accuracy by number of heads: " + ", ".join(f"{h}: {a:.3f}" for h, a in zip(heads, by_h)) + ".",
+        f"- Runs that learned the task within {steps} steps: {int(np.sum(np.isfinite(learn)))} of {learn.size}; "
+        "steps to learn by cell and seed: " + ", ".join(
+            f"h={h}/d_k={d}: " + "/".join("—" if np.isnan(x) else str(int(x)) for x in learn[i, j])
+            for i, h in enumerate(heads) for j, d in enumerate(qk_dims)) + ".",
     ])
 
 
