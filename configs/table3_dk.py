@@ -5,7 +5,7 @@
     python train.py --config=configs/table3_dk.py:qk_dim=16                  # one point
 
 Arguments as in ``configs/table3_heads.py`` (qk_dim instead of heads). d_k in {16, 32, 64}; d_v stays at
-d_model / 8 (64 at paper scale, where d_k 64 is the base model; 32 at CPU scale).
+d_model / 8 (64 at paper scale, where d_k 64 is the base model; 16 at CPU scale).
 """
 import importlib.util
 import os

@@ -423,6 +423,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             postfix = dict(loss=f"{out['train/loss']:.3f}", tok_s=f"{out.get('perf/tokens_per_sec', 0.0):.0f}")
             if deadline is not None:
                 postfix["left"] = time.strftime("%M:%S", time.gmtime(max(deadline - now, 0.0)))
+                if "perf/steps_per_sec" in out:  # the bar's total: the step the time budget will end at
+                    bar.total = min(num_steps, step + int(max(deadline - now, 0.0) * out["perf/steps_per_sec"]))
             bar.set_postfix(postfix, refresh=False)
             final.update(out)
             pending = []

@@ -133,7 +133,7 @@ def test_wandb_agent_run_id_is_handed_to_train(setup, monkeypatch):
 
 
 @pytest.mark.parametrize("name,expected", [
-    ("table3_heads.py", {(h, 256 // h, 256 // h, s) for h in (1, 4, 8, 16, 32) for s in (0, 1)}),
+    ("table3_heads.py", {(h, 128 // h, 128 // h, s) for h in (1, 4, 8, 16, 32) for s in (0, 1)}),
     ("table3_dk.py", {(None, dk, None, s) for dk in (16, 32, 64) for s in (0, 1)}),
 ])
 def test_table3_sweeps(name, expected):
@@ -144,5 +144,6 @@ def test_table3_sweeps(name, expected):
     assert got == expected
     sweep.check_overrides(spec, points, {})
     config = sweep.load_config_module(os.path.join(REPO, "configs", name)).get_config("seed=1")
-    assert config.seed == 1 and config.model.num_heads == 8 and config.model.v_dim == 32
-    assert config.model.qk_dim == 32  # both default to h = 8, d_k = d_model / 8 at CPU scale
+    assert config.seed == 1 and config.model.num_heads == 8 and config.model.v_dim == 16
+    assert config.model.qk_dim == 16  # both default to h = 8, d_k = d_model / 8 at CPU scale (d_model 128)
+    assert config.train.num_steps == 300 and config.eval.split_examples == 500 and not config.model.qk_layernorm
