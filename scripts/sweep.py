@@ -197,7 +197,14 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
     ``max_minutes``); one stopped by a signal is resumed on the next run.
     """
     point_dir = os.path.join(sweep_dir, point.name)
-    if point_status(point_dir) is not None:
+    overrides = {**extra, **point.overrides}
+    status = point_status(point_dir)
+    if status is not None:
+        wanted = {"config": config_spec, "overrides": json.loads(json.dumps(overrides))}
+        found = {"config": status.get("config"), "overrides": status.get("overrides")}
+        if found != wanted:
+            raise ValueError(f"sweep point {point_dir} was trained as {found}, but this sweep asks for {wanted}; "
+                             "use another --workdir, or delete that folder to retrain it")
         print(f"[sweep] {point.name}: done already, skipped")
         return True
     os.makedirs(point_dir, exist_ok=True)
@@ -206,7 +213,6 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
     if os.environ.get("WANDB_SWEEP_ID") and agent_run_id:
         with open(os.path.join(point_dir, "wandb_run_id"), "w") as f:
             f.write(agent_run_id)
-    overrides = {**extra, **point.overrides}
     cmd = train_command(config_spec, point_dir, overrides, group=group, run_name=f"{group}/{point.name}",
                         python=python, train_script=train_script)
     print(f"[sweep] {point.name}: {' '.join(cmd)}", flush=True)

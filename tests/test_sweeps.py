@@ -77,7 +77,10 @@ def test_runs_aggregates_and_skips_finished_points(setup):
     assert (workdir / "bleu_perplexity.png").stat().st_size > 0
     assert (workdir / "entropy_heatmaps.png").stat().st_size > 0
 
-    assert _run(cfg, train, workdir) == 0  # rerun: both points are done, nothing is trained again
+    assert _run(cfg, train, workdir, "--set=train.num_steps=3") == 0  # rerun: both done, nothing trained again
+    assert len(calls.read_text().split()) == 2
+    with pytest.raises(ValueError, match=r"num_heads_1 was trained as .*'train.num_steps': '3'.* but this sweep"):
+        _run(cfg, train, workdir)  # other settings in the same folder: refused, the finished point is kept
     assert len(calls.read_text().split()) == 2
 
 
