@@ -141,6 +141,13 @@ def check_overrides(config_spec: str, points: Sequence[Point], extra: Mapping[st
                 node = node[part]
 
 
+def same_file_spec(config_spec: str) -> str:
+    """``config_spec`` with an absolute path (relative to the repository), to compare specs across working dirs."""
+    path, arg = split_config_spec(config_spec)
+    full = os.path.normpath(path if os.path.isabs(path) else os.path.join(REPO, path))
+    return full + (f":{arg}" if arg is not None else "")
+
+
 def sweep_name(config_spec: str) -> str:
     """``configs/table3_heads.py:wmt14`` -> ``table3_heads-wmt14`` (the W&B group and default workdir)."""
     path, arg = split_config_spec(config_spec)
@@ -200,8 +207,8 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
     overrides = {**extra, **point.overrides}
     status = point_status(point_dir)
     if status is not None:
-        wanted = {"config": config_spec, "overrides": json.loads(json.dumps(overrides))}
-        found = {"config": status.get("config"), "overrides": status.get("overrides")}
+        wanted = {"config": same_file_spec(config_spec), "overrides": json.loads(json.dumps(overrides))}
+        found = {"config": same_file_spec(status.get("config", "")), "overrides": status.get("overrides")}
         if found != wanted:
             raise ValueError(f"sweep point {point_dir} was trained as {found}, but this sweep asks for {wanted}; "
                              "use another --workdir, or delete that folder to retrain it")

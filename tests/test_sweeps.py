@@ -82,6 +82,8 @@ def test_runs_aggregates_and_skips_finished_points(setup):
     with pytest.raises(ValueError, match=r"num_heads_1 was trained as .*'train.num_steps': '3'.* but this sweep"):
         _run(cfg, train, workdir)  # other settings in the same folder: refused, the finished point is kept
     assert len(calls.read_text().split()) == 2
+    full = os.path.join(REPO, "configs/translation.py:heads=4")
+    assert sweep.same_file_spec("configs/translation.py:heads=4") == sweep.same_file_spec(full) == full
 
 
 def test_failed_or_interrupted_points_rerun(setup, monkeypatch):
