@@ -243,5 +243,5 @@ def test_train_py_reports_config_errors_clearly(tmp_path):
            f"--workdir={tmp_path / 'run'}", "--config.model.num_heads=3"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert proc.returncode == 1
-    assert "config.model.d_model=256 is not divisible by config.model.num_heads=3" in proc.stderr
+    assert "config.model.d_model=128 is not divisible by config.model.num_heads=3" in proc.stderr
     assert "Traceback" not in proc.stderr
