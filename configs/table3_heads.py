@@ -23,7 +23,7 @@ HEADS = (1, 4, 8, 16, 32)
 
 def parse(arg):
     """The arguments of the Table 3 configs (shared with ``configs/table3_dk.py``)."""
-    return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=1, wmt14=False, steps=300, minutes=0.0,
+    return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=1, wmt14=False, steps=400, minutes=0.0,
                      test_examples=500, quick=False)
 
 

@@ -9,7 +9,7 @@ reports test BLEU and validation perplexity as mean +- standard deviation over s
 Each point trains with ``train.py`` in ``<workdir>/<sweep>/<point>``; finished points are skipped on a rerun,
 so an interrupted reproduction continues where it stopped.
 
-    python scripts/repro_table3.py                       # 2 seeds, 300 steps per point
+    python scripts/repro_table3.py                       # 2 seeds, 400 steps per point
     python scripts/repro_table3.py --seeds=3 --steps=600 # more seeds, longer points
     python scripts/repro_table3.py --quick               # tiny model, a handful of steps; for tests
 """
@@ -90,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model, a few steps, 2 points per row, 1 seed")
     parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=300, help="training steps per point (CPU scale)")
+    parser.add_argument("--steps", type=int, default=400, help="training steps per point (CPU scale)")
     parser.add_argument("--minutes", type=float, default=0.0, help="optional time cap per point (0 = none)")
     parser.add_argument("--test_examples", type=int, default=500, help="test sentences decoded per point (0 = all)")
     parser.add_argument("--workdir", default=None, help="sweep folders (default runs/repro/table3[_quick])")

@@ -151,4 +151,4 @@ def test_table3_sweeps(name, expected):
     config = sweep.load_config_module(os.path.join(REPO, "configs", name)).get_config("seed=1")
     assert config.seed == 1 and config.model.num_heads == 8 and config.model.v_dim == 16
     assert config.model.qk_dim == 16  # both default to h = 8, d_k = d_model / 8 at CPU scale (d_model 128)
-    assert config.train.num_steps == 300 and config.eval.split_examples == 500 and not config.model.qk_layernorm
+    assert config.train.num_steps == 400 and config.eval.split_examples == 500 and not config.model.qk_layernorm
