@@ -101,46 +101,40 @@ def _mqar_batch(rng, cfg, rows: int) -> dict[str, np.ndarray]:
     return {"inputs": inputs, "targets": targets, "loss_mask": mask}
 
 
+def _segment_row(rng, cfg) -> tuple[np.ndarray, int, int]:
+    """One "segment" row: T + 1 tokens and the [start, stop) of its masked targets."""
+    T, m = cfg.seq_len, cfg.induction_segment_len
+    segment = FIRST_TOKEN + rng.choice(cfg.vocab_size - FIRST_TOKEN, size=m, replace=False)
+    others = np.setdiff1d(np.arange(FIRST_TOKEN, cfg.vocab_size), segment)
+    seq = np.concatenate([[BOS_ID], rng.choice(others, size=T)])
+    first = int(rng.integers(1, T + 2 - 2 * m))  # first occurrence at [first, first + m)
+    second = int(rng.integers(first + m, T + 2 - m))  # repeat at [second, second + m)
+    seq[first:first + m] = segment
+    seq[second:second + m] = segment
+    return seq, second, second + m - 1  # targets seq[second + 1 .. second + m - 1]
+
+
+def _repeat_row(rng, cfg) -> tuple[np.ndarray, int, int]:
+    """One "repeat" row: T + 1 tokens and the [start, stop) of its masked targets."""
+    T, m = cfg.seq_len, cfg.induction_segment_len
+    n = int(rng.integers(max(2, m // 2), m + 1))
+    block = FIRST_TOKEN + rng.choice(cfg.vocab_size - FIRST_TOKEN, size=n, replace=False)
+    seq = np.concatenate([[BOS_ID], np.tile(block, T // n + 1)[:T]])
+    return seq, n + 1, T  # input x_1 of the first repeat sits at position n + 1
+
+
 def _induction_batch(rng, cfg, rows: int) -> dict[str, np.ndarray]:
-    T, m = cfg.seq_len, cfg.induction_segment_len
-    n_task = cfg.vocab_size - FIRST_TOKEN
+    T = cfg.seq_len
+    row = _repeat_row if cfg.induction_layout == "repeat" else _segment_row
     inputs = np.zeros((rows, T), np.int32)
     targets = np.zeros((rows, T), np.int32)
     mask = np.zeros((rows, T), np.float32)
     for r in range(rows):
-        segment = FIRST_TOKEN + rng.choice(n_task, size=m, replace=False)
-        others = np.setdiff1d(np.arange(FIRST_TOKEN, cfg.vocab_size), segment)
-        seq = np.concatenate([[BOS_ID], rng.choice(others, size=T)])  # T + 1 tokens
-        first = int(rng.integers(1, T + 2 - 2 * m))  # first occurrence at [first, first + m)
-        second = int(rng.integers(first + m, T + 2 - m))  # repeat at [second, second + m)
-        seq[first:first + m] = segment
-        seq[second:second + m] = segment
+        seq, start, stop = row(rng, cfg)
         inputs[r] = seq[:-1]
         targets[r] = seq[1:]
-        mask[r, second:second + m - 1] = 1.0  # targets seq[second + 1 .. second + m - 1]
+        mask[r, start:stop] = 1.0
     return {"inputs": inputs, "targets": targets, "loss_mask": mask}
-
-
-def _induction_repeat_batch(rng, cfg, rows: int) -> dict[str, np.ndarray]:
-    T, m = cfg.seq_len, cfg.induction_segment_len
-    n_task = cfg.vocab_size - FIRST_TOKEN
-    inputs = np.zeros((rows, T), np.int32)
-    targets = np.zeros((rows, T), np.int32)
-    mask = np.zeros((rows, T), np.float32)
-    for r in range(rows):
-        n = int(rng.integers(max(2, m // 2), m + 1))
-        block = FIRST_TOKEN + rng.choice(n_task, size=n, replace=False)
-        seq = np.concatenate([[BOS_ID], np.tile(block, T // n + 1)[:T]])  # T + 1 tokens
-        inputs[r] = seq[:-1]
-        targets[r] = seq[1:]
-        mask[r, n + 1:] = 1.0  # input x_1 of the first repeat sits at position n + 1
-    return {"inputs": inputs, "targets": targets, "loss_mask": mask}
-
-
-def _induction(rng, cfg, rows: int) -> dict[str, np.ndarray]:
-    if cfg.induction_layout == "repeat":
-        return _induction_repeat_batch(rng, cfg, rows)
-    return _induction_batch(rng, cfg, rows)
 
 
 _GENERATORS = {
@@ -148,7 +142,7 @@ _GENERATORS = {
     "reverse": lambda rng, cfg, rows: _seq2seq_batch(rng, cfg, rows, lambda x: x[::-1]),
     "sort": lambda rng, cfg, rows: _seq2seq_batch(rng, cfg, rows, np.sort),
     "mqar": _mqar_batch,
-    "induction": _induction,
+    "induction": _induction_batch,
 }
 
 
