@@ -35,35 +35,20 @@ from attention import (
 FIELDS = ("entropy", "norm_entropy", "max_logit", "sink")
 
 
-def _same_segment_count(q_seg: jax.Array, kv_seg: jax.Array) -> jax.Array:
+def same_segment_count(q_seg: jax.Array, kv_seg: jax.Array) -> jax.Array:
     """Keys sharing each query's (non-zero) segment: q_seg [B, Tq], kv_seg [B, Tk] -> [B, 1, Tq] float32."""
     same = (q_seg[:, :, None] == kv_seg[:, None, :]) & (kv_seg[:, None, :] != 0)
     return jnp.sum(same, axis=-1).astype(jnp.float32)[:, None, :]
 
 
-def visible_keys(batch: Mapping[str, jax.Array], task: str) -> dict[str, jax.Array]:
-    """Number of keys each query row sees, per attention group: group -> [B, 1, Tq] float32."""
-    if task == "translation":
-        src_seg, tgt_seg = batch["inputs_segmentation"], batch["targets_segmentation"]
-        return {
-            "encoder_self": _same_segment_count(src_seg, src_seg),
-            "decoder_self": (batch["targets_position"] + 1).astype(jnp.float32)[:, None, :],
-            "cross": _same_segment_count(tgt_seg, src_seg),
-        }
-    tokens = batch["inputs"]
-    pos = batch.get("position")
-    if pos is None:
-        pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-    return {"decoder_self": (pos + 1).astype(jnp.float32)[:, None, :]}
-
-
 def attention_summary(
     stats: Mapping[str, Sequence[AttentionStats]], num_visible: Mapping[str, jax.Array]
 ) -> dict[str, dict[str, jax.Array]]:
-    """Per-group metrics, each [L, H] float32: group -> {entropy, norm_entropy, max_logit, sink}. Jittable."""
+    """Per-group metrics, each [L, H] float32: group -> {entropy, norm_entropy, max_logit, sink}. Jittable.
+    Groups without statistics (empty, or ``None`` layers: linear attention) are left out."""
     out = {}
     for group, layers in stats.items():
-        if not layers:
+        if not layers or any(s is None for s in layers):
             continue
         per = {f: [] for f in FIELDS}
         for s in layers:
