@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Mapping, Optional, Sequence
 
@@ -33,6 +34,29 @@ from attention import (
 )
 
 FIELDS = ("entropy", "norm_entropy", "max_logit", "sink")
+# Per-head keys of the attention metrics in metrics.jsonl and W&B: attn/<group>/<field>/L<layer>H<head>.
+HEAD_KEY = re.compile(r"^attn/(?P<group>[a-z_]+)/(?P<field>[a-z_]+)/L(?P<layer>\d+)H(?P<head>\d+)$")
+
+
+def head_key(group: str, field: str, layer: int, head: int, prefix: str = "attn") -> str:
+    """The metrics key of one head's ``field``: ``attn/<group>/<field>/L<layer>H<head>``."""
+    return f"{prefix}/{group}/{field}/L{layer}H{head}"
+
+
+def head_arrays(values: Mapping[str, float], field: str) -> dict[str, np.ndarray]:
+    """group -> [layers, heads] of ``field`` from a flat record's per-head keys (NaN where missing)."""
+    cells: dict[str, dict[tuple[int, int], float]] = {}
+    for k, v in values.items():
+        m = HEAD_KEY.match(k)
+        if m and m["field"] == field and isinstance(v, (int, float)) and not isinstance(v, bool):
+            cells.setdefault(m["group"], {})[(int(m["layer"]), int(m["head"]))] = float(v)
+    out = {}
+    for group, c in cells.items():
+        arr = np.full((1 + max(l for l, _ in c), 1 + max(h for _, h in c)), np.nan)
+        for (l, h), v in c.items():
+            arr[l, h] = v
+        out[group] = arr
+    return out
 
 
 def same_segment_count(q_seg: jax.Array, kv_seg: jax.Array) -> jax.Array:
@@ -70,7 +94,7 @@ def flatten_summary(summary: Mapping[str, Mapping[str, np.ndarray]], prefix: str
             reduce = np.max if field == "max_logit" else np.mean
             for layer in range(arr.shape[0]):
                 for head in range(arr.shape[1]):
-                    flat[f"{prefix}/{group}/{field}/L{layer}H{head}"] = float(arr[layer, head])
+                    flat[head_key(group, field, layer, head, prefix)] = float(arr[layer, head])
                 flat[f"{prefix}/{group}/{field}/L{layer}"] = float(reduce(arr[layer]))
             flat[f"{prefix}/{group}/{field}"] = float(reduce(arr))
     return flat
