@@ -8,6 +8,8 @@ from attention.mask import Mask
 from attention.stats import (
     AttentionStats,
     collapsed_fraction,
+    logit_mean_per_head,
+    logit_std_per_head,
     max_logit_per_head,
     mean_entropy_per_head,
     normalized_entropy_per_head,

@@ -11,7 +11,8 @@ positions, and a dense mask, sliced per tile), GQA/MQA (query heads are grouped 
 are never repeated), ``Dv != D``, ``Tq != Tk``, lengths that are not multiples of the block sizes (padded
 inside, sliced out), any scale, dropout, and ``return_stats``: entropy (``lse - sum_j p_j s_j``), max logit,
 log-sum-exp and the probability on key 0 (``sink``), accumulated online with the same rescaling as the softmax
-denominator.
+denominator, and the unweighted mean / std of the visible logits (``logit_mean`` / ``logit_std``: count, mean
+and squared deviations per tile, merged across tiles with Chan et al.'s update).
 
 Fully masked tiles are skipped:
 
@@ -44,7 +45,7 @@ import numpy as np
 
 from attention.api import Request, register_backend
 from attention.mask import Mask, Window
-from attention.stats import AttentionStats, finalize_stats
+from attention.stats import AttentionStats, finalize_stats, finish_moments, merge_moments, tile_moments
 
 # Defaults chosen with scripts/bench_attention.py on CPU: 256 x 256 tiles were fastest at 4k tokens (causal and
 # not) among 128..512; smaller tiles skip more of a causal mask, larger ones loop less.
@@ -232,7 +233,7 @@ def _forward(plan: _Plan, qb, kb, vb, aux, rng):
     """qb: [nq, B, Hkv, G, bq, D], kb: [nk, B, Hkv, bk, D], vb: [nk, B, Hkv, bk, Dv].
 
     Returns (ob [nq, B, Hkv, G, bq, Dv] in q's dtype, lse [nq, B, Hkv, G, bq], stats or None), stats being
-    (entropy, max_logit, lse, valid, sink), each [nq, B, Hkv, G, bq].
+    (entropy, max_logit, lse, valid, sink, logit_mean, logit_std), each [nq, B, Hkv, G, bq].
     """
     acc = plan.acc_dtype
     nq = qb.shape[0]
@@ -253,7 +254,7 @@ def _forward(plan: _Plan, qb, kb, vb, aux, rng):
             vis = _tile_visibility(plan, aux, i, j)
 
             def run(carry):
-                m, l, o, ps, sink = carry
+                m, l, o, ps, sink, moments = carry
                 s = _logits(plan, q_blk, k_blk)
                 s_vis = s if vis is None else jnp.where(vis, s, neg_inf)
                 m_new = jnp.maximum(m, jnp.max(s_vis, axis=-1))
@@ -265,21 +266,23 @@ def _forward(plan: _Plan, qb, kb, vb, aux, rng):
                     ps_tile = p * s if vis is None else jnp.where(vis, p * s, jnp.zeros((), acc))
                     ps = alpha * ps + jnp.sum(ps_tile, axis=-1)
                     sink = alpha * sink + jnp.where(j == 0, p[..., 0], jnp.zeros((), acc))  # key 0 lives in tile 0
+                    tile = tuple(x[..., 0] for x in tile_moments(s, vis))
+                    moments = merge_moments(moments, tile)
                 if plan.dropout_rate > 0.0:
                     keep = _tile_keep(rng, plan.dropout_rate, i, j, p.shape)
                     p = jnp.where(keep, p * jnp.asarray(1.0 / (1.0 - plan.dropout_rate), acc), 0.0)
                 pv = jnp.einsum("bhgqk,bhkd->bhgqd", p, v_blk.astype(acc), preferred_element_type=acc)
-                return m_new, l, alpha[..., None] * o + pv, ps, sink
+                return m_new, l, alpha[..., None] * o + pv, ps, sink, moments
 
             return _skip_or_run(aux, vis, run, carry)
 
         # Accumulators built from q_blk so that they inherit its sharding: [B, Hkv, G, bq] (+ [Dv] for o).
         row = jnp.zeros_like(q_blk[..., 0], dtype=acc)
-        init = (row - jnp.inf, row, jnp.broadcast_to(row[..., None], row.shape + (Dv,)), row, row)
+        init = (row - jnp.inf, row, jnp.broadcast_to(row[..., None], row.shape + (Dv,)), row, row, (row, row, row))
         if static_range:
-            m, l, o, ps, sink = jax.lax.fori_loop(kv_start[i], kv_stop[i], per_kv_block, init)
+            m, l, o, ps, sink, moments = jax.lax.fori_loop(kv_start[i], kv_stop[i], per_kv_block, init)
         else:
-            m, l, o, ps, sink = jax.lax.fori_loop(jnp.int32(0), jnp.int32(kb.shape[0]), per_kv_block, init)
+            m, l, o, ps, sink, moments = jax.lax.fori_loop(jnp.int32(0), jnp.int32(kb.shape[0]), per_kv_block, init)
         valid = l > 0
         l_safe = jnp.where(valid, l, jnp.ones((), acc))
         out = jnp.where(valid[..., None], o / l_safe[..., None], jnp.zeros((), acc)).astype(qb.dtype)
@@ -287,7 +290,7 @@ def _forward(plan: _Plan, qb, kb, vb, aux, rng):
         stats = None
         if plan.return_stats:
             sink = jnp.where(valid, sink / l_safe, jnp.zeros((), acc))
-            stats = finalize_stats(m, l, ps) + (sink,)
+            stats = finalize_stats(m, l, ps) + (sink,) + finish_moments(*moments)
         return None, (out, lse, stats)
 
     _, (ob, lse, stats) = jax.lax.scan(per_q_block, None, (jnp.arange(nq, dtype=jnp.int32), qb))
@@ -461,11 +464,11 @@ def chunked_attention(
     out = _unblock_rows(ob, Tq)
     if not return_stats:
         return out, None
-    entropy, max_logit, lse, valid, sink = (_unblock_row_stat(x, Tq) for x in stats)
+    entropy, max_logit, lse, valid, sink, logit_mean, logit_std = (_unblock_row_stat(x, Tq) for x in stats)
     f32 = jnp.float32
     result = AttentionStats(
         entropy=entropy.astype(f32), max_logit=max_logit.astype(f32), lse=lse.astype(f32), valid=valid,
-        sink=sink.astype(f32),
+        sink=sink.astype(f32), logit_mean=logit_mean.astype(f32), logit_std=logit_std.astype(f32),
     )
     return out, jax.lax.stop_gradient(result)
 

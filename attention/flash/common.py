@@ -13,12 +13,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from attention.stats import finish_moments, merge_moments, tile_moments
+
 # Sentinel for "no non-zero segment id in this block" in the block summaries (fits int32).
 NO_SEGMENT = 2**30
 # Contract the last dims of both operands: a @ b.T without materializing the transpose.
 _NT = (((1,), (1,)), ((), ()))
 # The plain matrix product a @ b.
 _NN = (((1,), (0,)), ((), ()))
+# Row statistics a forward kernel writes with return_stats: m, l, ps, sink, logit_mean, logit_std.
+NUM_ROW_STATS = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,8 +238,9 @@ def q_block_range(cfg: FlashConfig, kv_block, block_q: int, block_k: int):
 class Carry(NamedTuple):
     """Online-softmax state of a query block: acc [bq, Dv]; m, l [bq, 1] float32.
 
-    With statistics also ps [bq, 1] (``sum_j exp(s_j - m) s_j``) and s0 [bq, 1] (the logit of key 0, -inf
-    when hidden); otherwise None.
+    With statistics also ps [bq, 1] (``sum_j exp(s_j - m) s_j``), s0 [bq, 1] (the logit of key 0, -inf
+    when hidden) and the moments of the visible logits, count / mean / m2 [bq, 1] (see
+    ``attention.stats.merge_moments``); otherwise None.
     """
 
     acc: jax.Array
@@ -243,16 +248,26 @@ class Carry(NamedTuple):
     l: jax.Array
     ps: Optional[jax.Array]
     s0: Optional[jax.Array]
+    count: Optional[jax.Array]
+    mean: Optional[jax.Array]
+    m2: Optional[jax.Array]
+
+    @property
+    def moments(self):
+        return self.count, self.mean, self.m2
 
 
 def init_carry(block_q: int, v_dim: int, return_stats: bool) -> Carry:
-    row = lambda value: jnp.full((block_q, 1), value, jnp.float32)  # noqa: E731
+    row = lambda value: jnp.full((block_q, 1), value, jnp.float32) if return_stats else None  # noqa: E731
     return Carry(
         jnp.zeros((block_q, v_dim), jnp.float32),
+        jnp.full((block_q, 1), -jnp.inf, jnp.float32),
+        jnp.zeros((block_q, 1), jnp.float32),
+        row(0.0),
         row(-jnp.inf),
         row(0.0),
-        row(0.0) if return_stats else None,
-        row(-jnp.inf) if return_stats else None,
+        row(0.0),
+        row(0.0),
     )
 
 
@@ -278,16 +293,17 @@ def softmax_step(cfg: FlashConfig, carry: Carry, q, k, v, vis: Optional[jax.Arra
     l = alpha * carry.l + jnp.sum(p, axis=1, keepdims=True)
     pv = lax.dot_general(p.astype(v.dtype), v, _NN, preferred_element_type=jnp.float32, precision=cfg.precision)
     acc = alpha * carry.acc + pv
-    ps = s0 = None
-    if carry.ps is not None:
-        ps = alpha * carry.ps + jnp.sum(p * s, axis=1, keepdims=True)
-        column = lax.broadcasted_iota(jnp.int32, s_vis.shape, 1)
-        s0 = lax.cond(
-            first_block,
-            lambda: jnp.max(jnp.where(column == 0, s_vis, -jnp.inf), axis=1, keepdims=True),
-            lambda: carry.s0,
-        )
-    return Carry(acc, m_new, l, ps, s0)
+    if carry.ps is None:
+        return Carry(acc, m_new, l, None, None, None, None, None)
+    ps = alpha * carry.ps + jnp.sum(p * s, axis=1, keepdims=True)
+    column = lax.broadcasted_iota(jnp.int32, s_vis.shape, 1)
+    s0 = lax.cond(
+        first_block,
+        lambda: jnp.max(jnp.where(column == 0, s_vis, -jnp.inf), axis=1, keepdims=True),
+        lambda: carry.s0,
+    )
+    moments = merge_moments(carry.moments, tile_moments(s, vis))
+    return Carry(acc, m_new, l, ps, s0, *moments)
 
 
 def finish(carry: Carry):
@@ -304,6 +320,11 @@ def finish(carry: Carry):
 def sink(carry: Carry, lse: jax.Array) -> jax.Array:
     """Probability on key 0, [bq, 1], from the same logits as lse (0 when key 0 is hidden or the row empty)."""
     return jnp.exp(carry.s0 - lse)
+
+
+def logit_moments(carry: Carry) -> tuple[jax.Array, jax.Array]:
+    """(logit_mean, logit_std) [bq, 1] of the visible logits; zeros on rows with no visible key."""
+    return finish_moments(*carry.moments)
 
 
 def probabilities(cfg: FlashConfig, q, k, lse, vis: Optional[jax.Array]):
