@@ -14,11 +14,13 @@ log-sum-exp and the probability on key 0 (``sink``), accumulated online with the
 denominator, and the unweighted mean / std of the visible logits (``logit_mean`` / ``logit_std``: count, mean
 and squared deviations per tile, merged across tiles with Chan et al.'s update).
 
-Fully masked tiles are skipped:
+Each tile is one ``online.update`` (the online-softmax step shared with the Pallas kernels and the ``ring``
+backend); ``forward_blocks`` / ``backward_blocks`` are the passes over one set of queries and keys that
+``ring`` runs once per ring step. Fully masked tiles are skipped:
 
-- causal and window masks with default positions: the key blocks each query block can see (and, backward,
-  the query blocks that see each key block) are computed statically from the block geometry; the loops
-  only visit that range.
+- causal and window masks with default positions: the loops visit only the key blocks each query block can
+  see (and, backward, the query blocks that see each key block), from the block geometry
+  (``online.kv_block_range`` / ``q_block_range``, shared with the Pallas kernels).
 - segment ids, explicit positions or a dense mask: every visited tile checks at run time whether any of its
   entries is visible (``lax.cond``) and does no arithmetic when none is.
 
@@ -45,7 +47,9 @@ import numpy as np
 
 from attention.api import Request, register_backend
 from attention.mask import Mask, Window
-from attention.stats import AttentionStats, finalize_stats, finish_moments, merge_moments, tile_moments
+from attention import online
+from attention.reference import accumulator_dtype
+from attention.stats import AttentionStats
 
 # Defaults chosen with scripts/bench_attention.py on CPU: 256 x 256 tiles were fastest at 4k tokens (causal and
 # not) among 128..512; smaller tiles skip more of a causal mask, larger ones loop less.
@@ -89,40 +93,20 @@ def _effective_block(name: str, block, length: int) -> int:
     return int(min(int(block), length))
 
 
-def live_tiles(
-    q_len: int, kv_len: int, block_q: int, block_k: int, *, causal: bool, window: Window
-) -> np.ndarray:
-    """Which (query block, key block) tiles can hold a visible entry under causal/window with default positions.
-
-    Returns bool [num_q_blocks, num_kv_blocks]. Every visible entry satisfies lo <= kv_pos - q_pos <= hi;
-    a tile is live when its range of kv_pos - q_pos meets [lo, hi].
-    """
-    lo, hi = -np.inf, np.inf
-    if causal:
-        hi = 0
-    if window is not None:
-        left, right = window
-        if left is not None:
-            lo = -left
-        if right is not None:
-            hi = min(hi, right)
-    i = np.arange(-(-q_len // block_q))[:, None]
-    j = np.arange(-(-kv_len // block_k))[None, :]
-    row_min, row_max = i * block_q, np.minimum((i + 1) * block_q, q_len) - 1
-    col_min, col_max = j * block_k, np.minimum((j + 1) * block_k, kv_len) - 1
-    return (col_max - row_min >= lo) & (col_min - row_max <= hi)
+def _kv_range(plan: _Plan, i):
+    """Key blocks [lo, hi) query block ``i`` can see (``online.kv_block_range``)."""
+    left, right = plan.window if plan.window is not None else (None, None)
+    return online.kv_block_range(i, block_q=plan.block_q, block_k=plan.block_k, q_len=plan.q_len,
+                                 num_kv_blocks=plan.num_kv_blocks, causal=plan.causal, window_left=left,
+                                 window_right=right)
 
 
-def _ranges(live: np.ndarray, axis: int) -> tuple[jax.Array, jax.Array]:
-    """[start, stop) of the live tiles of each query block (axis=1) or each key block (axis=0).
-
-    The live tiles of a row or column of ``live`` are contiguous (a band), so one range covers them.
-    """
-    rows = live if axis == 1 else live.T
-    any_live = rows.any(axis=1)
-    start = np.where(any_live, rows.argmax(axis=1), 0)
-    stop = np.where(any_live, rows.shape[1] - rows[:, ::-1].argmax(axis=1), 0)
-    return jnp.asarray(start, jnp.int32), jnp.asarray(stop, jnp.int32)
+def _q_range(plan: _Plan, j):
+    """Query blocks [lo, hi) that can see key block ``j`` (``online.q_block_range``)."""
+    left, right = plan.window if plan.window is not None else (None, None)
+    return online.q_block_range(j, block_q=plan.block_q, block_k=plan.block_k, kv_len=plan.kv_len,
+                                num_q_blocks=plan.num_q_blocks, causal=plan.causal, window_left=left,
+                                window_right=right)
 
 
 # ------------------------------------------------------------------------------------------------- layouts
@@ -229,24 +213,28 @@ def _skip_or_run(aux: dict, vis: Optional[jax.Array], run, carry):
 
 
 # ------------------------------------------------------------------------------------------------- forward
-def _forward(plan: _Plan, qb, kb, vb, aux, rng):
-    """qb: [nq, B, Hkv, G, bq, D], kb: [nk, B, Hkv, bk, D], vb: [nk, B, Hkv, bk, Dv].
+def init_state(plan: _Plan, qb: jax.Array, v_dim: int) -> tuple[jax.Array, online.RowState]:
+    """State before any key: (o [nq, B, Hkv, G, bq, Dv], rows [nq, B, Hkv, G, bq, 1]) in the accumulation
+    dtype, built from qb so that it inherits qb's sharding."""
+    row = jnp.zeros_like(qb[..., :1], dtype=plan.acc_dtype)
+    return jnp.broadcast_to(row, row.shape[:-1] + (v_dim,)), online.init_rows(row, plan.return_stats)
 
-    Returns (ob [nq, B, Hkv, G, bq, Dv] in q's dtype, lse [nq, B, Hkv, G, bq], stats or None), stats being
-    (entropy, max_logit, lse, valid, sink, logit_mean, logit_std), each [nq, B, Hkv, G, bq].
+
+def _static_range(plan: _Plan) -> bool:
+    return plan.default_positions and (plan.causal or plan.window is not None)
+
+
+def forward_blocks(plan: _Plan, qb, kb, vb, aux: dict, rng, state, key0_here=True):
+    """Fold every key block of kb/vb into ``state`` (from ``init_state``) with ``online.update``.
+
+    qb: [nq, B, Hkv, G, bq, D], kb: [nk, B, Hkv, bk, D], vb: [nk, B, Hkv, bk, Dv]; aux: the blocked mask arrays
+    of these queries and keys. ``key0_here`` (scalar bool): key block 0 of kb starts at key 0 (for the sink).
+    Returns the new state (unnormalized: see ``finish_state``).
     """
     acc = plan.acc_dtype
-    nq = qb.shape[0]
-    Dv = vb.shape[-1]
-    static_range = plan.default_positions and (plan.causal or plan.window is not None)
-    if static_range:
-        live = live_tiles(plan.q_len, plan.kv_len, plan.block_q, plan.block_k, causal=plan.causal,
-                          window=plan.window)
-        kv_start, kv_stop = _ranges(live, axis=1)
-    neg_inf = jnp.asarray(-jnp.inf, acc)
 
     def per_q_block(_, xs):
-        i, q_blk = xs
+        i, q_blk, o, rows = xs
 
         def per_kv_block(j, carry):
             k_blk = jax.lax.dynamic_index_in_dim(kb, j, keepdims=False)
@@ -254,61 +242,50 @@ def _forward(plan: _Plan, qb, kb, vb, aux, rng):
             vis = _tile_visibility(plan, aux, i, j)
 
             def run(carry):
-                m, l, o, ps, sink, moments = carry
-                s = _logits(plan, q_blk, k_blk)
-                s_vis = s if vis is None else jnp.where(vis, s, neg_inf)
-                m_new = jnp.maximum(m, jnp.max(s_vis, axis=-1))
-                m_safe = jnp.where(m_new == neg_inf, jnp.zeros((), acc), m_new)
-                alpha = jnp.exp(m - m_safe)
-                p = jnp.exp(s_vis - m_safe[..., None])
-                l = alpha * l + jnp.sum(p, axis=-1)
-                if plan.return_stats:
-                    ps_tile = p * s if vis is None else jnp.where(vis, p * s, jnp.zeros((), acc))
-                    ps = alpha * ps + jnp.sum(ps_tile, axis=-1)
-                    sink = alpha * sink + jnp.where(j == 0, p[..., 0], jnp.zeros((), acc))  # key 0 lives in tile 0
-                    tile = tuple(x[..., 0] for x in tile_moments(s, vis))
-                    moments = merge_moments(moments, tile)
+                o, rows = carry
+                rows, p, alpha = online.update(rows, _logits(plan, q_blk, k_blk), vis, key0_here & (j == 0))
                 if plan.dropout_rate > 0.0:
                     keep = _tile_keep(rng, plan.dropout_rate, i, j, p.shape)
                     p = jnp.where(keep, p * jnp.asarray(1.0 / (1.0 - plan.dropout_rate), acc), 0.0)
                 pv = jnp.einsum("bhgqk,bhkd->bhgqd", p, v_blk.astype(acc), preferred_element_type=acc)
-                return m_new, l, alpha[..., None] * o + pv, ps, sink, moments
+                return alpha * o + pv, rows
 
             return _skip_or_run(aux, vis, run, carry)
 
-        # Accumulators built from q_blk so that they inherit its sharding: [B, Hkv, G, bq] (+ [Dv] for o).
-        row = jnp.zeros_like(q_blk[..., 0], dtype=acc)
-        init = (row - jnp.inf, row, jnp.broadcast_to(row[..., None], row.shape + (Dv,)), row, row, (row, row, row))
-        if static_range:
-            m, l, o, ps, sink, moments = jax.lax.fori_loop(kv_start[i], kv_stop[i], per_kv_block, init)
-        else:
-            m, l, o, ps, sink, moments = jax.lax.fori_loop(jnp.int32(0), jnp.int32(kb.shape[0]), per_kv_block, init)
-        valid = l > 0
-        l_safe = jnp.where(valid, l, jnp.ones((), acc))
-        out = jnp.where(valid[..., None], o / l_safe[..., None], jnp.zeros((), acc)).astype(qb.dtype)
-        lse = jnp.where(valid, m + jnp.log(l_safe), jnp.zeros((), acc))
-        stats = None
-        if plan.return_stats:
-            sink = jnp.where(valid, sink / l_safe, jnp.zeros((), acc))
-            stats = finalize_stats(m, l, ps) + (sink,) + finish_moments(*moments)
-        return None, (out, lse, stats)
+        lo, hi = _kv_range(plan, i) if _static_range(plan) else (0, kb.shape[0])
+        return None, jax.lax.fori_loop(jnp.int32(lo), jnp.int32(hi), per_kv_block, (o, rows))
 
-    _, (ob, lse, stats) = jax.lax.scan(per_q_block, None, (jnp.arange(nq, dtype=jnp.int32), qb))
-    return ob, lse, stats
+    nq = qb.shape[0]
+    _, state = jax.lax.scan(per_q_block, None, (jnp.arange(nq, dtype=jnp.int32), qb) + tuple(state))
+    return state
+
+
+def finish_state(plan: _Plan, state, dtype):
+    """-> (ob [nq, B, Hkv, G, bq, Dv] in ``dtype``, lse [nq, B, Hkv, G, bq] (+inf on rows with no visible key),
+    stats or None), stats being (entropy, max_logit, lse, valid, sink, logit_mean, logit_std), each
+    [nq, B, Hkv, G, bq]."""
+    o, rows = state
+    inv, lse = online.finish(rows)
+    stats = None
+    if plan.return_stats:
+        stats = tuple(x[..., 0] for x in online.row_statistics(rows))
+    return (o * inv).astype(dtype), lse[..., 0], stats
+
+
+def _forward(plan: _Plan, qb, kb, vb, aux, rng):
+    state = forward_blocks(plan, qb, kb, vb, aux, rng, init_state(plan, qb, vb.shape[-1]))
+    return finish_state(plan, state, qb.dtype)
 
 
 # ------------------------------------------------------------------------------------------------ backward
-def _backward(plan: _Plan, qb, kb, vb, aux, rng, ob, lse, dob):
-    """Gradients (dqb, dkb, dvb) in the blocked layouts of the inputs."""
+def backward_blocks(plan: _Plan, qb, kb, vb, aux: dict, rng, lse, delta, dob, dq):
+    """Gradient contributions of every tile of these queries and keys, recomputed from the saved ``lse``.
+
+    lse, delta: [nq, B, Hkv, G, bq] (delta = rowsum(dO * O)); dob like the output; dq: the running query
+    gradient [nq, B, Hkv, G, bq, D]. Returns (dq + this block's part, dkb, dvb), unscaled (the caller
+    multiplies dq and dk by the scale once), in the accumulation dtype.
+    """
     acc = plan.acc_dtype
-    nk = kb.shape[0]
-    static_range = plan.default_positions and (plan.causal or plan.window is not None)
-    if static_range:
-        live = live_tiles(plan.q_len, plan.kv_len, plan.block_q, plan.block_k, causal=plan.causal,
-                          window=plan.window)
-        q_start, q_stop = _ranges(live, axis=0)
-    # D_i = sum_j P_ij dP_ij = dO_i . O_i (dropout included): [nq, B, Hkv, G, bq].
-    delta = jnp.einsum("nbhgqd,nbhgqd->nbhgq", dob, ob, preferred_element_type=acc)
     neg_inf = jnp.asarray(-jnp.inf, acc)
     inv_keep = jnp.asarray(1.0 / (1.0 - plan.dropout_rate), acc)
 
@@ -343,15 +320,25 @@ def _backward(plan: _Plan, qb, kb, vb, aux, rng, ob, lse, dob):
             return _skip_or_run(aux, vis, run, carry)
 
         init = (dq, jnp.zeros_like(k_blk, dtype=acc), jnp.zeros_like(v_blk, dtype=acc))
-        if static_range:
-            dq, dk, dv = jax.lax.fori_loop(q_start[j], q_stop[j], per_q_block, init)
-        else:
-            dq, dk, dv = jax.lax.fori_loop(jnp.int32(0), jnp.int32(qb.shape[0]), per_q_block, init)
+        lo, hi = _q_range(plan, j) if _static_range(plan) else (0, qb.shape[0])
+        dq, dk, dv = jax.lax.fori_loop(jnp.int32(lo), jnp.int32(hi), per_q_block, init)
         return dq, (dk, dv)
 
-    dq0 = jnp.zeros_like(qb, dtype=acc)
-    dq, (dkb, dvb) = jax.lax.scan(per_kv_block, dq0, (jnp.arange(nk, dtype=jnp.int32), kb, vb))
-    scale = jnp.asarray(plan.scale, acc)
+    nk = kb.shape[0]
+    dq, (dkb, dvb) = jax.lax.scan(per_kv_block, dq, (jnp.arange(nk, dtype=jnp.int32), kb, vb))
+    return dq, dkb, dvb
+
+
+def row_delta(plan: _Plan, ob, dob) -> jax.Array:
+    """D_i = sum_j P_ij dP_ij = dO_i . O_i (dropout included): [nq, B, Hkv, G, bq]."""
+    return jnp.einsum("nbhgqd,nbhgqd->nbhgq", dob, ob, preferred_element_type=plan.acc_dtype)
+
+
+def _backward(plan: _Plan, qb, kb, vb, aux, rng, ob, lse, dob):
+    """Gradients (dqb, dkb, dvb) in the blocked layouts of the inputs."""
+    dq0 = jnp.zeros_like(qb, dtype=plan.acc_dtype)
+    dq, dkb, dvb = backward_blocks(plan, qb, kb, vb, aux, rng, lse, row_delta(plan, ob, dob), dob, dq0)
+    scale = jnp.asarray(plan.scale, plan.acc_dtype)
     return (dq * scale).astype(qb.dtype), (dkb * scale).astype(kb.dtype), dvb.astype(vb.dtype)
 
 
@@ -442,7 +429,7 @@ def chunked_attention(
         default_positions=not mask.has_positions,
         dropout_rate=float(dropout_rate),
         return_stats=bool(return_stats),
-        acc_dtype=jnp.dtype(jnp.float64 if q.dtype == jnp.float64 else jnp.float32).name,
+        acc_dtype=jnp.dtype(accumulator_dtype(q.dtype)).name,
     )
     aux = {}
     for name, value, block in (

@@ -97,12 +97,8 @@ def _forward_kernel(*refs, cfg: FlashConfig, present):
     out_ref[...] = out.astype(out_ref.dtype)
     lse_ref[...] = lse
     if cfg.return_stats:
-        m_ref, l_ref, ps_ref, sink_ref, mean_ref, std_ref = stat_refs
-        m_ref[...] = carry.m
-        l_ref[...] = carry.l
-        ps_ref[...] = carry.ps
-        sink_ref[...] = common.sink(carry, lse)
-        mean_ref[...], std_ref[...] = common.logit_moments(carry)
+        for ref, value in zip(stat_refs, common.row_outputs(carry, lse)):
+            ref[...] = value
 
 
 def forward(q, k, v, masks: MaskArrays, cfg: FlashConfig):

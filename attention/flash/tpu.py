@@ -20,6 +20,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from attention import online
 from attention.flash import common
 from attention.flash.common import FlashConfig, MaskArrays, Side, Summary
 
@@ -115,11 +116,11 @@ def _forward_kernel(q_sum_ref, kv_sum_ref, *refs, cfg: FlashConfig, present):
 
     def load():
         extra = [r[...] for r in stat_sc] if stat_sc else [None] * 5
-        return common.Carry(acc_sc[...], m_sc[...], l_sc[...], *extra)
+        return common.Carry(acc_sc[...], online.RowState(m_sc[...], l_sc[...], *extra))
 
     def store(carry):
-        acc_sc[...], m_sc[...], l_sc[...] = carry.acc, carry.m, carry.l
-        for ref, value in zip(stat_sc, (carry.ps, carry.s0, carry.count, carry.mean, carry.m2)):
+        acc_sc[...] = carry.acc
+        for ref, value in zip([m_sc, l_sc, *stat_sc], carry.rows):
             ref[...] = value
 
     @pl.when(j == 0)
@@ -141,10 +142,8 @@ def _forward_kernel(q_sum_ref, kv_sum_ref, *refs, cfg: FlashConfig, present):
         out_ref[...] = out.astype(out_ref.dtype)
         lse_ref[...] = lse
         if cfg.return_stats:
-            m_ref, l_ref, ps_ref, sink_ref, mean_ref, std_ref = stat_refs
-            m_ref[...], l_ref[...], ps_ref[...] = carry.m, carry.l, carry.ps
-            sink_ref[...] = common.sink(carry, lse)
-            mean_ref[...], std_ref[...] = common.logit_moments(carry)
+            for ref, value in zip(stat_refs, common.row_outputs(carry, lse)):
+                ref[...] = value
 
 
 def forward(q, k, v, masks: MaskArrays, cfg: FlashConfig):
