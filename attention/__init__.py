@@ -1,7 +1,8 @@
 """attnlab's attention: pure functions on [batch, seq, heads, head_dim] arrays.
 
 ``attention(q, k, v, mask, implementation=...)`` is the one entry point; ``Mask`` is the structured mask
-every backend takes; ``AttentionStats`` are the per-row statistics every backend can return.
+every backend takes; ``AttentionStats`` are the per-row statistics every backend can return. ``ring`` holds the
+context-parallel backend's layout helpers (``to_zigzag``, ``from_zigzag``, ``zigzag_mask``).
 """
 from attention.api import AUTO_ORDER, Backend, auto_order, Request, attention, available_backends, register_backend, select_backend
 from attention.mask import Mask
@@ -30,3 +31,4 @@ from attention.variants import (  # noqa: E402
 )
 from attention import flash as _flash  # noqa: E402,F401
 from attention import chunked as _chunked  # noqa: E402,F401
+from attention import ring  # noqa: E402,F401

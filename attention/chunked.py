@@ -58,7 +58,7 @@ DEFAULT_BLOCK_K = 256
 
 
 @dataclasses.dataclass(frozen=True)
-class _Plan:
+class Plan:
     """Everything static about one call: shapes, block geometry, mask structure, options."""
 
     scale: float
@@ -87,13 +87,13 @@ class _Plan:
         return self.kv_len % self.block_k != 0
 
 
-def _effective_block(name: str, block, length: int) -> int:
+def effective_block(name: str, block, length: int) -> int:
     if not isinstance(block, (int, np.integer)) or isinstance(block, bool) or block < 1:
         raise ValueError(f"chunked attention: {name} must be a positive int; got {block!r}")
     return int(min(int(block), length))
 
 
-def _kv_range(plan: _Plan, i):
+def _kv_range(plan: Plan, i):
     """Key blocks [lo, hi) query block ``i`` can see (``online.kv_block_range``)."""
     left, right = plan.window if plan.window is not None else (None, None)
     return online.kv_block_range(i, block_q=plan.block_q, block_k=plan.block_k, q_len=plan.q_len,
@@ -101,7 +101,7 @@ def _kv_range(plan: _Plan, i):
                                  window_right=right)
 
 
-def _q_range(plan: _Plan, j):
+def _q_range(plan: Plan, j):
     """Query blocks [lo, hi) that can see key block ``j`` (``online.q_block_range``)."""
     left, right = plan.window if plan.window is not None else (None, None)
     return online.q_block_range(j, block_q=plan.block_q, block_k=plan.block_k, kv_len=plan.kv_len,
@@ -110,7 +110,7 @@ def _q_range(plan: _Plan, j):
 
 
 # ------------------------------------------------------------------------------------------------- layouts
-def _block_rows(x: jax.Array, block: int, groups: int) -> jax.Array:
+def block_rows(x: jax.Array, block: int, groups: int) -> jax.Array:
     """q-like [B, T, H, D] -> [nq, B, Hkv, G, block, D] (T zero-padded to a multiple of block)."""
     B, T, H, D = x.shape
     n = -(-T // block)
@@ -120,20 +120,20 @@ def _block_rows(x: jax.Array, block: int, groups: int) -> jax.Array:
     return x.transpose(1, 0, 3, 4, 2, 5)
 
 
-def _unblock_rows(x: jax.Array, length: int) -> jax.Array:
+def unblock_rows(x: jax.Array, length: int) -> jax.Array:
     """[nq, B, Hkv, G, block, D] -> [B, length, H, D]."""
     n, B, Hkv, G, block, D = x.shape
     x = x.transpose(1, 0, 4, 2, 3, 5).reshape(B, n * block, Hkv, G, D).reshape(B, n * block, Hkv * G, D)
     return x[:, :length]
 
 
-def _unblock_row_stat(x: jax.Array, length: int) -> jax.Array:
+def unblock_row_stat(x: jax.Array, length: int) -> jax.Array:
     """[nq, B, Hkv, G, block] -> [B, H, length]."""
     n, B, Hkv, G, block = x.shape
     return x.transpose(1, 2, 3, 0, 4).reshape(B, Hkv * G, n, block).reshape(B, Hkv * G, n * block)[..., :length]
 
 
-def _block_cols(x: jax.Array, block: int) -> jax.Array:
+def block_cols(x: jax.Array, block: int) -> jax.Array:
     """k-like [B, T, Hkv, D] -> [nk, B, Hkv, block, D]."""
     B, T, Hkv, D = x.shape
     n = -(-T // block)
@@ -141,7 +141,7 @@ def _block_cols(x: jax.Array, block: int) -> jax.Array:
     return x.reshape(B, n, block, Hkv, D).transpose(1, 0, 3, 2, 4)
 
 
-def _block_ids(x: Optional[jax.Array], block: int) -> Optional[jax.Array]:
+def block_ids(x: Optional[jax.Array], block: int) -> Optional[jax.Array]:
     """[B, T] ints -> [n, B, block] (zero-padded: padded segment ids read as padding)."""
     if x is None:
         return None
@@ -151,7 +151,7 @@ def _block_ids(x: Optional[jax.Array], block: int) -> Optional[jax.Array]:
     return x.reshape(B, n, block).transpose(1, 0, 2)
 
 
-def _prepare_dense(dense: Optional[jax.Array], plan: _Plan, heads: int) -> Optional[jax.Array]:
+def _prepare_dense(dense: Optional[jax.Array], plan: Plan, heads: int) -> Optional[jax.Array]:
     """Dense mask broadcastable to [B, H, Tq, Tk] -> [Bd, Hkv|1, G|1, Tq_pad|1, Tk_pad|1] bool."""
     if dense is None:
         return None
@@ -166,7 +166,7 @@ def _prepare_dense(dense: Optional[jax.Array], plan: _Plan, heads: int) -> Optio
 
 
 # ---------------------------------------------------------------------------------------------- one tile
-def _tile_visibility(plan: _Plan, aux: dict, i, j) -> Optional[jax.Array]:
+def _tile_visibility(plan: Plan, aux: dict, i, j) -> Optional[jax.Array]:
     """Visible entries of tile (i, j), broadcastable to [B, Hkv, G, bq, bk]; None when all are visible."""
     bq, bk = plan.block_q, plan.block_k
     vis = None
@@ -199,7 +199,7 @@ def _tile_keep(rng: jax.Array, rate: float, i, j, shape) -> jax.Array:
     return jax.random.bernoulli(jax.random.fold_in(jax.random.fold_in(rng, i), j), 1.0 - rate, shape)
 
 
-def _logits(plan: _Plan, q_blk: jax.Array, k_blk: jax.Array) -> jax.Array:
+def _logits(plan: Plan, q_blk: jax.Array, k_blk: jax.Array) -> jax.Array:
     """q_blk: [B, Hkv, G, bq, D], k_blk: [B, Hkv, bk, D] -> scaled logits [B, Hkv, G, bq, bk]."""
     s = jnp.einsum("bhgqd,bhkd->bhgqk", q_blk, k_blk, preferred_element_type=plan.acc_dtype)
     return s * jnp.asarray(plan.scale, plan.acc_dtype)
@@ -213,18 +213,18 @@ def _skip_or_run(aux: dict, vis: Optional[jax.Array], run, carry):
 
 
 # ------------------------------------------------------------------------------------------------- forward
-def init_state(plan: _Plan, qb: jax.Array, v_dim: int) -> tuple[jax.Array, online.RowState]:
+def init_state(plan: Plan, qb: jax.Array, v_dim: int) -> tuple[jax.Array, online.RowState]:
     """State before any key: (o [nq, B, Hkv, G, bq, Dv], rows [nq, B, Hkv, G, bq, 1]) in the accumulation
     dtype, built from qb so that it inherits qb's sharding."""
     row = jnp.zeros_like(qb[..., :1], dtype=plan.acc_dtype)
     return jnp.broadcast_to(row, row.shape[:-1] + (v_dim,)), online.init_rows(row, plan.return_stats)
 
 
-def _static_range(plan: _Plan) -> bool:
+def _static_range(plan: Plan) -> bool:
     return plan.default_positions and (plan.causal or plan.window is not None)
 
 
-def forward_blocks(plan: _Plan, qb, kb, vb, aux: dict, rng, state, key0_here=True):
+def forward_blocks(plan: Plan, qb, kb, vb, aux: dict, rng, state, key0_here=True):
     """Fold every key block of kb/vb into ``state`` (from ``init_state``) with ``online.update``.
 
     qb: [nq, B, Hkv, G, bq, D], kb: [nk, B, Hkv, bk, D], vb: [nk, B, Hkv, bk, Dv]; aux: the blocked mask arrays
@@ -260,7 +260,7 @@ def forward_blocks(plan: _Plan, qb, kb, vb, aux: dict, rng, state, key0_here=Tru
     return state
 
 
-def finish_state(plan: _Plan, state, dtype):
+def finish_state(plan: Plan, state, dtype):
     """-> (ob [nq, B, Hkv, G, bq, Dv] in ``dtype``, lse [nq, B, Hkv, G, bq] (+inf on rows with no visible key),
     stats or None), stats being (entropy, max_logit, lse, valid, sink, logit_mean, logit_std), each
     [nq, B, Hkv, G, bq]."""
@@ -272,13 +272,13 @@ def finish_state(plan: _Plan, state, dtype):
     return (o * inv).astype(dtype), lse[..., 0], stats
 
 
-def _forward(plan: _Plan, qb, kb, vb, aux, rng):
+def _forward(plan: Plan, qb, kb, vb, aux, rng):
     state = forward_blocks(plan, qb, kb, vb, aux, rng, init_state(plan, qb, vb.shape[-1]))
     return finish_state(plan, state, qb.dtype)
 
 
 # ------------------------------------------------------------------------------------------------ backward
-def backward_blocks(plan: _Plan, qb, kb, vb, aux: dict, rng, lse, delta, dob, dq):
+def backward_blocks(plan: Plan, qb, kb, vb, aux: dict, rng, lse, delta, dob, dq):
     """Gradient contributions of every tile of these queries and keys, recomputed from the saved ``lse``.
 
     lse, delta: [nq, B, Hkv, G, bq] (delta = rowsum(dO * O)); dob like the output; dq: the running query
@@ -329,12 +329,12 @@ def backward_blocks(plan: _Plan, qb, kb, vb, aux: dict, rng, lse, delta, dob, dq
     return dq, dkb, dvb
 
 
-def row_delta(plan: _Plan, ob, dob) -> jax.Array:
+def row_delta(plan: Plan, ob, dob) -> jax.Array:
     """D_i = sum_j P_ij dP_ij = dO_i . O_i (dropout included): [nq, B, Hkv, G, bq]."""
     return jnp.einsum("nbhgqd,nbhgqd->nbhgq", dob, ob, preferred_element_type=plan.acc_dtype)
 
 
-def _backward(plan: _Plan, qb, kb, vb, aux, rng, ob, lse, dob):
+def _backward(plan: Plan, qb, kb, vb, aux, rng, ob, lse, dob):
     """Gradients (dqb, dkb, dvb) in the blocked layouts of the inputs."""
     dq0 = jnp.zeros_like(qb, dtype=plan.acc_dtype)
     dq, dkb, dvb = backward_blocks(plan, qb, kb, vb, aux, rng, lse, row_delta(plan, ob, dob), dob, dq0)
@@ -343,16 +343,16 @@ def _backward(plan: _Plan, qb, kb, vb, aux, rng, ob, lse, dob):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _flash(plan: _Plan, qb, kb, vb, aux, rng):
+def _flash(plan: Plan, qb, kb, vb, aux, rng):
     return _forward(plan, qb, kb, vb, aux, rng)
 
 
-def _flash_fwd(plan: _Plan, qb, kb, vb, aux, rng):
+def _flash_fwd(plan: Plan, qb, kb, vb, aux, rng):
     ob, lse, stats = _forward(plan, qb, kb, vb, aux, rng)
     return (ob, lse, stats), (qb, kb, vb, aux, rng, ob, lse)
 
 
-def _flash_bwd(plan: _Plan, residuals, cotangents):
+def _flash_bwd(plan: Plan, residuals, cotangents):
     qb, kb, vb, aux, rng, ob, lse = residuals
     dob = cotangents[0]  # lse and stats carry no gradient (stop_gradient outside)
     dqb, dkb, dvb = _backward(plan, qb, kb, vb, aux, rng, ob, lse, dob)
@@ -380,8 +380,8 @@ def dropout_keep_mask(
     For checking and debugging: ``attention(..., implementation="chunked", dropout_rng=key)`` equals
     the reference computation with softmax probabilities multiplied by ``mask / (1 - dropout_rate)``.
     """
-    bq = _effective_block("block_q", block_q, q_len)
-    bk = _effective_block("block_k", block_k, kv_len)
+    bq = effective_block("block_q", block_q, q_len)
+    bk = effective_block("block_k", block_k, kv_len)
     nq, nk = -(-q_len // bq), -(-kv_len // bk)
     groups = num_heads // num_kv_heads
     rows = []
@@ -417,12 +417,12 @@ def chunked_attention(
         scale = float(scale)
     except (TypeError, jax.errors.ConcretizationTypeError):
         raise ValueError(f"chunked attention: scale must be a Python number (static); got {scale!r}") from None
-    plan = _Plan(
+    plan = Plan(
         scale=scale,
         q_len=Tq,
         kv_len=Tk,
-        block_q=_effective_block("block_q", block_q, Tq),
-        block_k=_effective_block("block_k", block_k, Tk),
+        block_q=effective_block("block_q", block_q, Tq),
+        block_k=effective_block("block_k", block_k, Tk),
         groups=H // Hkv,
         causal=mask.causal,
         window=mask.window,
@@ -439,19 +439,19 @@ def chunked_attention(
         ("kv_pos", mask.kv_positions, plan.block_k),
     ):
         if value is not None:
-            aux[name] = _block_ids(value, block)
+            aux[name] = block_ids(value, block)
     if mask.dense is not None:
         aux["dense"] = _prepare_dense(mask.dense, plan, H)
     rng = dropout_rng if plan.dropout_rate > 0.0 else None
 
-    qb = _block_rows(q, plan.block_q, plan.groups)
-    kb = _block_cols(k, plan.block_k)
-    vb = _block_cols(v, plan.block_k)
+    qb = block_rows(q, plan.block_q, plan.groups)
+    kb = block_cols(k, plan.block_k)
+    vb = block_cols(v, plan.block_k)
     ob, _, stats = _flash(plan, qb, kb, vb, aux, rng)
-    out = _unblock_rows(ob, Tq)
+    out = unblock_rows(ob, Tq)
     if not return_stats:
         return out, None
-    entropy, max_logit, lse, valid, sink, logit_mean, logit_std = (_unblock_row_stat(x, Tq) for x in stats)
+    entropy, max_logit, lse, valid, sink, logit_mean, logit_std = (unblock_row_stat(x, Tq) for x in stats)
     f32 = jnp.float32
     result = AttentionStats(
         entropy=entropy.astype(f32), max_logit=max_logit.astype(f32), lse=lse.astype(f32), valid=valid,

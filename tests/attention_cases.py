@@ -31,6 +31,9 @@ import attention
 from attention import Mask
 
 GPU_ONLY_BACKENDS = frozenset({"cudnn"})
+# Backends that need a device mesh and sequence lengths divisible by it: tests/test_ring.py runs them against
+# the same oracle on cases of their own.
+MESH_BACKENDS = frozenset({"ring"})
 # Backends too slow on CPU for every case (Pallas runs in interpret mode): they get the ``core`` cases only.
 SLOW_BACKENDS = frozenset({"pallas"})
 # Absolute error floor, in float32 epsilons of max(1, magnitude of the quantity); see ``assert_2x``.
@@ -40,8 +43,8 @@ STAT_FIELDS = ("entropy", "max_logit", "lse", "sink", "logit_mean", "logit_std")
 
 
 def cpu_backends() -> list[str]:
-    """Every registered backend that runs on CPU (``chunked`` and ``pallas`` join once registered)."""
-    return [name for name in attention.available_backends() if name not in GPU_ONLY_BACKENDS]
+    """Every registered backend that runs on CPU without a mesh (``chunked`` and ``pallas`` join once registered)."""
+    return [name for name in attention.available_backends() if name not in GPU_ONLY_BACKENDS | MESH_BACKENDS]
 
 
 # ------------------------------------------------------------------------------------------ NumPy reference
