@@ -48,7 +48,9 @@ def init_rows(like: jax.Array, return_stats: bool) -> RowState:
     return RowState(zero - jnp.inf, zero, stat(zero), stat(zero - jnp.inf), stat(zero), stat(zero), stat(zero))
 
 
-def update(state: RowState, s: jax.Array, vis: Optional[jax.Array], holds_key0) -> tuple[RowState, jax.Array, jax.Array]:
+def update(
+    state: RowState, s: jax.Array, vis: Optional[jax.Array], holds_key0
+) -> tuple[RowState, jax.Array, jax.Array]:
     """Fold one block of scaled logits into the rows.
 
     s: [..., bq, bk] logits; vis: bool broadcastable to s, or None (all visible); holds_key0: scalar bool,
