@@ -264,6 +264,11 @@ def base_config() -> ml_collections.ConfigDict:
     h.uniform_ratio = 0.98  # near-uniform: entropy > uniform_ratio * log(visible keys) ...
     h.uniform_after_step = 1000  # ... from this step on.
     h.max_logit = 50.0  # runaway logits: max scaled logit above this.
+    h.logit_std_high = 8.0  # logit spread too high: the std of a query's scaled logits above this (a missing
+    # 1/sqrt(d_k) gives ~sqrt(d_k): 8 at d_k 64; a working scale ~1) ...
+    h.logit_std_ratio = 10.0  # ... or above this many times its early value, once that is above ...
+    h.logit_std_floor = 2.0  # ... this floor (growth from a small start is not flagged below it).
+    h.logit_std_low = 0.05  # logit spread too low (after uniform_after_step): queries cannot tell keys apart.
 
     w = c.wandb = ml_collections.ConfigDict()
     w.mode = "auto"  # auto | online | offline | disabled; see engine/logging.py.

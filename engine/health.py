@@ -6,7 +6,12 @@ Fed the per-layer, per-head attention summaries every ``train.stats_every`` step
   the first ``baseline_checks`` observations) and below ``collapse_floor`` nats (Zhai et al. 2023);
 - near-uniform attention: after ``uniform_after_step``, a head's entropy stays above ``uniform_ratio`` x
   log(number of visible keys) — the head attends to nothing in particular (e.g. a broken mask or scale);
-- runaway logits: a head's max logit exceeds ``max_logit`` (Dehghani et al. 2023; Wortsman et al. 2023).
+- runaway logits: a head's max logit exceeds ``max_logit`` (Dehghani et al. 2023; Wortsman et al. 2023);
+- logit spread too high (a missing or broken 1/sqrt(d_k) scale, or logit growth): a head's logit standard
+  deviation exceeds ``logit_std_high``, or ``logit_std_ratio`` x its early value once that is above
+  ``logit_std_floor`` — whichever is lower;
+- logit spread too low (queries cannot tell keys apart): after ``uniform_after_step``, the std stays below
+  ``logit_std_low``.
 
 A warning is emitted when a head enters a bad state and again only after it has recovered and re-entered.
 """
@@ -18,7 +23,7 @@ from typing import Mapping
 import ml_collections
 import numpy as np
 
-KINDS = ("entropy_collapse", "uniform_attention", "max_logit")
+KINDS = ("entropy_collapse", "uniform_attention", "max_logit", "logit_spread_high", "logit_spread_low")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +41,8 @@ class HealthWarning:
             "entropy_collapse": "attention entropy collapsed",
             "uniform_attention": "attention is near uniform",
             "max_logit": "attention logits are running away",
+            "logit_spread_high": "attention logits spread far too wide (scale missing or logit growth)",
+            "logit_spread_low": "attention logits barely differ between keys (queries cannot tell keys apart)",
         }[self.kind]
         return (
             f"step {self.step}: {what} in {self.group} layer {self.layer} head {self.head} "
@@ -49,26 +56,40 @@ class HealthMonitor:
     def __init__(self, cfg: ml_collections.ConfigDict):
         self.cfg = cfg
         self._early: dict[str, list[np.ndarray]] = {}
+        self._early_std: dict[str, list[np.ndarray]] = {}
         self._active: set[tuple[str, str, int, int]] = set()
 
-    def baseline(self, group: str) -> np.ndarray | None:
-        """Early entropy [L, H] of ``group`` once ``baseline_checks`` observations exist."""
-        seen = self._early.get(group, [])
+    def baseline(self, group: str, early: dict[str, list[np.ndarray]] | None = None) -> np.ndarray | None:
+        """Early value [L, H] of ``group`` (entropy by default) once ``baseline_checks`` observations exist."""
+        seen = (self._early if early is None else early).get(group, [])
         if len(seen) < self.cfg.baseline_checks:
             return None
         return np.mean(seen[: self.cfg.baseline_checks], axis=0)
 
+    def _observe(self, early: dict[str, list[np.ndarray]], group: str, value: np.ndarray) -> np.ndarray | None:
+        seen = early.setdefault(group, [])
+        if len(seen) < self.cfg.baseline_checks:
+            seen.append(value)
+        return self.baseline(group, early)
+
     def update(self, step: int, summary: Mapping[str, Mapping[str, np.ndarray]]) -> list[HealthWarning]:
-        """summary: group -> {"entropy", "norm_entropy", "max_logit"} each [L, H] (host numpy)."""
+        """summary: group -> {"entropy", "norm_entropy", "max_logit", optional "logit_std"} each [L, H] (host
+        numpy)."""
         c = self.cfg
         out: list[HealthWarning] = []
         for group, s in summary.items():
             entropy = np.asarray(s["entropy"], np.float64)
-            early = self._early.setdefault(group, [])
-            if len(early) < c.baseline_checks:
-                early.append(entropy)
-            base = self.baseline(group)
+            base = self._observe(self._early, group, entropy)
             flags: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+            if "logit_std" in s:
+                std = np.asarray(s["logit_std"], np.float64)
+                early_std = self._observe(self._early_std, group, std)
+                thr = np.full_like(std, c.logit_std_high)
+                if early_std is not None:
+                    thr = np.minimum(thr, np.maximum(c.logit_std_ratio * early_std, c.logit_std_floor))
+                flags["logit_spread_high"] = (std > thr, std, thr)
+                if step >= c.uniform_after_step:
+                    flags["logit_spread_low"] = (std < c.logit_std_low, std, np.full_like(std, c.logit_std_low))
             if base is not None:
                 thr = np.minimum(c.collapse_ratio * base, c.collapse_floor)
                 flags["entropy_collapse"] = (entropy < thr, entropy, thr)

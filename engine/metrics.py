@@ -6,7 +6,10 @@ Pallas included): per group (``encoder_self``, ``decoder_self``, ``cross``), per
 - ``entropy``: mean attention entropy in nats over real (non-padding) query rows;
 - ``norm_entropy``: entropy / log(number of visible keys), 1.0 = uniform;
 - ``max_logit``: the largest scaled logit;
-- ``sink``: mean attention probability on the first key.
+- ``sink``: mean attention probability on the first key;
+- ``logit_mean`` / ``logit_std``: mean over query rows of the mean / standard deviation of the scaled logits
+  each query sees (about 1 with a working 1/sqrt(d_k) scale; ~sqrt(d_k) without it; far below 1 when queries
+  cannot tell keys apart).
 
 MFU = model FLOPs per step / step time / peak FLOP/s, where model FLOPs are 3x the forward pass's FLOPs as
 XLA counts them for the global batch shape, and the peak is measured once per device kind with a timed
@@ -27,13 +30,15 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from attention import (
     AttentionStats,
+    logit_mean_per_head,
+    logit_std_per_head,
     max_logit_per_head,
     mean_entropy_per_head,
     normalized_entropy_per_head,
     sink_mass_per_head,
 )
 
-FIELDS = ("entropy", "norm_entropy", "max_logit", "sink")
+FIELDS = ("entropy", "norm_entropy", "max_logit", "sink", "logit_mean", "logit_std")
 # Per-head keys of the attention metrics in metrics.jsonl and W&B: attn/<group>/<field>/L<layer>H<head>.
 HEAD_KEY = re.compile(r"^attn/(?P<group>[a-z_]+)/(?P<field>[a-z_]+)/L(?P<layer>\d+)H(?P<head>\d+)$")
 
@@ -68,7 +73,8 @@ def same_segment_count(q_seg: jax.Array, kv_seg: jax.Array) -> jax.Array:
 def attention_summary(
     stats: Mapping[str, Sequence[AttentionStats]], num_visible: Mapping[str, jax.Array]
 ) -> dict[str, dict[str, jax.Array]]:
-    """Per-group metrics, each [L, H] float32: group -> {entropy, norm_entropy, max_logit, sink}. Jittable.
+    """Per-group metrics, each [L, H] float32: group -> {entropy, norm_entropy, max_logit, sink, logit_mean,
+    logit_std}. Jittable.
     Groups without statistics (empty, or ``None`` layers: linear attention) are left out."""
     out = {}
     for group, layers in stats.items():
@@ -80,6 +86,8 @@ def attention_summary(
             per["norm_entropy"].append(normalized_entropy_per_head(s, num_visible[group]))
             per["max_logit"].append(max_logit_per_head(s))
             per["sink"].append(sink_mass_per_head(s))
+            per["logit_mean"].append(logit_mean_per_head(s))
+            per["logit_std"].append(logit_std_per_head(s))
         out[group] = {f: jnp.stack(v).astype(jnp.float32) for f, v in per.items()}
     return out
 

@@ -159,6 +159,30 @@ def test_health_monitor_flags_collapse_uniform_and_logits_once():
     assert mon.active_counts()["entropy_collapse"] == 0
 
 
+def test_health_monitor_flags_logit_spread_high_and_low():
+    cfg = config_lib.base_config().health
+    cfg.update(baseline_checks=1, uniform_after_step=100)
+    mon = health_lib.HealthMonitor(cfg)
+
+    def summary(std):
+        s = _summary([[2.0, 2.0, 2.0]])
+        s["encoder_self"]["logit_std"] = np.array([std])
+        return s
+
+    # A missing scale shows at the first observation (std ~ sqrt(d_k) = 8+): flagged on the absolute bound.
+    warnings = mon.update(0, summary([1.0, 9.0, 0.3]))
+    assert [(w.kind, w.head) for w in warnings] == [("logit_spread_high", 1)]
+    assert warnings[0].threshold == pytest.approx(8.0)
+    # Growth: head 2 started at 0.3 -> flagged above max(10 * 0.3, floor 2) = 3; head 0 (early 1.0) at 8.
+    warnings = mon.update(50, summary([5.0, 9.0, 3.5]))
+    assert [(w.kind, w.head, w.threshold) for w in warnings] == [("logit_spread_high", 2, pytest.approx(3.0))]
+    # Too low only counts after uniform_after_step.
+    assert mon.update(60, summary([0.01, 1.0, 1.0])) == []
+    warnings = mon.update(200, summary([0.01, 1.0, 1.0]))
+    assert [(w.kind, w.head) for w in warnings] == [("logit_spread_low", 0)]
+    assert mon.active_counts()["logit_spread_high"] == 0
+
+
 # ------------------------------------------------------------------------------------------------ metrics
 def test_attention_summary_uniform_attention_has_normalized_entropy_one():
     B, T, H, D = 2, 6, 3, 4
