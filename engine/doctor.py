@@ -197,7 +197,8 @@ def summary_line(findings: Sequence[Finding]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ batches
-def _task_of(model: nnx.Module, task: Optional[str]) -> str:
+def task_of(model: nnx.Module, task: Optional[str] = None) -> str:
+    """The task of ``model`` ("translation" or "lm"); ``task``, when given, must agree."""
     if isinstance(model, models.EncoderDecoder):
         inferred = "translation"
     elif isinstance(model, models.DecoderOnly):
@@ -210,7 +211,8 @@ def _task_of(model: nnx.Module, task: Optional[str]) -> str:
     return inferred
 
 
-def _complete(batch: Mapping[str, Any], task: str, cfg: models.TransformerConfig, rows: int) -> dict[str, np.ndarray]:
+def complete_batch(batch: Mapping[str, Any], task: str, cfg: models.TransformerConfig, rows: int
+                   ) -> dict[str, np.ndarray]:
     """The first ``rows`` rows of ``batch`` as numpy, with segmentations (token != pad) and positions filled in."""
     need = ("inputs", "targets") if task == "translation" else ("inputs",)
     missing = [k for k in need if k not in batch]
@@ -241,7 +243,7 @@ def segment_positions(segmentation: np.ndarray) -> np.ndarray:
     return (cols - last_start).astype(np.int32)
 
 
-def _real(batch: Mapping[str, np.ndarray], task: str, cfg: models.TransformerConfig) -> dict[str, np.ndarray]:
+def real_positions(batch: Mapping[str, np.ndarray], task: str, cfg: models.TransformerConfig) -> dict[str, np.ndarray]:
     """Real (non-padding) positions per side: "source" [B, S] (translation), "target" [B, T] bool."""
     if task == "translation":
         return {"source": batch["inputs_segmentation"] > 0, "target": batch["targets_segmentation"] > 0}
@@ -297,8 +299,8 @@ def attention_maps(model: nnx.Module, batch: Mapping[str, Any], task: Optional[s
                    ) -> dict[str, list[attn.AttentionStats]]:
     """Teacher-forced attention of ``batch`` on the reference backend: group -> per layer ``AttentionStats``
     with ``weights`` [B, H, Tq, Tk] (host numpy)."""
-    task = _task_of(model, task)
-    batch = _complete(batch, task, model.cfg, rows=len(np.asarray(batch["inputs"])))
+    task = task_of(model, task)
+    batch = complete_batch(batch, task, model.cfg, rows=len(np.asarray(batch["inputs"])))
     _, stats = _forward(reference_model(model), batch, task)
     return {g: layers for g, layers in stats.items() if layers}
 
@@ -396,7 +398,7 @@ def _pad_batch(batch: Mapping[str, np.ndarray], task: str, extra: int, cfg: mode
 
 def _padding_checks(model, batch, base, task, cfg, th, rng, special) -> list[tuple[str, float]]:
     """(variant, relative change of the real positions' logits from ``base``) for "tokens" and "amount"."""
-    real = _real(batch, task, cfg)
+    real = real_positions(batch, task, cfg)
     pool = _content_pool(batch, real, special)
     results = []
     # tokens: every padding position (and, where the positions allow, a few extra padding columns) gets random ids.
@@ -436,7 +438,7 @@ def _padding_checks(model, batch, base, task, cfg, th, rng, special) -> list[tup
 def _leakage_check(model, batch, base, task, cfg, rng, special) -> tuple[float, str]:
     """Replace decoder tokens at columns > c (targets for translation: >= c) by random ids, for two cut points c;
     -> (largest relative change of the logits at columns <= c, where it happened)."""
-    real = _real(batch, task, cfg)
+    real = real_positions(batch, task, cfg)
     pool = _content_pool(batch, real, special)
     tok = "targets" if task == "translation" else "inputs"
     lengths = real["target"].sum(axis=1)
@@ -529,7 +531,8 @@ def _two_token(m: models.MultiHeadAttention, causal: bool, seed: int) -> float:
     kv_head = np.arange(H) // group
     expected_heads = np.stack([v[b][visible[b]][:, kv_head] for b in range(B)])  # [B, T, H, Dv]
     graphdef, state = nnx.split(m)
-    out, expected = _jitted(_attend_and_expected, ("graphdef",))(graphdef, state, *(jnp.asarray(x, dtype) for x in (q, k, v, expected_heads)), mask)
+    arrays = (jnp.asarray(x, dtype) for x in (q, k, v, expected_heads))
+    out, expected = _jitted(_attend_and_expected, ("graphdef",))(graphdef, state, *arrays, mask)
     out, expected = np.asarray(out, np.float64), np.asarray(expected, np.float64)
     err = np.abs(out - expected)[check_rows]
     return float(err.max() / max(np.abs(expected[check_rows]).max(), 1e-30))
@@ -553,7 +556,7 @@ def diagnose(
     by id (punctuation-only pieces count as special). thresholds: ``default_thresholds()`` or ``config.doctor``.
     Returns the findings, model-wide checks first, then per group, layer and head.
     """
-    task = _task_of(model, task)
+    task = task_of(model, task)
     th = default_thresholds()
     if thresholds is not None:
         unknown = sorted(set(thresholds.keys()) - set(th.keys()))
@@ -565,7 +568,7 @@ def diagnose(
     for b in batches:
         if len(taken) >= int(th.max_batches):
             break
-        taken.append(_complete(b, task, cfg, int(th.rows_per_batch)))
+        taken.append(complete_batch(b, task, cfg, int(th.rows_per_batch)))
     if not taken:
         raise ValueError("diagnose: no batches given; expected at least one evaluation batch")
     special = {cfg.bos_id, cfg.eos_id} | {int(i) for i in special_ids}
@@ -589,7 +592,7 @@ def diagnose(
         change, where = _leakage_check(model, batch, logits, task, cfg, rng, special)
         worst("causal_leakage", change, where)
         p_logits, p_stats = _forward(permuted, batch, task)
-        real = _real(batch, task, cfg)
+        real = real_positions(batch, task, cfg)
         worst("head_permutation", _relative_change(np.asarray(logits), np.asarray(p_logits), real["target"]),
               "logits after permuting the heads of every layer")
         for group, layers in stats.items():
@@ -693,7 +696,8 @@ def diagnose(
                                          f"score mean {float(mean[head]):.3g}, std {s:.3g}"))
             if n_ent[head]:
                 e = float(ent[head])
-                findings.append(_finding("entropy", group, layer, head, e, _rule_above(th.entropy_warn, th.entropy_fail),
+                findings.append(_finding("entropy", group, layer, head, e,
+                                         _rule_above(th.entropy_warn, th.entropy_fail),
                                          _above(e, th.entropy_warn, th.entropy_fail), "entropy",
                                          "entropy / log(visible keys)"))
             if n_spec[head]:

@@ -14,7 +14,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -116,6 +116,48 @@ def example_view(stats_by_group: Mapping[str, Sequence[Any]], row: int,
             fields[field] = np.stack(per_layer)
         stats[group] = fields
     return weights, stats
+
+
+def write_batch_explorers(model, batch: Mapping[str, Any], out_dir: str, *, rows: Sequence[int],
+                          source_piece: Callable[[int], str], target_piece: Callable[[int], str],
+                          prefix: str = "example", title: str = "") -> dict[int, str]:
+    """Explorer pages for ``rows`` of a training-pipeline batch, teacher-forced on the reference backend.
+
+    model: ``models.EncoderDecoder`` or ``models.DecoderOnly``; batch: as the data pipeline gives it (the first
+    example of each row is shown). source_piece / target_piece: token id -> piece (the tokenizers'
+    ``id_to_piece``; for a decoder-only model only target_piece is used). Writes ``<out_dir>/<prefix><row>.html``;
+    returns row -> path.
+    """
+    from engine import doctor
+
+    task = doctor.task_of(model)
+    full = doctor.complete_batch(batch, task, model.cfg, rows=len(np.asarray(batch["inputs"])))
+    picked = {k: np.asarray(v)[list(rows)] for k, v in full.items()}
+    maps = doctor.attention_maps(model, picked, task)
+    real = doctor.real_positions(picked, task, model.cfg)
+    dec = doctor.decoder_inputs(picked, task, model.cfg)
+    paths = {}
+    for i, row in enumerate(rows):
+        def first(side: str) -> int:  # tokens of the row's first example
+            seg = picked.get({"source": "inputs_segmentation", "target": "targets_segmentation"}[side]
+                             if task == "translation" else "segmentation")
+            if seg is None:
+                return int(real[side][i].sum())
+            return int(np.sum(seg[i] == seg[i][0])) if seg[i][0] > 0 else 0
+        t = first("target")
+        dec_labels = [target_piece(int(x)) for x in dec[i, :t]]
+        if task == "translation":
+            s = first("source")
+            src_labels = [source_piece(int(x)) for x in picked["inputs"][i, :s]]
+            lengths = {"encoder_self": (s, s), "decoder_self": (t, t), "cross": (t, s)}
+            labels = {"encoder_self": (src_labels, src_labels), "decoder_self": (dec_labels, dec_labels),
+                      "cross": (dec_labels, src_labels)}
+        else:
+            lengths, labels = {"decoder_self": (t, t)}, {"decoder_self": (dec_labels, dec_labels)}
+        weights, stats = example_view(maps, i, lengths)
+        paths[row] = write_explorer(os.path.join(out_dir, f"{prefix}{row}.html"), weights, labels, stats,
+                                    title=f"{title} {prefix} {row}".strip())
+    return paths
 
 
 _TEMPLATE = r"""<!DOCTYPE html>

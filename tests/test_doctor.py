@@ -234,7 +234,25 @@ def test_numpy_positions_and_decoder_inputs_match_the_models():
     targets = np.array([[7, 8, 1, 9, 1, 0, 0], [5, 6, 7, 8, 9, 10, 1]], np.int32)
     assert np.array_equal(doctor.segment_positions(seg), np.asarray(models.positions_from_segmentation(seg)))
     cfg = models.TransformerConfig(vocab_size=VOCAB, d_model=8, num_heads=2, d_ff=8)
-    batch = doctor._complete({"inputs": targets, "targets": targets, "targets_segmentation": seg}, "translation",
+    batch = doctor.complete_batch({"inputs": targets, "targets": targets, "targets_segmentation": seg}, "translation",
                              cfg, rows=2)
     assert np.array_equal(doctor.decoder_inputs(batch, "translation", cfg),
                           np.asarray(models.shift_right(targets, seg, cfg.bos_id, cfg.pad_id)))
+
+
+def test_explorer_pages_for_batch_rows(healthy, tmp_path):
+    from engine import explorer
+
+    batch = eval_batches()[0]
+    pieces = [f"t{i}" for i in range(VOCAB)]
+    paths = explorer.write_batch_explorers(healthy, batch, str(tmp_path), rows=[0, 3], source_piece=pieces.__getitem__,
+                                           target_piece=pieces.__getitem__, title="tiny")
+    assert sorted(paths) == [0, 3]
+    n = int(np.sum(batch["inputs"][3] != 0))
+    page = open(paths[3], encoding="utf-8").read()
+    data = json.loads(page.split("const DATA = ")[1].split(";\n")[0].replace("<\\/", "</"))
+    groups = {g["name"]: g for g in data["groups"]}
+    assert groups["cross"]["k_labels"] == [pieces[i] for i in batch["inputs"][3, :n]]
+    assert groups["cross"]["q_labels"][0] == "t2"  # BOS starts the decoder inputs
+    assert np.asarray(groups["encoder_self"]["weights"]).shape == (1, 4, n, n)
+    assert set(groups["cross"]["stats"]) >= {"entropy", "max_logit", "sink"}
