@@ -653,7 +653,8 @@ def diagnose(
         findings.append(_finding(check, None, None, None, value, rule, _above(value, warn, fail), key, detail))
 
     modules = _attention_modules(model)
-    for (group, layer), m in modules.items():
+    order = {g: i for i, g in enumerate(GROUPS)}
+    for (group, layer), m in sorted(modules.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         for check, causal in (("two_token_padding", False), ("two_token_causal", True)):
             if causal and group != "decoder_self":
                 continue
@@ -662,7 +663,6 @@ def diagnose(
                                      _above(err, th.exact_warn, th.exact_fail), "two_token",
                                      "causal mask" if causal else "padding mask"))
 
-    order = {g: i for i, g in enumerate(GROUPS)}
     for (group, layer) in sorted(modules, key=lambda k: (order[k[0]], k[1])):
         v = acc.maxima[("padding_weight", group, layer)]
         findings.append(_finding("padding_weight", group, layer, None, v, _rule_above(None, th.padding_weight_fail),
@@ -731,6 +731,32 @@ def _table(findings: Sequence[Finding]) -> list[str]:
     return lines
 
 
+PER_HEAD = {
+    "score_std": "standard deviation of the scaled pre-softmax scores over visible keys (healthy near 1)",
+    "entropy": "entropy / log(visible keys) (1 = uniform)",
+    "special_mass": "attention mass on BOS/EOS/special/punctuation keys",
+    "sink": "attention mass on key 0",
+}
+
+
+def _head_matrix(findings: Sequence[Finding], check: str, what: str) -> list[str]:
+    """A group/layer x head table of one per-head check (empty when the check has no findings)."""
+    cells: dict[str, dict[int, Finding]] = {}
+    for f in findings:
+        if f.check == check and f.head is not None:
+            cells.setdefault(f"{f.group} L{f.layer}", {})[f.head] = f
+    if not cells:
+        return []
+    heads = sorted({h for row in cells.values() for h in row})
+    mark = {"ok": "", "warn": " !", "fail": " !!"}
+    lines = [f"**{check}**: {what}", "", "| | " + " | ".join(f"H{h}" for h in heads) + " |",
+             "|---|" + "---|" * len(heads)]
+    for where, row in cells.items():
+        lines.append(f"| {where} | " + " | ".join(
+            (_fmt(row[h].value) + mark[row[h].status]) if h in row else "" for h in heads) + " |")
+    return lines + [""]
+
+
 def write_report(findings: Sequence[Finding], out_dir: str, *, title: str = "Attention doctor",
                  meta: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
     """Write ``report.md`` (summary line, the problems, then every finding) and ``report.json`` (one record per
@@ -746,7 +772,10 @@ def write_report(findings: Sequence[Finding], out_dir: str, *, title: str = "Att
         lines.append("")
     lines += ["## Problems", ""]
     lines += _table(problems) if problems else ["None: every check is ok."]
-    lines += ["", "## All findings", ""] + _table(findings) + [""]
+    lines += ["", "## Per head", "", "Rows: group and layer; columns: heads. `!` marks a warn, `!!` a fail.", ""]
+    for check, what in PER_HEAD.items():
+        lines += _head_matrix(findings, check, what)
+    lines += ["## All findings", ""] + _table(findings) + [""]
     md = os.path.join(out_dir, "report.md")
     with open(md, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))

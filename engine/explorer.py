@@ -156,7 +156,7 @@ def write_batch_explorers(model, batch: Mapping[str, Any], out_dir: str, *, rows
             lengths, labels = {"decoder_self": (t, t)}, {"decoder_self": (dec_labels, dec_labels)}
         weights, stats = example_view(maps, i, lengths)
         paths[row] = write_explorer(os.path.join(out_dir, f"{prefix}{row}.html"), weights, labels, stats,
-                                    title=f"{title} {prefix} {row}".strip())
+                                    title=f"{title}, row {row}" if title else f"row {row}")
     return paths
 
 
@@ -262,7 +262,7 @@ function render(){
   renderStats(g);
   $("title").textContent=(DATA.title||"attention explorer")+" \u2014 "+g.name+", layer "+state.layer+", "+(state.head==="all"?"all heads":"head "+state.head);}
 function setLegend(vmax){$("bar").style.background="linear-gradient(to right,"+[0,.25,.5,.75,1].map(colour).join(",")+")";
-  $("lo").textContent="0";$("hi").textContent=vmax.toFixed(3);}
+  $("lo").textContent="0";$("hi").textContent=vmax===1?"1":vmax.toFixed(3);}
 function renderStats(g){const t=$("stats");t.innerHTML="";const fields=Object.keys(g.stats);
   const head=t.createTHead().insertRow();["head",...fields.map(f=>DATA.stat_names[f]||f)].forEach(x=>{const th=document.createElement("th");th.textContent=x;head.appendChild(th);});
   const body=t.createTBody();
