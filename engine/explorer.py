@@ -257,7 +257,7 @@ function render(){
     view.appendChild(grid);setLegend(vmax);
   } else {
     const h=parseInt(state.head),w=g.weights[state.layer][h],vmax=vmaxOf([w]);
-    const cell=Math.max(6,Math.min(22,Math.floor(560/big)));
+    const cell=Math.max(6,Math.min(26,Math.floor(600/big)));
     const t=mapTable(g,w,vmax,cell,true,h);t.id="map";view.appendChild(t);setLegend(vmax);}
   renderStats(g);
   $("title").textContent=(DATA.title||"attention explorer")+" \u2014 "+g.name+", layer "+state.layer+", "+(state.head==="all"?"all heads":"head "+state.head);}

@@ -4,7 +4,8 @@ Each model is an encoder-decoder (or decoder-only) Transformer trained for a few
 short token sequences with padding. The faults: the 1/sqrt(d_k) scale missing (``attention_scale=1.0`` with a
 large ``qk_dim``), a far too high attention temperature (a tiny ``attention_scale``: blurry attention), the
 padding mask dropped and the causal mask dropped (both planted at the attention API, since the models always
-pass their masks). Models run on the ``reference`` backend so the doctor needs no second model.
+pass their masks; the causal one is planted in a trained decoder-only model). Models run on the ``reference``
+backend so the doctor needs no second model.
 """
 import functools
 import json
@@ -177,12 +178,15 @@ def test_dropped_padding_mask_is_flagged(planted_mask_fault):
 
 
 def test_decoder_only_healthy_then_causal_leak_flagged(planted_mask_fault):
-    findings = doctor.diagnose(train_tiny("lm"), eval_batches("lm"), task="lm")
+    """The same trained decoder-only weights: quiet with the causal mask, flagged once the mask is dropped."""
+    model = train_tiny("lm")
+    findings = doctor.diagnose(model, eval_batches("lm"), task="lm")
     fails, warns = problems(findings)
     assert not fails and not warns, [(f.check, f.where, f.value) for f in findings if f.status != "ok"]
     planted_mask_fault("causal")
-    findings = doctor.diagnose(train_tiny("lm"), eval_batches("lm"), task="lm")
+    findings = doctor.diagnose(model, eval_batches("lm"), task="lm")
     assert_flags_exactly(findings, "causal_lm")
+    assert next(f for f in findings if f.check == "causal_leakage").value > 0.01
 
 
 def test_head_permutation_and_two_token_catch_a_head_mixing_backend(healthy, monkeypatch):

@@ -121,11 +121,15 @@ def test_switching_head_and_all_heads_through_the_controls(tmp_path):
     weights, labels, stats = example()
     page = explorer.explorer_html(weights, labels, stats, title="example 0")
     probe = """<script>
-    function cells(){return [...document.querySelectorAll('#view td.c')].map(td=>[+td.dataset.q,+td.dataset.k,+td.dataset.w]);}
+    function cells(){
+      return [...document.querySelectorAll('#view td.c')].map(td=>[+td.dataset.q,+td.dataset.k,+td.dataset.w]);}
     function pick(id,v){const s=document.getElementById(id);s.value=v;s.dispatchEvent(new Event('change'));}
-    function probe(id,x){const p=document.createElement('pre');p.id=id;p.textContent=JSON.stringify(x);document.body.appendChild(p);}
+    function probe(id,x){
+      const p=document.createElement('pre');p.id=id;p.textContent=JSON.stringify(x);document.body.appendChild(p);}
     pick('group','0'); pick('layer','0'); pick('head','1');
-    probe('probe1',{hash:location.hash,cells:cells()});
+    document.querySelector('#view td.c[data-q="2"][data-k="3"]')
+      .dispatchEvent(new MouseEvent('mouseover',{bubbles:true}));
+    probe('probe1',{hash:location.hash,cells:cells(),readout:document.getElementById('readout').textContent});
     pick('head','all');
     </script></body>"""
     path = tmp_path / "ex.html"
@@ -137,6 +141,9 @@ def test_switching_head_and_all_heads_through_the_controls(tmp_path):
     for q, k, w in first["cells"]:
         got[q, k] = w
     np.testing.assert_allclose(got, weights["encoder_self"][0, 1], atol=6e-5)
+    w = weights["encoder_self"][0, 1, 2, 3]
+    hover = f"\u201c{SOURCE[2]}\u201d (row 2) \u2192 source \u201c{SOURCE[3]}\u201d (col 3): {w:.4f}"
+    assert first["readout"].endswith(hover)  # the weight under the pointer
     # now all heads of encoder_self layer 0: one panel per head, each with the full matrix
     assert dom.panels == list(range(H))
     assert len(dom.cells) == H * 5 * 5
