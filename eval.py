@@ -36,7 +36,7 @@ def main(argv):
     if not os.path.isdir(os.path.join(_WORKDIR.value, "checkpoints")):
         log.error("no checkpoints/ in --workdir=%s; train first with train.py", _WORKDIR.value)
         sys.exit(1)
-    from engine import trainer
+    from engine import restore
 
     try:
         examples = tuple(int(x) for x in _EXAMPLES.value if x.strip())
@@ -44,7 +44,7 @@ def main(argv):
         log.error("--examples=%s: expected comma-separated integers", ",".join(_EXAMPLES.value))
         sys.exit(1)
     try:
-        r = trainer.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value,
+        r = restore.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value,
                                         heatmap_examples=examples)
     except config_lib.ConfigError as e:
         log.error("%s", e)

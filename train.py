@@ -3,7 +3,8 @@
     python train.py --config=configs/translation.py [--workdir=runs/my-run] [--config.model.num_heads=4]
     python train.py --config=configs/translation.py:heads=4,qk_dim=128
 
-A rerun with the same --workdir resumes from its latest checkpoint. See engine/trainer.py.
+A rerun with the same --workdir resumes from its latest checkpoint. This is ``engine.run`` with a workdir and
+the default hooks (engine/loop.py, engine/hooks.py).
 """
 from absl import app, flags
 from ml_collections import config_flags
@@ -32,15 +33,16 @@ def main(argv):
     log = runtime.setup_logging(os.path.join(workdir, "train.log"))
     log.info("workdir: %s", os.path.abspath(workdir))
 
-    from engine import trainer
+    from engine import loop
+    from engine.steps import NonFiniteError
 
     try:
-        final = trainer.train_and_evaluate(config, workdir)
-    except (trainer.NonFiniteError, config_lib.ConfigError) as e:
+        final = loop.run(config, workdir)
+    except (NonFiniteError, config_lib.ConfigError) as e:
         log.error("%s", e)
         sys.exit(1)
     summary = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in final.items()
-                        if not k.endswith("signature"))
+                        if isinstance(v, (int, float, str)) and not k.endswith("signature"))
     log.info("done: %s", summary)
     if config.task == "translation" and f"{config.eval.split}/bleu" in final:
         log.info("%s BLEU = %.2f (%s)", config.eval.split, final[f"{config.eval.split}/bleu"],

@@ -1,39 +1,39 @@
-"""Multi-query associative recall over num_heads x qk_dim through train.py: a sweep beside ``lm_mqar.py``.
+"""Reproduction 5: multi-query associative recall (Arora et al. 2023, Zoology) over num_heads x qk_dim.
 
-    python scripts/sweep.py --config=configs/mqar_grid.py                 # 3 x 4 grid, 1 seed
+A 2-layer decoder (d_model 64, v_dim = d_model / heads so the attention output width stays d_model) on MQAR
+with 4 key-value pairs in 32 tokens, AdamW lr 3e-3, warmup then cosine decay. ``scripts/repro_mqar.py``
+runs this grid in-process and writes docs/results/mqar/; ``scripts/sweep.py`` runs it as resumable
+train.py points with W&B.
+
+    python scripts/repro_mqar.py                                          # the report
     python scripts/sweep.py --config=configs/mqar_grid.py:seeds=3,steps=5000
     python train.py --config=configs/mqar_grid.py:heads=4,qk_dim=8        # one point
 
-Arguments: heads, qk_dim and seed (the point train.py trains), seeds (the sweep runs seeds 0..seeds-1),
-steps, pairs, runlocal (tiny model, a few steps). v_dim = d_model / heads at every point, so the attention
-output width stays d_model; accuracy on the query positions is ``validation/accuracy`` in the sweep table.
-(``scripts/repro_mqar.py`` trains the same grid in-process, faster on a CPU.)
+Arguments: heads, qk_dim, seed (the point train.py trains), seeds (the sweep runs seeds 0..seeds-1), steps,
+pairs, quick (tiny sizes: a 1-layer d_model 16 model on 2 pairs, a few steps, the grid cut to 2 x 1).
 """
-import importlib.util
-import os
-
-from engine.config import parse_arg
+from engine.config import parse_arg, small_decoder_config
 
 HEADS = (1, 2, 4)
-QK_DIMS = (4, 8, 16, 32)
+QK_DIMS = (2, 8, 32)
 
 
 def _parse(arg):
-    return parse_arg(arg, heads=2, qk_dim=16, seed=0, seeds=1, steps=3000, pairs=8, runlocal=False)
+    return parse_arg(arg, heads=2, qk_dim=8, seed=0, seeds=2, steps=800, pairs=4, quick=False)
 
 
 def get_config(arg=None):
     a = _parse(arg)
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lm_mqar.py")
-    spec = importlib.util.spec_from_file_location("attnlab_config_lm_mqar", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config(f"pairs={a.pairs},steps={a.steps}" + (",runlocal" if a.runlocal else ""))
-    if a.heads <= 0 or c.model.d_model % a.heads:
-        raise ValueError(f"mqar_grid: heads={a.heads} must be a positive divisor of d_model={c.model.d_model}")
-    c.model.num_heads = a.heads
-    c.model.qk_dim = a.qk_dim
-    c.model.v_dim = c.model.d_model // a.heads
+    q = a.quick
+    steps = min(a.steps, 5) if q else a.steps
+    d_model = 16 if q else 64
+    if a.heads <= 0 or d_model % a.heads:
+        raise ValueError(f"mqar_grid: heads={a.heads} must be a positive divisor of d_model={d_model}")
+    c = small_decoder_config(
+        "mqar", quick=q, d_model=d_model, heads=a.heads, layers=1 if q else 2, learning_rate=3e-3, steps=steps,
+        batch_size=8 if q else 32, seq_len=16 if q else 32, vocab=32 if q else 64, log_every=max(1, steps // 40),
+        num_eval_batches=1 if q else 8, qk_dim=a.qk_dim, v_dim=d_model // a.heads)
+    c.data.mqar_num_kv_pairs = 2 if q else a.pairs
     c.seed = a.seed
     c.wandb.tags = tuple(c.wandb.tags) + ("mqar_grid",)
     return c
@@ -43,7 +43,8 @@ def sweep(arg=None):
     """Points: seed x num_heads in HEADS x qk_dim in QK_DIMS, v_dim = d_model / num_heads."""
     a = _parse(arg)
     d_model = get_config(arg).model.d_model
-    for seed in range(a.seeds):
-        for h in HEADS:
-            for dk in QK_DIMS:
+    heads, qk_dims = (HEADS[:2], (8,)) if a.quick else (HEADS, QK_DIMS)
+    for seed in range(1 if a.quick else a.seeds):
+        for h in heads:
+            for dk in qk_dims:
                 yield {"model.num_heads": h, "model.qk_dim": dk, "model.v_dim": d_model // h, "seed": seed}

@@ -8,15 +8,18 @@
     ds.eval_batches("test"), ds.examples("test"), ds.tokenizer.decode(ids)
 
     syn = data.build_synthetic(data.default_synthetic_config(), seed=0)   # copy/reverse/sort/mqar/induction
+    cls = data.build_classification(data.default_classification_config(), workdir=None, seed=0)  # verse -> testament
 
 Token ids are fixed: PAD_ID=0, EOS_ID=1, BOS_ID=2, UNK_ID=3.
 """
+from data.classification import ClassificationData, build_classification, default_classification_config
 from data.synthetic import SyntheticData, build_synthetic, default_synthetic_config
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from data.translation import TranslationData, build_translation, default_translation_config
 
 __all__ = [
     "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID",
-    "SyntheticData", "Tokenizer", "TranslationData",
-    "build_synthetic", "build_translation", "default_synthetic_config", "default_translation_config",
+    "ClassificationData", "SyntheticData", "Tokenizer", "TranslationData",
+    "build_classification", "build_synthetic", "build_translation", "default_classification_config",
+    "default_synthetic_config", "default_translation_config",
 ]

@@ -14,11 +14,13 @@ from typing import Any, Optional
 
 import ml_collections
 
-TASKS = ("translation", "lm")
 SCHEDULES = ("rsqrt", "cosine", "constant")
 OPTIMIZERS = ("adam", "adamw")
 DECODERS = ("greedy", "beam")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
+LOSS_ON = ("answers", "all")
+ON_NON_FINITE = ("raise", "stop")
+EARLY_STOP_MODES = ("max", "min")
 
 
 def _convert(key: str, value: str, default: Any) -> Any:
@@ -100,38 +102,24 @@ def _positive(path: str, value: Any, allow_zero: bool = False) -> None:
     _need(ok, f"config.{path}={value!r}; expected a number {'>= 0' if allow_zero else '> 0'}")
 
 
-def validate(config: ml_collections.ConfigDict, num_devices: int, available_backends: tuple[str, ...] = ()) -> None:
+def validate(config: ml_collections.ConfigDict, num_devices: int, available_backends: tuple[str, ...] = (),
+             task=None) -> None:
     """Raise ConfigError naming the field for impossible or unknown settings, before anything is built.
 
     num_devices: total devices the mesh is built over. available_backends: registered attention backends
-    (checked when given).
+    (checked when given). task: the run's ``engine.tasks.Task`` (its own checks; default: from config.task).
     """
-    _one_of("task", config.task, TASKS)
+    from engine.tasks import get_task
+
+    task = task or get_task(config)
     m = config.model
-    _positive("model.d_model", m.d_model)
-    _positive("model.num_heads", m.num_heads)
-    _positive("model.d_ff", m.d_ff)
-    num_kv = m.get("num_kv_heads") or m.num_heads
-    _need(
-        m.num_heads % num_kv == 0,
-        f"config.model.num_heads={m.num_heads} is not divisible by config.model.num_kv_heads={num_kv}; "
-        "each key/value head must serve a whole group of query heads",
-    )
-    if not m.get("qk_dim"):
-        _need(
-            m.d_model % m.num_heads == 0,
-            f"config.model.d_model={m.d_model} is not divisible by config.model.num_heads={m.num_heads}; "
-            "set config.model.qk_dim (and v_dim) explicitly or pick a head count that divides d_model",
-        )
-    for field in ("qk_dim", "v_dim"):
-        if m.get(field):
-            _positive(f"model.{field}", m[field])
-    import models  # the model config checks every other architecture field
+    import models  # the model config checks every architecture field (widths, head divisibility, enums)
 
     try:
         models.TransformerConfig.from_dict(dict(m.to_dict(), vocab_size=max(m.get("pad_id", 0), 3) + 1))
     except ValueError as e:
         raise ConfigError(f"config.model: {e}") from None
+    num_kv = m.get("num_kv_heads") or m.num_heads
     if available_backends:
         allowed = ("auto",) + tuple(available_backends)
         _need(
@@ -141,7 +129,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
         )
     if config.task == "translation":
         _positive("model.num_encoder_layers", m.num_encoder_layers)
-    _positive("model.num_decoder_layers", m.num_decoder_layers)
+        _positive("model.num_decoder_layers", m.num_decoder_layers)
+    problem = task.check_config()
+    _need(problem is None, problem or "")
 
     t = config.train
     _one_of("train.optimizer", t.optimizer, OPTIMIZERS)
@@ -157,6 +147,14 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
     _need(t.log_every > 0, f"config.train.log_every={t.log_every}; expected > 0")
     if t.schedule == "rsqrt":
         _need(t.warmup_steps > 0, "config.train.schedule='rsqrt' needs config.train.warmup_steps > 0")
+    _one_of("train.loss_on", t.loss_on, LOSS_ON)
+    _one_of("train.on_non_finite", t.on_non_finite, ON_NON_FINITE)
+    _one_of("train.early_stop_mode", t.early_stop_mode, EARLY_STOP_MODES)
+    if t.freeze:
+        try:
+            re.compile(t.freeze)
+        except re.error as e:
+            raise ConfigError(f"config.train.freeze={t.freeze!r} is not a valid regular expression: {e}") from None
 
     mesh = config.mesh
     _need(isinstance(mesh.model, int) and mesh.model >= 1, f"config.mesh.model={mesh.model!r}; expected an int >= 1")
@@ -205,7 +203,7 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.name = ""  # run name: default workdir suffix and W&B run name (default: a timestamp).
     c.seed = 0
-    c.task = "translation"  # "translation" (EncoderDecoder) or "lm" (DecoderOnly, synthetic tasks).
+    c.task = "translation"  # translation (EncoderDecoder) | lm (DecoderOnly, synthetic) | classification
 
     t = c.train = ml_collections.ConfigDict()
     t.optimizer = "adam"  # "adam" or "adamw".
@@ -229,6 +227,13 @@ def base_config() -> ml_collections.ConfigDict:
     t.keep_checkpoints = 3
     t.async_checkpoint = True
     t.peak_flops = 0.0  # device peak FLOP/s for MFU; 0 = measure once and cache.
+    t.freeze = ""  # regex over "/"-joined parameter paths; matching parameters are not trained ("" = none).
+    t.loss_on = "answers"  # lm tasks: "answers" (the task's loss mask) or "all" (every real target).
+    t.on_non_finite = "raise"  # NaN/Inf loss or gradient: "raise" (error naming the step) or "stop" (end the
+    # run, report diverged_step; for sweeps over learning rates that are meant to diverge).
+    t.early_stop_metric = ""  # an evaluation metric (e.g. "validation/accuracy"); "" = no early stop.
+    t.early_stop_value = 0.0  # ... stop once it reaches this value
+    t.early_stop_mode = "max"  # "max": stop when metric >= value; "min": when metric <= value.
 
     e = c.eval = ml_collections.ConfigDict()
     e.decode = "beam"  # "greedy" or "beam".
@@ -245,6 +250,7 @@ def base_config() -> ml_collections.ConfigDict:
     e.max_batches = 0  # cap on eval batches for loss/accuracy (0 = all).
     e.split_examples = 0  # sentences of eval.split decoded when training ends (0 = all; sweeps use a cap).
     e.at_end = True  # evaluate (decode eval.split) when training ends.
+    e.position_loss = False  # also log the evaluation loss per sequence position (<split>/position_loss).
 
     m = c.mesh = ml_collections.ConfigDict()
     m.data = -1  # data-parallel devices; -1 = all devices not used by the model axis.
@@ -273,20 +279,26 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 def model_section(**fields: Any) -> ml_collections.ConfigDict:
-    """``config.model``: TransformerConfig fields (vocab_size and the special ids come from the data).
+    """``config.model``: ``models.TransformerConfig``'s fields with its defaults (vocab_size comes from the
+    data), overridden by ``fields`` that are not None.
 
-    num_kv_heads / qk_dim / v_dim stay unset (None: derived from d_model / num_heads) unless given; they are
-    typed placeholders so ``--config.model.qk_dim=32`` works on the command line.
+    num_kv_heads / qk_dim / v_dim / attention_scale stay unset (None: derived) unless given; they are typed
+    placeholders so ``--config.model.qk_dim=32`` works on the command line.
     """
-    m = ml_collections.ConfigDict(dict(
-        d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=6, num_decoder_layers=6, dropout_rate=0.1,
-        attention_dropout_rate=0.0, norm="pre", position="sinusoidal", max_len=256, share_embeddings=True,
-        tie_output=True, attention_impl="auto", qk_layernorm=False, dtype="float32",
-        num_kv_heads=ml_collections.config_dict.placeholder(int),
-        qk_dim=ml_collections.config_dict.placeholder(int),
-        v_dim=ml_collections.config_dict.placeholder(int),
-        attention_scale=ml_collections.config_dict.placeholder(float),
-    ))
+    import dataclasses
+
+    import models
+
+    typed = {"num_kv_heads": int, "qk_dim": int, "v_dim": int, "attention_scale": float}
+    d = {}
+    for f in dataclasses.fields(models.TransformerConfig):
+        if not f.init or f.name == "vocab_size":
+            continue
+        default = f.default
+        if f.name == "attention_options":
+            default = ml_collections.ConfigDict()
+        d[f.name] = ml_collections.config_dict.placeholder(typed[f.name]) if f.name in typed else default
+    m = ml_collections.ConfigDict(d)
     for key, value in fields.items():
         if value is not None:
             m[key] = value
@@ -326,4 +338,33 @@ def synthetic_config(task: str, *, heads: int, qk_dim: int, layers: int, d_model
         c.data.batch_size = 16
         t.update(num_steps=min(steps, 20), warmup_steps=5, log_every=5, stats_every=10, eval_every=10,
                  checkpoint_every=10)
+    return c
+
+
+def small_decoder_config(task: str, *, quick: bool, d_model: int, heads: int, layers: int, learning_rate: float,
+                         steps: int, batch_size: int, seq_len: int, vocab: int, log_every: int,
+                         num_eval_batches: int = 8, schedule: str = "cosine", warmup_steps: int = 0,
+                         qk_dim: int = 0, v_dim: int = 0) -> ml_collections.ConfigDict:
+    """The reproductions' set-up: a small pre-LN decoder without dropout on a synthetic task, AdamW (0.9,
+    0.95, eps 1e-8, no weight decay, no clipping), warmup (default steps // 10) then ``schedule``, attention
+    statistics and the health monitor at every logged step, one device, evaluation at the end.
+    ``quick``: the caller passes tiny sizes; this only shortens logging so a test runs in seconds."""
+    import data
+
+    c = base_config()
+    c.task = "lm"
+    c.data = data.default_synthetic_config()
+    c.data.update(task=task, batch_size=batch_size, seq_len=seq_len, vocab_size=vocab, batch_multiple=1,
+                  num_eval_batches=num_eval_batches, prefetch=0 if quick else 2)
+    c.model = model_section(
+        d_model=d_model, num_heads=heads, d_ff=4 * d_model, num_encoder_layers=0, num_decoder_layers=layers,
+        dropout_rate=0.0, position="learned", max_len=seq_len, qk_dim=qk_dim or None, v_dim=v_dim or None,
+        attention_impl="xla")
+    t = c.train
+    t.update(optimizer="adamw", schedule=schedule, learning_rate=float(learning_rate), b2=0.95, eps=1e-8,
+             weight_decay=0.0, grad_clip_norm=0.0, final_lr_fraction=0.1, label_smoothing=0.0, num_steps=steps,
+             warmup_steps=warmup_steps or max(1, steps // 10), log_every=log_every, stats_every=log_every,
+             eval_every=0, checkpoint_every=0, peak_flops=1e12 if quick else 0.0)
+    c.mesh.data = 1
+    c.wandb.tags = ("reproduction", task)
     return c

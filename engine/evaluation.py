@@ -1,11 +1,10 @@
-"""Evaluation shared by train.py and eval.py: loss/perplexity, BLEU/chrF, samples, attention heatmaps.
+"""The evaluators tasks compose (``Task.evaluate``), shared by training and eval.py.
 
-- Translation: teacher-forced loss and perplexity on a split; decoding (greedy or beam search) of a split's
-  sources, scored with sacreBLEU's BLEU and chrF against the raw references (signatures logged); sample
-  translations; attention heatmaps (``reference`` backend weights) for a few fixed examples, as PNG files in
-  ``<workdir>/heatmaps/`` and W&B images.
-- Language-model / synthetic tasks: loss, token accuracy on the loss-masked positions and sequence accuracy
-  (every masked position right), on the task's fixed evaluation set (logged as ``validation/*``).
+- Every task: teacher-forced loss, perplexity, token accuracy and sequence accuracy on the positions the task
+  scores, over a split's evaluation batches; optionally the loss per sequence position.
+- Translation: decoding (greedy or beam search) of a split's sources, scored with sacreBLEU's BLEU and chrF
+  against the raw references (signatures logged); sample translations; attention heatmaps (``reference``
+  backend weights) for a few fixed examples, as PNG files in ``<workdir>/heatmaps/`` and W&B images.
 """
 from __future__ import annotations
 
@@ -67,31 +66,40 @@ def host_local(tree):
 
 
 class Evaluator:
-    """Runs the evaluations of one training run (or of eval.py) and logs them."""
+    """The evaluators of one run (or of eval.py): loss metrics for every task, decoding, BLEU and attention
+    maps for translation. Tasks call these from ``Task.evaluate``; results are logged through ``logger``."""
 
-    def __init__(self, setup, data, eval_step: Callable, logger, workdir: str):
+    def __init__(self, setup, data, logger, workdir: Optional[str]):
+        from engine.steps import make_eval_step
+
         self.setup = setup
         self.config = setup.config
+        self.task = setup.task
         self.data = data
-        self.eval_step = eval_step
         self.logger = logger
         self.workdir = workdir
-        self.task = self.config.task
+        self.per_position = bool(self.config.eval.position_loss)
+        self.eval_step = make_eval_step(setup, per_position=self.per_position)
         self._ref_graphdef = None
         self._eval_batches: dict[str, list] = {}
 
     # ---------------------------------------------------------------------------------------- loss
-    def loss_metrics(self, params, split: str) -> dict[str, float]:
-        """Teacher-forced loss, perplexity and token accuracy over ``split``'s eval batches."""
-        from engine.trainer import to_device
-
+    def batches(self, split: str) -> list:
+        """The evaluation batches of ``split`` (host arrays), capped at ``eval.max_batches``; cached."""
         if split not in self._eval_batches:
-            batches = list(self.data.eval_batches(split) if self.task == "translation" else self.data.eval_batches())
+            batches = self.task.eval_batches(self.data, split)
             if self.config.eval.max_batches:
                 batches = batches[: self.config.eval.max_batches]
             self._eval_batches[split] = batches
+        return self._eval_batches[split]
+
+    def loss_metrics(self, params, split: str) -> dict[str, Any]:
+        """Teacher-forced loss, perplexity, token accuracy and sequence accuracy on the positions the task
+        scores; with ``eval.position_loss`` also ``<split>/position_loss`` (a list: mean NLL per position)."""
+        from engine.steps import to_device
+
         sums = None
-        for batch in self._eval_batches[split]:
+        for batch in self.batches(split):
             terms = self.eval_step(params, to_device(batch, self.setup.mesh))
             sums = terms if sums is None else jax.tree.map(jnp.add, sums, terms)
         if sums is None:
@@ -99,10 +107,14 @@ class Evaluator:
         sums = jax.device_get(sums)
         w = max(float(sums["weight_sum"]), 1.0)
         nll = float(sums["nll_sum"]) / w
-        out = {f"{split}/loss": float(sums["loss_sum"]) / w, f"{split}/nll": nll,
-               f"{split}/perplexity": math.exp(min(nll, 50.0)), f"{split}/accuracy": float(sums["correct"]) / w}
-        if self.task != "translation":
-            out[f"{split}/sequence_accuracy"] = float(sums["seq_correct"]) / max(float(sums["seq_count"]), 1.0)
+        out: dict[str, Any] = {
+            f"{split}/loss": float(sums["loss_sum"]) / w, f"{split}/nll": nll,
+            f"{split}/perplexity": math.exp(min(nll, 50.0)), f"{split}/accuracy": float(sums["correct"]) / w,
+            f"{split}/sequence_accuracy": float(sums["seq_correct"]) / max(float(sums["seq_count"]), 1.0)}
+        if self.per_position:
+            count = np.asarray(sums["position_count"], np.float64)
+            per_pos = np.where(count > 0, np.asarray(sums["position_nll"], np.float64) / np.maximum(count, 1), np.nan)
+            out[f"{split}/position_loss"] = [float(x) for x in per_pos]
         return out
 
     # ------------------------------------------------------------------------------------ decoding
@@ -159,7 +171,7 @@ class Evaluator:
         refs = [r for _, r in examples]
         hyps = self.translate(params, sources, decode=decode)
         result = score(hyps, refs)
-        if write and jax.process_index() == 0:
+        if write and self.workdir is not None and jax.process_index() == 0:
             outdir = os.path.join(self.workdir, "outputs")
             os.makedirs(outdir, exist_ok=True)
             path = os.path.join(outdir, f"{split}_step{step}.txt")
@@ -170,15 +182,28 @@ class Evaluator:
         result["num_sentences"] = len(hyps)
         return result
 
+    def bleu_round(self, params, split: str, step: int, *, limit: int, prefix: str) -> dict[str, Any]:
+        """``bleu`` plus its logging (event, samples table, log lines); returns ``<prefix>/bleu``, chrF and the
+        signatures."""
+        r = self.bleu(params, split, step, limit=limit)
+        self.logger.log_event(step, "bleu", split=split, sentences=r["num_sentences"], bleu=r["bleu"],
+                              chrf=r["chrf"], bleu_signature=r["bleu_signature"],
+                              chrf_signature=r["chrf_signature"], hypotheses=r.get("hypotheses_path"))
+        self.logger.log_table(step, f"{prefix}/samples", ["source", "reference", "hypothesis"], r["samples"])
+        log.info("%s BLEU %.2f chrF %.2f on %d sentences (%s; %s)", split, r["bleu"], r["chrf"],
+                 r["num_sentences"], r["bleu_signature"], r["chrf_signature"])
+        for src, ref, hyp in r["samples"]:
+            log.info("  SRC %s\n  REF %s\n  HYP %s", src, ref, hyp)
+        return {f"{prefix}/bleu": r["bleu"], f"{prefix}/chrf": r["chrf"], "bleu_signature": r["bleu_signature"],
+                "chrf_signature": r["chrf_signature"]}
+
     # ------------------------------------------------------------------------------------ heatmaps
     def reference_model(self, params) -> nnx.Module:
         """The model with the ``reference`` attention backend (full weights), sharing ``params``."""
-        from engine.trainer import create_model
+        from engine.state import reference_graphdef
 
-        cfg = self.setup.model_cfg.replace(attention_impl="reference", attention_options={})
         if self._ref_graphdef is None:
-            abstract = nnx.eval_shape(lambda: create_model(cfg, self.task, nnx.Rngs(params=0, dropout=1)))
-            self._ref_graphdef = nnx.split(abstract, nnx.Param, ...)[0]
+            self._ref_graphdef = reference_graphdef(self.setup)
         return nnx.merge(self._ref_graphdef, host_local(params), host_local(self.setup.rest))
 
     def attention_weights(self, params, pairs: Sequence[tuple[str, str]]) -> tuple[dict, list, list]:
@@ -186,37 +211,19 @@ class Evaluator:
 
         Returns (group -> list per layer of [N, H, Tq, Tk] numpy, source token ids, target token ids).
         """
-        cfg = self.setup.model_cfg
         src = self.encode_sources([s for s, _ in pairs])
         tgt = self.encode_targets([r for _, r in pairs])
-        S = max(len(x) for x in src)
-        T = max(len(x) for x in tgt)
-        batch = {k: np.zeros((len(pairs), n), np.int32) for k, n in
-                 (("inputs", S), ("inputs_segmentation", S), ("inputs_position", S),
-                  ("targets", T), ("targets_segmentation", T), ("targets_position", T))}
-        for row, (s, t) in enumerate(zip(src, tgt)):
-            batch["inputs"][row, : len(s)] = s
-            batch["inputs_segmentation"][row, : len(s)] = 1
-            batch["inputs_position"][row, : len(s)] = np.arange(len(s))
-            batch["targets"][row, : len(t)] = t
-            batch["targets_segmentation"][row, : len(t)] = 1
-            batch["targets_position"][row, : len(t)] = np.arange(len(t))
-        model = self.reference_model(params)
-        _, stats = model(*(jnp.asarray(batch[k]) for k in ("inputs", "targets")),
-                         inputs_segmentation=jnp.asarray(batch["inputs_segmentation"]),
-                         targets_segmentation=jnp.asarray(batch["targets_segmentation"]),
-                         inputs_position=jnp.asarray(batch["inputs_position"]),
-                         targets_position=jnp.asarray(batch["targets_position"]),
-                         deterministic=True, return_stats=True)
+        batch = {k: jnp.asarray(v) for k, v in self.task.batch_from_ids(src, tgt).items()}
+        _, stats = self.task.forward(self.reference_model(params), batch, deterministic=True, return_stats=True)
         weights = {g: [np.asarray(jax.device_get(s.weights)) for s in stats.get(g, [])] for g in GROUPS}
         return weights, src, tgt
 
     def heatmaps(self, params, step: int, split: str, indices: Sequence[int] = ()) -> dict[str, str]:
         """PNG attention maps (a grid of layers x heads per group) for examples ``indices`` of ``split``
-        (default: the first ``eval.heatmap_examples``); returns W&B key -> path."""
+        (default: the first ``eval.heatmap_examples``); returns W&B key -> path. Needs a workdir."""
         examples = list(self.data.examples(split))
         indices = list(indices) or list(range(min(int(self.config.eval.heatmap_examples), len(examples))))
-        if not indices or jax.process_index() != 0:
+        if not indices or self.workdir is None or jax.process_index() != 0:
             return {}
         bad = [i for i in indices if not 0 <= i < len(examples)]
         if bad:
@@ -246,40 +253,10 @@ class Evaluator:
 
     # ---------------------------------------------------------------------------------------- all
     def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
-        """One evaluation round; logs everything and returns the scalar results."""
-        e = self.config.eval
-        results: dict[str, Any] = {}
-        if self.task != "translation":  # synthetic tasks: one fixed evaluation set, accuracy on the loss mask
-            results.update(self.loss_metrics(params, "validation"))
-            self.logger.log(step, results)
-            log.info("eval step %d: %s", step, _fmt(results))
-            return results
-        split = e.split if final else e.bleu_split
-        results.update(self.loss_metrics(params, "validation"))
-        limit = int(e.split_examples) if final else int(e.bleu_examples)
-        if final or limit > 0:
-            r = self.bleu(params, split, step, limit=limit)
-            prefix = f"{split}" if final else f"{split}_subset"
-            results[f"{prefix}/bleu"] = r["bleu"]
-            results[f"{prefix}/chrf"] = r["chrf"]
-            self.logger.log_event(step, "bleu", split=split, sentences=r["num_sentences"], bleu=r["bleu"],
-                                  chrf=r["chrf"], bleu_signature=r["bleu_signature"],
-                                  chrf_signature=r["chrf_signature"], hypotheses=r.get("hypotheses_path"))
-            self.logger.log_table(step, f"{prefix}/samples", ["source", "reference", "hypothesis"], r["samples"])
-            log.info("%s BLEU %.2f chrF %.2f on %d sentences (%s; %s)", split, r["bleu"], r["chrf"],
-                     r["num_sentences"], r["bleu_signature"], r["chrf_signature"])
-            for src, ref, hyp in r["samples"]:
-                log.info("  SRC %s\n  REF %s\n  HYP %s", src, ref, hyp)
-            results["bleu_signature"] = r["bleu_signature"]
-            results["chrf_signature"] = r["chrf_signature"]
-        self.logger.log(step, {k: v for k, v in results.items() if not isinstance(v, str)})
-        images = self.heatmaps(params, step, e.bleu_split)
-        if images:
-            self.logger.log_images(step, images)
+        """One evaluation round of the task's evaluators; returns the scalar results."""
+        results = self.task.evaluate(self, params, step, final=final)
         log.info("eval step %d: %s", step, _fmt(results))
         return results
-
-
 def _fmt(results: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in results.items() if isinstance(v, float))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Mapping, Optional, Sequence
 
@@ -33,37 +34,45 @@ from attention import (
 )
 
 FIELDS = ("entropy", "norm_entropy", "max_logit", "sink")
+# Per-head keys of the attention metrics in metrics.jsonl and W&B: attn/<group>/<field>/L<layer>H<head>.
+HEAD_KEY = re.compile(r"^attn/(?P<group>[a-z_]+)/(?P<field>[a-z_]+)/L(?P<layer>\d+)H(?P<head>\d+)$")
 
 
-def _same_segment_count(q_seg: jax.Array, kv_seg: jax.Array) -> jax.Array:
+def head_key(group: str, field: str, layer: int, head: int, prefix: str = "attn") -> str:
+    """The metrics key of one head's ``field``: ``attn/<group>/<field>/L<layer>H<head>``."""
+    return f"{prefix}/{group}/{field}/L{layer}H{head}"
+
+
+def head_arrays(values: Mapping[str, float], field: str) -> dict[str, np.ndarray]:
+    """group -> [layers, heads] of ``field`` from a flat record's per-head keys (NaN where missing)."""
+    cells: dict[str, dict[tuple[int, int], float]] = {}
+    for k, v in values.items():
+        m = HEAD_KEY.match(k)
+        if m and m["field"] == field and isinstance(v, (int, float)) and not isinstance(v, bool):
+            cells.setdefault(m["group"], {})[(int(m["layer"]), int(m["head"]))] = float(v)
+    out = {}
+    for group, c in cells.items():
+        arr = np.full((1 + max(l for l, _ in c), 1 + max(h for _, h in c)), np.nan)
+        for (l, h), v in c.items():
+            arr[l, h] = v
+        out[group] = arr
+    return out
+
+
+def same_segment_count(q_seg: jax.Array, kv_seg: jax.Array) -> jax.Array:
     """Keys sharing each query's (non-zero) segment: q_seg [B, Tq], kv_seg [B, Tk] -> [B, 1, Tq] float32."""
     same = (q_seg[:, :, None] == kv_seg[:, None, :]) & (kv_seg[:, None, :] != 0)
     return jnp.sum(same, axis=-1).astype(jnp.float32)[:, None, :]
 
 
-def visible_keys(batch: Mapping[str, jax.Array], task: str) -> dict[str, jax.Array]:
-    """Number of keys each query row sees, per attention group: group -> [B, 1, Tq] float32."""
-    if task == "translation":
-        src_seg, tgt_seg = batch["inputs_segmentation"], batch["targets_segmentation"]
-        return {
-            "encoder_self": _same_segment_count(src_seg, src_seg),
-            "decoder_self": (batch["targets_position"] + 1).astype(jnp.float32)[:, None, :],
-            "cross": _same_segment_count(tgt_seg, src_seg),
-        }
-    tokens = batch["inputs"]
-    pos = batch.get("position")
-    if pos is None:
-        pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-    return {"decoder_self": (pos + 1).astype(jnp.float32)[:, None, :]}
-
-
 def attention_summary(
     stats: Mapping[str, Sequence[AttentionStats]], num_visible: Mapping[str, jax.Array]
 ) -> dict[str, dict[str, jax.Array]]:
-    """Per-group metrics, each [L, H] float32: group -> {entropy, norm_entropy, max_logit, sink}. Jittable."""
+    """Per-group metrics, each [L, H] float32: group -> {entropy, norm_entropy, max_logit, sink}. Jittable.
+    Groups without statistics (empty, or ``None`` layers: linear attention) are left out."""
     out = {}
     for group, layers in stats.items():
-        if not layers:
+        if not layers or any(s is None for s in layers):
             continue
         per = {f: [] for f in FIELDS}
         for s in layers:
@@ -85,7 +94,7 @@ def flatten_summary(summary: Mapping[str, Mapping[str, np.ndarray]], prefix: str
             reduce = np.max if field == "max_logit" else np.mean
             for layer in range(arr.shape[0]):
                 for head in range(arr.shape[1]):
-                    flat[f"{prefix}/{group}/{field}/L{layer}H{head}"] = float(arr[layer, head])
+                    flat[head_key(group, field, layer, head, prefix)] = float(arr[layer, head])
                 flat[f"{prefix}/{group}/{field}/L{layer}"] = float(reduce(arr[layer]))
             flat[f"{prefix}/{group}/{field}"] = float(reduce(arr))
     return flat

@@ -1,6 +1,7 @@
 """attnlab's models: Flax NNX Transformers built on ``attention/``.
 
-``TransformerConfig`` holds every knob; ``EncoderDecoder`` and ``DecoderOnly`` are the models;
+``TransformerConfig`` holds every knob; ``EncoderDecoder``, ``DecoderOnly`` and ``EncoderClassifier`` are
+the models;
 ``cross_entropy`` is the loss; ``greedy_decode`` / ``beam_search`` decode with a KV cache;
 ``count_params`` / ``param_count_formula`` count parameters.
 """
@@ -10,10 +11,11 @@ from models.decoding import beam_search, greedy_decode, length_penalty_factor
 from models.layers import MLP, apply_rope, positions_from_segmentation, sinusoidal_encoding
 from models.losses import cross_entropy
 from models.params import count_params, param_count_breakdown, param_count_formula
-from models.transformer import DecodeCache, Decoder, DecoderOnly, Encoder, EncoderDecoder, shift_right
+from models.transformer import (DecodeCache, Decoder, DecoderOnly, Encoder, EncoderClassifier, EncoderDecoder,
+                                shift_right)
 
 __all__ = [
-    "DecodeCache", "Decoder", "DecoderOnly", "Encoder", "EncoderDecoder", "MLP", "MultiHeadAttention",
+    "DecodeCache", "Decoder", "DecoderOnly", "Encoder", "EncoderClassifier", "EncoderDecoder", "MLP", "MultiHeadAttention",
     "TransformerConfig", "apply_rope", "beam_search", "count_params", "cross_entropy", "greedy_decode",
     "length_penalty_factor", "param_count_breakdown", "param_count_formula", "positions_from_segmentation",
     "shift_right", "sinusoidal_encoding",

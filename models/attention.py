@@ -16,6 +16,7 @@ import attention as attn
 from models.layers import apply_rope, bias_init, kernel_init
 
 Stats = Optional[attn.AttentionStats]
+KINDS = ("softmax", "additive", "linear", "hard")
 
 
 def check_backend(implementation: str, *, num_heads: int, num_kv_heads: int, qk_dim: int, v_dim: int,
@@ -52,6 +53,9 @@ class MultiHeadAttention(nnx.Module):
     ``num_kv_heads`` heads of ``v_dim``; the output projection maps ``num_heads * v_dim`` back to ``d_model``.
     ``scale=None`` is 1/sqrt(qk_dim). ``rope_base`` set: RoPE on queries and keys at the given positions.
     ``qk_layernorm``: LayerNorm (scale only) over each head's qk_dim on queries and keys, before RoPE.
+    ``kind``: "softmax" (``attention.attention`` with ``implementation``), "additive" (per-head parameters
+    ``w_q``, ``w_k`` [H, Dk, Dk], ``v_a``, ``b`` [H, Dk]), "linear" (no statistics) or "hard" (Gumbel samples
+    from the dropout stream when training, a fixed key when deterministic); see ``attention.variants``.
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class MultiHeadAttention(nnx.Module):
         dtype=jnp.float32,
         param_dtype=jnp.float32,
         norm_epsilon: float = 1e-6,
+        kind: str = "softmax",
         rngs: nnx.Rngs,
     ):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -87,8 +92,15 @@ class MultiHeadAttention(nnx.Module):
             raise ValueError(f"MultiHeadAttention: RoPE needs an even qk_dim; got qk_dim={qk_dim}")
         if not 0.0 <= dropout_rate < 1.0:
             raise ValueError(f"MultiHeadAttention: dropout_rate must be in [0, 1); got {dropout_rate!r}")
-        check_backend(implementation, num_heads=num_heads, num_kv_heads=num_kv_heads, qk_dim=qk_dim,
-                      v_dim=v_dim, dtype=dtype, dropout=dropout_rate > 0)
+        if kind not in KINDS:
+            raise ValueError(f"MultiHeadAttention: kind={kind!r}; expected one of {KINDS}")
+        if kind == "softmax":
+            check_backend(implementation, num_heads=num_heads, num_kv_heads=num_kv_heads, qk_dim=qk_dim,
+                          v_dim=v_dim, dtype=dtype, dropout=dropout_rate > 0)
+        elif dropout_rate > 0:
+            raise ValueError(f"MultiHeadAttention: attention dropout is only implemented for kind='softmax'; "
+                             f"got kind={kind!r} with dropout_rate={dropout_rate}")
+        self.kind = kind
         self.num_heads, self.num_kv_heads, self.qk_dim, self.v_dim = num_heads, num_kv_heads, qk_dim, v_dim
         self.scale = 1.0 / math.sqrt(qk_dim) if scale is None else float(scale)
         self.rope_base = rope_base
@@ -112,13 +124,18 @@ class MultiHeadAttention(nnx.Module):
             self.query_norm, self.key_norm = norm(), norm()
         else:
             self.query_norm, self.key_norm = nnx.data(None), nnx.data(None)
-        if dropout_rate > 0:
+        if kind == "additive":
+            init = attn.init_additive_params(rngs.params(), num_heads, qk_dim, qk_dim, param_dtype, use_bias)
+            self.additive = nnx.Dict({name: nnx.Param(value) for name, value in init.items()})
+        else:
+            self.additive = nnx.data(None)
+        if dropout_rate > 0 or kind == "hard":
             try:
                 self.dropout_rngs = rngs["dropout"].fork()
             except KeyError:
+                what = f"attention dropout rate {dropout_rate}" if dropout_rate > 0 else "kind='hard'"
                 raise ValueError(
-                    f"attention dropout rate {dropout_rate} needs a 'dropout' rng stream: build the model with "
-                    "rngs=nnx.Rngs(params=..., dropout=...)"
+                    f"{what} needs a 'dropout' rng stream: build the model with rngs=nnx.Rngs(params=..., dropout=...)"
                 ) from None
         else:
             self.dropout_rngs = nnx.data(None)
@@ -157,13 +174,24 @@ class MultiHeadAttention(nnx.Module):
 
         q: [B, Tq, H, Dk], k: [B, Tk, Hkv, Dk], v: [B, Tk, Hkv, Dv] -> ([B, Tq, d_model], stats or None).
         """
-        dropout_rate, dropout_rng = 0.0, None
-        if self.dropout_rate > 0 and not deterministic:
-            dropout_rate, dropout_rng = self.dropout_rate, self.dropout_rngs()
-        result = attn.attention(
-            q, k, v, mask, implementation=self.implementation, scale=self.scale, dropout_rate=dropout_rate,
-            dropout_rng=dropout_rng, return_stats=return_stats, backend_options=dict(self.backend_options) or None,
-        )
+        if self.kind == "softmax":
+            dropout_rate, dropout_rng = 0.0, None
+            if self.dropout_rate > 0 and not deterministic:
+                dropout_rate, dropout_rng = self.dropout_rate, self.dropout_rngs()
+            result = attn.attention(
+                q, k, v, mask, implementation=self.implementation, scale=self.scale, dropout_rate=dropout_rate,
+                dropout_rng=dropout_rng, return_stats=return_stats,
+                backend_options=dict(self.backend_options) or None,
+            )
+        elif self.kind == "additive":
+            params = {name: p[...] for name, p in self.additive.items()}
+            result = attn.additive_attention(q, k, v, params, mask, return_stats=return_stats)
+        elif self.kind == "hard":
+            rng = jax.random.key(0) if deterministic else self.dropout_rngs()
+            result = attn.hard_attention(q, k, v, mask, rng=rng, scale=self.scale, return_stats=return_stats)
+        else:  # linear: no statistics exist without the [Tq, Tk] scores
+            result = attn.linear_attention(q, k, v, mask)
+            result = (result, None) if return_stats else result
         out, stats = result if return_stats else (result, None)
         return self.out(out), stats
 

@@ -13,6 +13,7 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
 ACTIVATIONS = ("relu", "gelu", "silu")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
+ATTENTION_KINDS = ("softmax", "additive", "linear", "hard")
 
 
 def _is_int(x: Any) -> bool:
@@ -41,6 +42,12 @@ class TransformerConfig:
     arguments for that backend (e.g. block sizes). ``attention_scale``: logit scale (None = 1/sqrt(qk_dim),
     1.0 = unscaled). ``qk_layernorm``: LayerNorm (scale only) on each head's queries and keys.
     ``dropout_rate``: residual/embedding dropout; ``attention_dropout_rate``: dropout on attention weights.
+    ``attention_kind``: "softmax" (scaled dot product through ``attention.attention`` and its backends),
+    "additive" (Bahdanau scores, per-head parameters), "linear" (kernelized, O(T); no statistics, no custom
+    positions, so no KV-cache decoding) or "hard" (straight-through Gumbel: one sampled key per query; samples
+    from the dropout stream in training and with a fixed key when deterministic). Variants other than
+    "softmax" ignore ``attention_impl``. ``attention_only``: no feed-forward sublayers (attention-only models,
+    Elhage et al. 2021).
     ``dtype``: computation dtype; ``param_dtype``: parameter dtype.
     """
 
@@ -70,6 +77,8 @@ class TransformerConfig:
     attention_options: tuple = ()
     attention_scale: Optional[float] = None
     qk_layernorm: bool = False
+    attention_kind: str = "softmax"
+    attention_only: bool = False
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 1
@@ -110,7 +119,8 @@ class TransformerConfig:
             elif not _is_int(value) or value <= 0:
                 raise ValueError(f"TransformerConfig.{name} must be a positive int or None; got {value!r}")
         for name, choices in (("norm", NORMS), ("norm_type", NORM_TYPES), ("position", POSITIONS),
-                              ("activation", ACTIVATIONS), ("dtype", DTYPES), ("param_dtype", DTYPES)):
+                              ("activation", ACTIVATIONS), ("dtype", DTYPES), ("param_dtype", DTYPES),
+                              ("attention_kind", ATTENTION_KINDS)):
             value = getattr(self, name)
             if not isinstance(value, str):
                 try:
@@ -146,7 +156,8 @@ class TransformerConfig:
                 f"TransformerConfig.attention_options must be a dict of backend keyword arguments; got {self.attention_options!r}"
             )
         set_("attention_options", tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in options))
-        for name in ("use_bias", "share_embeddings", "tie_output", "scale_embeddings", "qk_layernorm"):
+        for name in ("use_bias", "share_embeddings", "tie_output", "scale_embeddings", "qk_layernorm",
+                     "attention_only"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TransformerConfig.{name} must be a bool; got {getattr(self, name)!r}")
         for name in ("pad_id", "bos_id", "eos_id"):

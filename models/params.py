@@ -18,17 +18,21 @@ def count_params(model: nnx.Module) -> int:
 
 def attention_params(cfg: TransformerConfig) -> int:
     """One attention sublayer: W_Q [d, H*dk], W_K [d, Hkv*dk], W_V [d, Hkv*dv], W_O [H*dv, d], biases,
-    and the QK-LayerNorm scales."""
+    the QK-LayerNorm scales and (additive attention) w_q, w_k [H, dk, dk], v_a and b [H, dk]."""
     d, h, hkv, dk, dv = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.qk_dim, cfg.v_dim
     weights = d * h * dk + d * hkv * dk + d * hkv * dv + h * dv * d
     biases = (h * dk + hkv * dk + hkv * dv + d) if cfg.use_bias else 0
     qk_norm = 2 * dk if cfg.qk_layernorm else 0
-    return weights + biases + qk_norm
+    additive = h * (2 * dk * dk + dk + (dk if cfg.use_bias else 0)) if cfg.attention_kind == "additive" else 0
+    return weights + biases + qk_norm + additive
 
 
 def mlp_params(cfg: TransformerConfig) -> int:
-    """Feed-forward block: W_1 [d, d_ff], W_2 [d_ff, d] and their biases."""
-    return 2 * cfg.d_model * cfg.d_ff + ((cfg.d_ff + cfg.d_model) if cfg.use_bias else 0)
+    """Feed-forward block: W_1 [d, d_ff], W_2 [d_ff, d], their biases and the block's norm (0 in an
+    attention-only model)."""
+    if cfg.attention_only:
+        return 0
+    return 2 * cfg.d_model * cfg.d_ff + ((cfg.d_ff + cfg.d_model) if cfg.use_bias else 0) + norm_params(cfg)
 
 
 def norm_params(cfg: TransformerConfig) -> int:
@@ -43,9 +47,9 @@ def param_count_breakdown(cfg: TransformerConfig, model: str = "encoder_decoder"
     table = cfg.vocab_size * cfg.d_model
     positions = cfg.max_len * cfg.d_model if cfg.position == "learned" else 0
     final_norm = norm_params(cfg) if cfg.norm == "pre" else 0
-    enc_layer = attention_params(cfg) + mlp_params(cfg) + 2 * norm_params(cfg)
+    enc_layer = attention_params(cfg) + mlp_params(cfg) + norm_params(cfg)
     if model == "encoder_decoder":
-        dec_layer = 2 * attention_params(cfg) + mlp_params(cfg) + 3 * norm_params(cfg)
+        dec_layer = 2 * attention_params(cfg) + mlp_params(cfg) + 2 * norm_params(cfg)
         parts = {
             "embeddings": table * (1 if cfg.share_embeddings else 2),
             "positions": 2 * positions,
@@ -53,7 +57,7 @@ def param_count_breakdown(cfg: TransformerConfig, model: str = "encoder_decoder"
             "decoder": cfg.num_decoder_layers * dec_layer + final_norm,
         }
     else:
-        dec_layer = attention_params(cfg) + mlp_params(cfg) + 2 * norm_params(cfg)
+        dec_layer = attention_params(cfg) + mlp_params(cfg) + norm_params(cfg)
         parts = {"embeddings": table, "positions": positions, "decoder": cfg.num_decoder_layers * dec_layer + final_norm}
     parts["output"] = 0 if cfg.tie_output else cfg.d_model * cfg.vocab_size
     return parts

@@ -75,8 +75,23 @@ def _attention(cfg: TransformerConfig, rngs: nnx.Rngs, *, rope: bool) -> MultiHe
         use_bias=cfg.use_bias, scale=cfg.attention_scale, qk_layernorm=cfg.qk_layernorm,
         rope_base=cfg.rope_base if rope else None, dropout_rate=cfg.attention_dropout_rate,
         implementation=cfg.attention_impl, backend_options=cfg.attention_options, dtype=cfg.jnp_dtype,
-        param_dtype=cfg.jnp_param_dtype, norm_epsilon=cfg.norm_epsilon, rngs=rngs,
+        param_dtype=cfg.jnp_param_dtype, norm_epsilon=cfg.norm_epsilon, kind=cfg.attention_kind, rngs=rngs,
     )
+
+
+def _feed_forward_sublayer(layer: nnx.Module, cfg: TransformerConfig, rngs: nnx.Rngs) -> None:
+    """Sets ``layer.mlp`` / ``layer.mlp_block``: the feed-forward sublayer, or None in an attention-only
+    model (``cfg.attention_only``)."""
+    if cfg.attention_only:
+        layer.mlp, layer.mlp_block = nnx.data(None), nnx.data(None)
+    else:
+        layer.mlp, layer.mlp_block = MLP(cfg, rngs=rngs), _Sublayer(cfg, rngs=rngs)
+
+
+def _feed_forward(layer: nnx.Module, x: jax.Array, deterministic: bool) -> jax.Array:
+    if layer.mlp is None:
+        return x
+    return layer.mlp_block.residual(x, layer.mlp(layer.mlp_block.inputs(x)), deterministic)
 
 
 class _Sublayer(nnx.Module):
@@ -101,8 +116,7 @@ class EncoderLayer(nnx.Module):
     def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
         self.self_attention = _self_attention(cfg, rngs)
         self.attention_block = _Sublayer(cfg, rngs=rngs)
-        self.mlp = MLP(cfg, rngs=rngs)
-        self.mlp_block = _Sublayer(cfg, rngs=rngs)
+        _feed_forward_sublayer(self, cfg, rngs)
 
     def __call__(self, x, mask: attn.Mask, positions, *, deterministic: bool, return_stats: bool):
         h = self.attention_block.inputs(x)
@@ -111,8 +125,7 @@ class EncoderLayer(nnx.Module):
             deterministic=deterministic, return_stats=return_stats,
         )
         x = self.attention_block.residual(x, a, deterministic)
-        x = self.mlp_block.residual(x, self.mlp(self.mlp_block.inputs(x)), deterministic)
-        return x, stats
+        return _feed_forward(self, x, deterministic), stats
 
 
 class DecoderLayer(nnx.Module):
@@ -126,8 +139,7 @@ class DecoderLayer(nnx.Module):
             self.cross_block = _Sublayer(cfg, rngs=rngs)
         else:
             self.cross_attention, self.cross_block = nnx.data(None), nnx.data(None)
-        self.mlp = MLP(cfg, rngs=rngs)
-        self.mlp_block = _Sublayer(cfg, rngs=rngs)
+        _feed_forward_sublayer(self, cfg, rngs)
 
     def _cross_and_mlp(self, y, cross_kv, cross_mask, deterministic, return_stats):
         cross_stats = None
@@ -138,8 +150,7 @@ class DecoderLayer(nnx.Module):
                 deterministic=deterministic, return_stats=return_stats,
             )
             y = self.cross_block.residual(y, a, deterministic)
-        y = self.mlp_block.residual(y, self.mlp(self.mlp_block.inputs(y)), deterministic)
-        return y, cross_stats
+        return _feed_forward(self, y, deterministic), cross_stats
 
     def __call__(self, y, self_mask, positions, encoded, cross_mask, *, deterministic: bool, return_stats: bool):
         """encoded: [B, S, d_model] or None (decoder-only). Returns (y, self stats, cross stats)."""
@@ -429,3 +440,57 @@ class DecoderOnly(_LanguageModelHead):
         y, self_stats, _ = self.decoder(y, seg, pos, deterministic=deterministic, return_stats=return_stats)
         logits = self._logits(y, self.embed)
         return (logits, {"decoder_self": self_stats}) if return_stats else logits
+
+
+class EncoderClassifier(nnx.Module):
+    """A Transformer encoder with an attention-pooling classifier (the Jain & Wallace set-up with a
+    Transformer encoder): one learned query attends over the encoded tokens (a single head of width d_model,
+    softmax, padding masked), and a linear layer maps the pooled vector to class logits.
+
+    ``model(inputs)``: inputs [B, S] token ids -> logits [B, num_classes], or ``(logits, stats)`` with
+    ``stats = {"encoder_self": [...per layer], "pool": [one AttentionStats]}``; the pooling weights are the
+    model's "explanation" of its prediction.
+    """
+
+    def __init__(self, cfg: TransformerConfig, num_classes: int, *, rngs: nnx.Rngs):
+        if not isinstance(cfg, TransformerConfig):
+            raise ValueError(f"EncoderClassifier expects a TransformerConfig; got {type(cfg).__name__}")
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 2:
+            raise ValueError(f"EncoderClassifier: num_classes must be an int >= 2; got {num_classes!r}")
+        self.cfg = cfg
+        self.num_classes = num_classes
+        self.embed = _embed(cfg, rngs)
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.encoder = Encoder(cfg, rngs=rngs)
+        self.pool_query = nnx.Param(nnx.initializers.normal(1.0)(rngs.params(), (cfg.d_model,), cfg.jnp_param_dtype))
+        self.pool = MultiHeadAttention(
+            cfg.d_model, 1, qk_dim=cfg.d_model, v_dim=cfg.d_model, use_bias=cfg.use_bias,
+            implementation=cfg.attention_impl, backend_options=cfg.attention_options, dtype=cfg.jnp_dtype,
+            param_dtype=cfg.jnp_param_dtype, rngs=rngs)
+        self.classifier = nnx.Linear(cfg.d_model, num_classes, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
+                                     rngs=rngs)
+
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        inputs_segmentation: Optional[jax.Array] = None,
+        inputs_position: Optional[jax.Array] = None,
+        deterministic: bool = True,
+        return_stats: bool = False,
+    ):
+        """inputs: [B, S] -> logits [B, num_classes] (or (logits, stats dict))."""
+        _check_ids("inputs", inputs)
+        _check_len(self.cfg, "inputs", inputs.shape[1])
+        seg, pos = _segments_and_positions(inputs, inputs_segmentation, inputs_position, self.cfg.pad_id)
+        x = self.embed(inputs) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
+        encoded, enc_stats = self.encoder(x, seg, pos, deterministic=deterministic, return_stats=return_stats)
+        B = inputs.shape[0]
+        query = jnp.broadcast_to(self.pool_query[...].astype(self.cfg.jnp_dtype), (B, 1, self.cfg.d_model))
+        mask = attn.Mask(q_segment_ids=jnp.ones((B, 1), jnp.int32), kv_segment_ids=(seg != 0).astype(jnp.int32))
+        pooled, pool_stats = self.pool.attend(self.pool.queries(query), *self.pool.keys_values(encoded), mask,
+                                              deterministic=deterministic, return_stats=return_stats)
+        logits = self.classifier(pooled[:, 0]).astype(jnp.float32)
+        if not return_stats:
+            return logits
+        return logits, {"encoder_self": enc_stats, "pool": [pool_stats]}

@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from _report import Report, environment_line, plt
-from _synthetic import mqar_task, tiny_model_config, train_decoder
+from _runs import config_path, load, run_point
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,15 +58,14 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     out = args.out or os.path.join(REPO, "runs/repro/entropy_collapse_quick" if args.quick
                                    else "docs/results/entropy_collapse")
 
-    steps = 6 if args.quick else 250
-    task = mqar_task(num_pairs=2 if args.quick else 4, seq_len=16 if args.quick else 32,
-                     vocab_size=32 if args.quick else 64, batch_size=8 if args.quick else 16)
-    model_cfg = tiny_model_config(vocab_size=task.vocab_size, d_model=16 if args.quick else 64, num_heads=4,
-                                  num_layers=1 if args.quick else 2, max_len=task.seq_len)
+    spec = config_path("repro_entropy_collapse") + f":seed={args.seed}" + (",quick" if args.quick else "")
+    base = load(spec)
+    steps, d_model, layers = base.train.num_steps, base.model.d_model, base.model.num_decoder_layers
+    pairs, seq_len, vocab, batch = (base.data.mqar_num_kv_pairs, base.data.seq_len, base.data.vocab_size,
+                                    base.data.batch_size)
     runs = {}
     for label, lr in (("stable", args.stable_lr), ("high", args.high_lr), ("very high", args.very_high_lr)):
-        hist = train_decoder(model_cfg, task, steps=steps, learning_rate=lr, seed=args.seed, log_every=1,
-                             schedule="constant", warmup_steps=max(1, steps // 40), eval_batches=1 if args.quick else 8)
+        hist = run_point(spec, {"train.learning_rate": lr})
         runs[label] = {"lr": lr, "hist": hist,
                        "diverged": divergence_step(hist["step"], hist["loss"], args.spike)}
         print(f"{label} lr={lr:g}: divergence {runs[label]['diverged']}, warnings {len(hist['warnings'])}, "
@@ -75,11 +74,12 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     report = Report(out, "Entropy collapse before divergence (Zhai et al. 2023), seen by the health monitor")
     report.text(environment_line() + (" Quick mode (tiny sizes)." if args.quick else ""))
     report.text(
-        f"A {model_cfg['num_decoder_layers']}-layer pre-LN decoder (d_model {model_cfg['d_model']}, 4 heads, "
+        f"A {layers}-layer pre-LN decoder (d_model {d_model}, 4 heads, "
         "no QK-LayerNorm, "
         f"{runs['stable']['hist']['params']:,} parameters) on multi-query associative recall "
-        f"({task.num_pairs} pairs, sequence {task.seq_len}, vocabulary {task.vocab_size}, batch "
-        f"{task.batch_size}); AdamW (0.9, 0.95), short linear warmup to a constant learning rate, {steps} steps, "
+        f"({pairs} pairs, sequence {seq_len}, vocabulary {vocab}, batch "
+        f"{batch}); AdamW (0.9, 0.95), short linear warmup to a constant learning rate, {steps} steps "
+        f"(config `configs/repro_entropy_collapse.py`, each run through `engine.run`), "
         f"seed {args.seed}; attention statistics and the health monitor at every step. Divergence: first step "
         f"with a non-finite loss or a loss more than {args.spike:g} nats above the lowest loss before it."
     )
@@ -110,7 +110,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
         axes[0, col].set_title(f"{label} lr {r['lr']:g}: train loss", fontsize=9)
         for layer in range(L):
             for head in range(H):
-                axes[1, col].plot(h["step"], ent[:, layer, head], lw=0.8, label=f"L{layer}H{head}")
+                axes[1, col].plot(h["stats_step"], ent[:, layer, head], lw=0.8, label=f"L{layer}H{head}")
         axes[1, col].set_title("entropy per head (nats)", fontsize=9)
         axes[1, col].set_xlabel("step")
         for ax in axes[:, col]:

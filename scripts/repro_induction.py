@@ -6,10 +6,13 @@ attention-only model with 2 layers can form one and a 1-layer model cannot. Olss
 in-context-learning score: loss late in the context minus loss early in the context (more negative = the
 model uses its context more), and see it drop abruptly — a phase change — during training.
 
-This trains attention-only decoders (MLP blocks zeroed and frozen) with 1 and 2 layers, as language models
+This trains attention-only decoders (no MLP blocks) with 1 and 2 layers, as language models
 (loss on every token), on sequences made of a block of random distinct tokens repeated until the sequence
 is full (``induction_layout="repeat"``; the block length varies per sequence so no fixed-offset positional
 head can solve it), and tracks the ICL score on held-out sequences over training.
+
+The experiment is ``configs/repro_induction.py`` (sizes, ``:quick``, the layers x seeds sweep); every run goes
+through ``engine.run``.
 
     python scripts/repro_induction.py          # full: about 8 minutes on one CPU core -> docs/results/induction/
     python scripts/repro_induction.py --quick  # seconds; for tests
@@ -25,11 +28,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from _report import Report, environment_line, mean_std, plt
-from _synthetic import induction_task, tiny_model_config, train_decoder
+from _runs import config_path, load, points, run_point
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LR = 3e-3
-NUM_HEADS = 4
 
 
 def icl_score(position_loss: np.ndarray, early: tuple[int, int], late: tuple[int, int]) -> float:
@@ -69,27 +70,21 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parser.parse_args(argv)
     out = args.out or os.path.join(REPO, "runs/repro/induction_quick" if args.quick else "docs/results/induction")
     seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1")).split(",")]
-    steps = args.steps or (4 if args.quick else 1500)
+    spec_arg = ",".join(x for x in ("quick" if args.quick else "", f"steps={args.steps}" if args.steps else "") if x)
+    spec = config_path("repro_induction") + (f":{spec_arg}" if spec_arg else "")
+    base = load(spec)
+    steps = int(base.train.num_steps)
     if steps < 2:
         raise ValueError(f"--steps must be >= 2 (the ICL score needs two measurements); got {steps}")
-
-    every = max(1, steps // (2 if args.quick else 60))
-    eval_batches = 1 if args.quick else 4
-    d_model = 16 if args.quick else 64
-    task = induction_task(seq_len=16 if args.quick else 64, vocab_size=16 if args.quick else 64,
-                          batch_size=8 if args.quick else 32, segment_len=8 if args.quick else 32,
-                          layout="repeat")
-    T = task.seq_len
+    every = int(base.train.eval_every)
+    eval_batches = int(base.data.num_eval_batches)
+    d_model, num_heads = base.model.d_model, base.model.num_heads
+    T = base.data.seq_len
     early, late = (T // 8, T // 4), (T - T // 4, T)  # early: inside the first block; late: in the repeats
     runs = {}
-    for layers in (1, 2):
+    for layers in sorted({p.overrides["model.num_decoder_layers"] for p in points(spec)}):
         for seed in seeds:
-            model_cfg = tiny_model_config(vocab_size=task.vocab_size, d_model=d_model, num_heads=NUM_HEADS,
-                                          num_layers=layers, max_len=T, position="rope")
-            model_cfg["tie_output"] = False
-            hist = train_decoder(model_cfg, task, steps=steps, learning_rate=LR, seed=seed, log_every=every,
-                                 warmup_steps=min(100, max(1, steps // 10)), attention_only=True,
-                                 position_loss_every=every, eval_batches=eval_batches, train_on_all_targets=True)
+            hist = run_point(spec, {"model.num_decoder_layers": layers, "seed": seed})
             scores = [icl_score(p, early, late) for p in hist["position_loss"]]
             final = icl_score(hist["eval_position_loss"], early, late) if hist["eval_position_loss"] is not None \
                 else math.nan
@@ -100,24 +95,27 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                   f"{hist['eval_accuracy']:.3f}, phase change at {runs[layers, seed]['phase']} "
                   f"({hist['seconds']:.0f}s)", flush=True)
 
-    n_lo, n_hi = max(2, task.segment_len // 2), task.segment_len
+    segment, vocab, batch = base.data.induction_segment_len, base.data.vocab_size, base.data.batch_size
+    n_lo, n_hi = max(2, segment // 2), segment
+    lr = base.train.learning_rate
     report = Report(out, "Induction heads: in-context-learning score, 1 vs 2 attention-only layers")
     report.text(environment_line() + (" Quick mode (tiny sizes)." if args.quick else ""))
     report.text(
-        f"Attention-only decoders (MLP blocks zeroed and frozen; pre-LN, untied output projection, rotary "
-        f"positions), d_model {d_model}, {NUM_HEADS} heads, 1 or 2 layers. Data: `BOS` then a block of n "
+        f"Attention-only decoders (`model.attention_only`: no MLP blocks; pre-LN, untied output projection, rotary "
+        f"positions), d_model {d_model}, {num_heads} heads, 1 or 2 layers. Data: `BOS` then a block of n "
         f"distinct random tokens, n uniform in [{n_lo}, {n_hi}] per sequence, repeated until the sequence "
-        f"(length {T}, vocabulary {task.vocab_size}) is full (`data.build_synthetic`, task `induction`, "
-        f"`induction_layout=\"repeat\"`). Trained as a language model on every token: AdamW lr {LR:g}, warmup "
-        f"then cosine decay, {steps} steps of batch {task.batch_size}, seeds {', '.join(map(str, seeds))}.\n\n"
+        f"(length {T}, vocabulary {vocab}) is full (`data.build_synthetic`, task `induction`, "
+        f"`induction_layout=\"repeat\"`; config `configs/repro_induction.py`, run through `engine.run`). "
+        f"Trained as a language model on every token (`train.loss_on=\"all\"`): AdamW lr {lr:g}, warmup "
+        f"then cosine decay, {steps} steps of batch {batch}, seeds {', '.join(map(str, seeds))}.\n\n"
         f"**ICL score** (Olsson et al.: loss at a late token minus loss at an early token) = mean held-out loss "
         f"over positions {late[0]}-{late[1] - 1} minus mean over positions {early[0]}-{early[1] - 1}, on "
-        f"{eval_batches * task.batch_size} held-out sequences, every {every} steps. The early positions are "
-        f"always inside the first block (nothing to copy: loss about log({task.vocab_size - 5}) = "
-        f"{math.log(task.vocab_size - 5):.2f}); the late ones are always in a repeat, predictable by an induction "
-        f"head. A perfect induction model scores about {-math.log(task.vocab_size - 5):.2f}; a model that only "
-        f"spreads its bet over the tokens already seen scores about log(n) - log({task.vocab_size - 5}) "
-        f"(≈ {math.log((n_lo + n_hi) / 2) - math.log(task.vocab_size - 5):.2f} at the mean n). **Phase change** "
+        f"{eval_batches * batch} held-out sequences, every {every} steps. The early positions are "
+        f"always inside the first block (nothing to copy: loss about log({vocab - 5}) = "
+        f"{math.log(vocab - 5):.2f}); the late ones are always in a repeat, predictable by an induction "
+        f"head. A perfect induction model scores about {-math.log(vocab - 5):.2f}; a model that only "
+        f"spreads its bet over the tokens already seen scores about log(n) - log({vocab - 5}) "
+        f"(≈ {math.log((n_lo + n_hi) / 2) - math.log(vocab - 5):.2f} at the mean n). **Phase change** "
         "= the step where the score falls fastest between two measurements; the 10%→90% window is where the "
         "score covers 10% and 90% of its total fall. Accuracy: argmax on the targets inside the repeats."
     )

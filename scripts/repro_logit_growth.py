@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from _report import Report, environment_line, plt
-from _synthetic import mqar_task, tiny_model_config, train_decoder
+from _runs import config_path, load, points, run_point
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,31 +52,28 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parser.parse_args(argv)
     out = args.out or os.path.join(REPO, "runs/repro/logit_growth_quick" if args.quick else "docs/results/logit_growth")
 
-    lrs = (3e-2,) if args.quick else (1e-3, 1e-2, 1e-1, 3e-1)
-    steps = 5 if args.quick else 200
-    layers = 1 if args.quick else 2
-    data_cfg = mqar_task(num_pairs=2 if args.quick else 4, seq_len=16 if args.quick else 32,
-                         vocab_size=32 if args.quick else 64, batch_size=8 if args.quick else 16)
+    spec = config_path("repro_logit_growth") + f":seed={args.seed}" + (",quick" if args.quick else "")
+    base = load(spec)
+    steps, d_model, layers = base.train.num_steps, base.model.d_model, base.model.num_decoder_layers
+    pairs, seq_len, vocab, batch = (base.data.mqar_num_kv_pairs, base.data.seq_len, base.data.vocab_size,
+                                    base.data.batch_size)
     runs = []
-    for qk_ln in (False, True):
-        for lr in lrs:
-            model_cfg = tiny_model_config(vocab_size=data_cfg.vocab_size, d_model=16 if args.quick else 64,
-                                          num_heads=4, num_layers=layers, max_len=data_cfg.seq_len,
-                                          qk_layernorm=qk_ln)
-            hist = train_decoder(model_cfg, data_cfg, steps=steps, learning_rate=lr, seed=args.seed,
-                                 log_every=max(1, steps // 40), eval_batches=1 if args.quick else 8)
-            runs.append({"qk_layernorm": qk_ln, "lr": lr, "hist": hist})
-            print(f"qk_layernorm={qk_ln} lr={lr:g}: final loss {final_loss(hist):.4g}, max logit "
-                  f"{max(float(np.max(m)) for m in hist['max_logit']):.4g}, {hist['seconds']:.0f}s", flush=True)
+    for point in points(spec):
+        hist = run_point(spec, point.overrides)
+        qk_ln, lr = point.overrides["model.qk_layernorm"], point.overrides["train.learning_rate"]
+        runs.append({"qk_layernorm": qk_ln, "lr": lr, "hist": hist})
+        print(f"qk_layernorm={qk_ln} lr={lr:g}: final loss {final_loss(hist):.4g}, max logit "
+              f"{max(float(np.max(m)) for m in hist['max_logit']):.4g}, {hist['seconds']:.0f}s", flush=True)
 
-    init_loss = math.log(data_cfg.vocab_size)
+    init_loss = math.log(vocab)
     report = Report(out, "Attention logit growth and learning-rate sensitivity (Wortsman et al. 2023 proxies)")
     report.text(environment_line() + (" Quick mode (tiny sizes)." if args.quick else ""))
     m = runs[0]["hist"]
     report.text(
-        f"A {layers}-layer pre-LN decoder (d_model {model_cfg['d_model']}, 4 heads of d_k {model_cfg['d_model'] // 4}, "
-        f"{m['params']:,} parameters) on multi-query associative recall ({data_cfg.num_pairs} pairs, sequence "
-        f"{data_cfg.seq_len}, vocabulary {data_cfg.vocab_size}, batch {data_cfg.batch_size}), AdamW (0.9, 0.95) "
+        f"A {layers}-layer pre-LN decoder (d_model {d_model}, 4 heads of d_k {d_model // 4}, "
+        f"{m['params']:,} parameters) on multi-query associative recall ({pairs} pairs, sequence "
+        f"{seq_len}, vocabulary {vocab}, batch {batch}; config `configs/repro_logit_growth.py`, each run "
+        f"through `engine.run`), AdamW (0.9, 0.95) "
         f"with 10% linear warmup and cosine decay, {steps} steps, no weight decay, no gradient clipping, seed "
         f"{args.seed}. Only the peak learning rate and ``model.qk_layernorm`` change. 'Final loss': mean training "
         "loss over the last quarter of training (inf: the loss became NaN/Inf and the run stopped)."
@@ -116,7 +113,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
         sub = [r for r in runs if r["qk_layernorm"] == qk_ln]
         for i, r in enumerate(sub):
             h = r["hist"]
-            ax.plot(h["step"], [float(np.max(x)) for x in h["max_logit"]], color=cmap(i / max(1, len(sub) - 1)),
+            ax.plot(h["stats_step"], [float(np.max(x)) for x in h["max_logit"]], color=cmap(i / max(1, len(sub) - 1)),
                     label=f"lr {r['lr']:g}")
         ax.set_yscale("symlog")
         ax.set_xlabel("step")

@@ -9,6 +9,8 @@ d_model / num_heads so the attention output width stays d_model, for the same fi
 accuracy is measured on the answer positions of held-out sequences, and the training loss over time shows
 how fast each cell learns the task.
 
+The experiment (sizes, ``:quick``, the grid) is ``configs/mqar_grid.py``; every cell runs through ``engine.run``.
+
     python scripts/repro_mqar.py          # full: about 10 minutes on one CPU core -> docs/results/mqar/
     python scripts/repro_mqar.py --quick  # seconds; for tests
 """
@@ -22,7 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from _report import Report, environment_line, plt
-from _synthetic import mqar_task, tiny_model_config, train_decoder
+from _runs import config_path, load, points, run_point
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOLVED_LOSS = 0.5  # "learned the task" threshold on the training loss (nats; chance is about log(29) = 3.4)
@@ -44,15 +46,16 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parser.parse_args(argv)
     out = args.out or os.path.join(REPO, "runs/repro/mqar_quick" if args.quick else "docs/results/mqar")
 
-    heads = (1, 2) if args.quick else (1, 2, 4)
-    qk_dims = (8,) if args.quick else (2, 8, 32)
-    d_model = 16 if args.quick else 64
-    layers = 1 if args.quick else 2
-    steps = args.steps or (5 if args.quick else 800)
-    eval_batches = 1 if args.quick else 8
-    lr = 3e-3
-    task = mqar_task(num_pairs=2 if args.quick else 4, seq_len=16 if args.quick else 32,
-                     vocab_size=32 if args.quick else 64, batch_size=8 if args.quick else 32)
+    spec_arg = ",".join(x for x in ("quick" if args.quick else "", f"steps={args.steps}" if args.steps else "") if x)
+    spec = config_path("mqar_grid") + (f":{spec_arg}" if spec_arg else "")
+    base = load(spec)
+    grid = points(spec)
+    heads = sorted({p.overrides["model.num_heads"] for p in grid})
+    qk_dims = sorted({p.overrides["model.qk_dim"] for p in grid})
+    d_model, layers, steps = base.model.d_model, base.model.num_decoder_layers, base.train.num_steps
+    eval_batches, lr = base.data.num_eval_batches, base.train.learning_rate
+    pairs, seq_len, vocab, batch = (base.data.mqar_num_kv_pairs, base.data.seq_len, base.data.vocab_size,
+                                    base.data.batch_size)
     seeds = [int(x) for x in (args.seeds or ("0" if args.quick else "0,1")).split(",")]
     # accuracy and steps to learn (NaN: not within the budget) per [head, qk_dim, seed]
     acc = np.full((len(heads), len(qk_dims), len(seeds)), np.nan)
@@ -62,11 +65,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     for i, h in enumerate(heads):
         for j, dk in enumerate(qk_dims):
             for k, seed in enumerate(seeds):
-                model_cfg = tiny_model_config(vocab_size=task.vocab_size, d_model=d_model, num_heads=h,
-                                              qk_dim=dk, v_dim=d_model // h, num_layers=layers,
-                                              max_len=task.seq_len)
-                hist = train_decoder(model_cfg, task, steps=steps, learning_rate=lr, seed=seed,
-                                     log_every=max(1, steps // 40), eval_batches=eval_batches)
+                hist = run_point(spec, {"model.num_heads": h, "model.qk_dim": dk, "model.v_dim": d_model // h,
+                                        "seed": seed})
                 acc[i, j, k] = hist["eval_accuracy"]
                 curves[h, dk, seed] = (hist["step"], hist["loss"])
                 solved = solve_step(hist["step"], hist["loss"])
@@ -80,12 +80,13 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     report.text(environment_line() + (" Quick mode (tiny sizes)." if args.quick else ""))
     report.text(
         f"{layers}-layer pre-LN decoder, d_model {d_model}, v_dim = d_model / num_heads, learned positions; MQAR with "
-        f"{task.num_pairs} key-value pairs, sequence {task.seq_len}, vocabulary {task.vocab_size}; AdamW lr "
-        f"{lr:g} with warmup and cosine decay, {steps} steps of batch {task.batch_size}, "
+        f"{pairs} key-value pairs, sequence {seq_len}, vocabulary {vocab}; AdamW lr "
+        f"{lr:g} with warmup and cosine decay, {steps} steps of batch {batch} (config `configs/mqar_grid.py`, "
+        f"each cell through `engine.run`), "
         f"seeds {', '.join(map(str, seeds))}. "
         f"Accuracy: exact-match of the value token at the answer positions of "
-        f"{eval_batches * task.batch_size} held-out "
-        f"sequences (chance is about 1/{(task.vocab_size - 5) // 2}: values come from half the task tokens)."
+        f"{eval_batches * batch} held-out "
+        f"sequences (chance is about 1/{(vocab - 5) // 2}: values come from half the task tokens)."
     )
     report.text(f"Steps to learn: the first logged step (every {max(1, steps // 40)}) whose mean training "
                 f"loss since the previous log is below {SOLVED_LOSS} nats (— = not within {steps} steps).")

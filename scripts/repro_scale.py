@@ -155,31 +155,26 @@ def verdict_init(rows: list[dict], num_keys: int) -> str:
 
 
 def run_training(report: Report, quick: bool, seed: int) -> Optional[list[dict]]:
-    """Short training comparison of the three scales on MQAR; see ``_synthetic.train_decoder``."""
-    from _synthetic import mqar_task, tiny_model_config, train_decoder
+    """Short training comparison of the three scales on MQAR (``configs/repro_scale.py``, ``engine.run``)."""
+    from _runs import config_path, load, run_point
 
-    d_k = 16 if quick else 64
-    steps = 5 if quick else 300
-    num_pairs = 2 if quick else 4
-    data_cfg = mqar_task(num_pairs=num_pairs, seq_len=16 if quick else 32, vocab_size=32 if quick else 64,
-                         batch_size=8 if quick else 16)
+    spec = config_path("repro_scale") + f":seed={seed}" + (",quick" if quick else "")
+    base = load(spec)
+    d_k, steps, d_model, v_dim = base.model.qk_dim, base.train.num_steps, base.model.d_model, base.model.v_dim
+    layers, num_pairs = base.model.num_decoder_layers, base.data.mqar_num_kv_pairs
+    seq_len, vocab, batch = base.data.seq_len, base.data.vocab_size, base.data.batch_size
     results = []
     for name in SCALES:
-        model_cfg = tiny_model_config(
-            vocab_size=data_cfg.vocab_size, d_model=16 if quick else 64, num_heads=2, qk_dim=d_k,
-            v_dim=8 if quick else d_k, num_layers=1 if quick else 2, attention_scale=scale_value(name, d_k),
-            max_len=data_cfg.seq_len,
-        )
-        hist = train_decoder(model_cfg, data_cfg, steps=steps, learning_rate=1e-3, seed=seed,
-                             log_every=max(1, steps // 20), eval_batches=1 if quick else 8)
+        hist = run_point(spec, {"model.attention_scale": scale_value(name, d_k)})
         results.append({"scale": name, "history": hist})
     report.section("Short training comparison")
     report.text(
-        f"A {model_cfg['num_decoder_layers']}-layer pre-LN decoder (d_model {model_cfg['d_model']}, 2 heads, "
-        f"d_k = {d_k}, d_v = {model_cfg['v_dim']}) on multi-query "
-        f"associative recall ({num_pairs} key-value pairs, sequence {data_cfg.seq_len}, vocabulary "
-        f"{data_cfg.vocab_size}), AdamW lr 1e-3 with warmup and cosine decay, {steps} steps, batch "
-        f"{data_cfg.batch_size}, seed {seed}; only ``model.attention_scale`` changes. Accuracy is on the "
+        f"A {layers}-layer pre-LN decoder (d_model {d_model}, 2 heads, "
+        f"d_k = {d_k}, d_v = {v_dim}) on multi-query "
+        f"associative recall ({num_pairs} key-value pairs, sequence {seq_len}, vocabulary "
+        f"{vocab}), AdamW lr 1e-3 with warmup and cosine decay, {steps} steps, batch "
+        f"{batch}, seed {seed} (config `configs/repro_scale.py`, each run through `engine.run`); only "
+        "``model.attention_scale`` changes. Accuracy is on the "
         "answer positions of held-out batches."
     )
     report.table(
@@ -193,7 +188,7 @@ def run_training(report: Report, quick: bool, seed: int) -> Optional[list[dict]]
     for r in results:
         h = r["history"]
         axes[0].plot(h["step"], h["loss"], label=f"scale {r['scale']}")
-        axes[1].plot(h["step"], [float(np.mean(e)) for e in h["entropy"]], label=f"scale {r['scale']}")
+        axes[1].plot(h["stats_step"], [float(np.mean(e)) for e in h["entropy"]], label=f"scale {r['scale']}")
     axes[0].set_title("train loss", fontsize=9)
     axes[1].set_title("mean attention entropy (nats)", fontsize=9)
     for ax in axes:

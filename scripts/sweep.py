@@ -37,6 +37,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import Report, heatmap_grid, plt  # noqa: E402
+from engine import metrics as metrics_lib  # noqa: E402
+from engine.config import config_name  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER = "sweep_point.json"
@@ -150,9 +152,8 @@ def same_file_spec(config_spec: str) -> str:
 
 def sweep_name(config_spec: str) -> str:
     """``configs/table3_heads.py:wmt14`` -> ``table3_heads-wmt14`` (the W&B group and default workdir)."""
-    path, arg = split_config_spec(config_spec)
-    name = os.path.splitext(os.path.basename(path))[0]
-    return name + ("-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", arg) if arg else "")
+    split_config_spec(config_spec)
+    return config_name(config_spec)
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, str]:
@@ -300,7 +301,7 @@ def last_values(records: Iterable[dict]) -> dict[str, Any]:
     return out
 
 
-# Where each table column is read from (keys of engine/trainer.py's metrics.jsonl; the first present wins).
+# Where each table column is read from (keys of engine.run's metrics.jsonl; the first present wins).
 COLUMNS = {
     "test BLEU": ("test/bleu",),
     "test chrF": ("test/chrf",),
@@ -310,7 +311,6 @@ COLUMNS = {
     "parameters": ("params",),
     "tokens/s": ("perf/tokens_per_sec",),
 }
-ENTROPY_RE = re.compile(r"^attn/(?P<group>[a-z_]+)/entropy/L(?P<layer>\d+)H(?P<head>\d+)$")
 
 
 def pick(values: Mapping[str, Any], keys: Sequence[str]) -> Optional[float]:
@@ -324,20 +324,7 @@ def pick(values: Mapping[str, Any], keys: Sequence[str]) -> Optional[float]:
 
 def entropy_arrays(values: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """group -> [layers, heads] entropy from ``attn/<group>/entropy/L<l>H<h>`` keys."""
-    cells: dict[str, dict[tuple[int, int], float]] = {}
-    for k, v in values.items():
-        m = ENTROPY_RE.match(k)
-        if m and _num(v) is not None:
-            cells.setdefault(m["group"], {})[(int(m["layer"]), int(m["head"]))] = float(v)
-    out = {}
-    for group, c in cells.items():
-        L = 1 + max(l for l, _ in c)
-        H = 1 + max(h for _, h in c)
-        arr = np.full((L, H), np.nan)
-        for (l, h), v in c.items():
-            arr[l, h] = v
-        out[group] = arr
-    return out
+    return metrics_lib.head_arrays({k: _num(v) for k, v in values.items()}, "entropy")
 
 
 def point_summary(point_dir: str) -> dict[str, Any]:

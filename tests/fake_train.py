@@ -1,4 +1,4 @@
-"""Stand-in for train.py in the sweep tests: writes the metrics.jsonl records engine/trainer.py writes.
+"""Stand-in for train.py in the sweep tests: writes the metrics.jsonl records engine/loop.py writes.
 
 Records: a start event with params, train loss and tokens/s, per-head attention entropy for two layers,
 final validation perplexity and test BLEU, and a train_end event. Values depend on num_heads / qk_dim /

@@ -17,7 +17,7 @@ import attention
 from engine import checkpoint as ckpt_lib
 from engine import config as config_lib
 from engine import health as health_lib
-from engine import logging as logging_lib
+from engine import writer as logging_lib
 from engine import metrics as metrics_lib
 from engine import optim
 from engine import sharding as sharding_lib
@@ -55,8 +55,11 @@ def test_config_name_and_default_workdir():
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda c: c.model.update(d_model=30, num_heads=4), r"d_model=30 is not divisible by config.model.num_heads=4"),
-    (lambda c: c.model.update(num_heads=4, num_kv_heads=3), r"num_heads=4 is not divisible by config.model.num_kv_heads=3"),
+    (lambda c: c.model.update(d_model=30, num_heads=4), r"config.model: .*d_model=30 is not divisible by num_heads=4"),
+    (lambda c: c.model.update(num_heads=4, num_kv_heads=3), r"config.model: .*num_heads=4 must be a multiple of num_kv_heads=3"),
+    (lambda c: c.model.update(attention_kind="sparse"), r"config.model: .*attention_kind must be one of"),
+    (lambda c: c.train.update(loss_on="everything"), r"config.train.loss_on='everything'"),
+    (lambda c: c.train.update(freeze="(unclosed"), r"config.train.freeze='\(unclosed' is not a valid regular"),
     (lambda c: c.model.update(attention_impl="nope"), r"attention_impl='nope' is not a registered attention backend"),
     (lambda c: c.update(task="vision"), r"config.task='vision'; expected one of"),
     (lambda c: c.data.update(batch_size=12), r"batch_size=12 is not divisible by the 8 data-parallel devices"),
@@ -86,11 +89,11 @@ def test_config_files_load_and_validate():
         spec = importlib.util.spec_from_file_location("cfg_" + os.path.basename(path)[:-3], path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        for arg in (None, "runlocal"):
+        for arg in (None, "runlocal", "quick"):
             try:
                 c = module.get_config(arg)
             except ValueError as e:  # a config without a runlocal argument
-                assert "unknown config arg" in str(e) and arg == "runlocal"
+                assert "unknown config arg" in str(e) and arg in ("runlocal", "quick")
                 continue
             config_lib.validate(c, 1, attention.available_backends())
 
@@ -168,7 +171,9 @@ def test_attention_summary_uniform_attention_has_normalized_entropy_one():
         _, stats = attention.attention(q, k, k, mask, implementation="reference", return_stats=True)
         batch = {"inputs_segmentation": seg, "targets_segmentation": seg,
                  "targets_position": jnp.broadcast_to(jnp.arange(T), (B, T))}
-        vis = metrics_lib.visible_keys(batch, "translation")
+        from engine.tasks import TranslationTask
+
+        vis = TranslationTask(tiny_config()).visible_keys(batch)
         return metrics_lib.attention_summary({"encoder_self": [stats, stats]}, vis)["encoder_self"]
 
     s = summary(jax.random.normal(jax.random.key(0), (B, T, H, D)), seg)
@@ -241,7 +246,7 @@ def wandb_offline_has(workdir: str, key: bytes, timeout: float = 30.0) -> bool:
 def test_model_axis_shards_heads_and_mlp():
     mesh = sharding_lib.make_mesh(ml_collections.ConfigDict(dict(data=-1, model=2)))
     assert dict(mesh.shape) == {"data": 4, "model": 2}
-    from engine.trainer import DEFAULT_RULES
+    from engine.state import DEFAULT_RULES
 
     tree = {"encoder": {"layers": {"0": {
         "self_attention": {"query": {"kernel": jnp.zeros((8, 4, 2))}, "out": {"kernel": jnp.zeros((4, 2, 8))}},

@@ -1,7 +1,7 @@
 """scripts/sweep.py: points from a config's sweep(), sequential resumable runs, aggregation, W&B sweep files.
 
 The runner is exercised end to end with a stand-in training script that writes metrics.jsonl records in
-engine/trainer.py's format (so these tests take seconds); the table3 sweep configs are checked for their
+engine/loop.py's format (so these tests take seconds); the table3 sweep configs are checked for their
 points against the real configs.
 """
 import json

@@ -1,4 +1,5 @@
-"""Metric logging: a local JSONL file always, plus Weights & Biases.
+"""The metrics writer: every record kept in memory (``history``), a local JSONL file when the run has a
+workdir, and Weights & Biases.
 
 W&B mode (``config.wandb.mode``):
 - ``"auto"`` (default): ``$WANDB_MODE`` when set; else ``online`` when an API key is configured
@@ -70,14 +71,16 @@ def _to_json(value: Any) -> Any:
 
 
 class MetricLogger:
-    """Writes scalars to ``<workdir>/metrics.jsonl`` (one JSON object per call, with ``step``) and to W&B.
+    """Keeps every record in ``history`` (a list of dicts with ``step``; events also have ``event``), and
+    with a ``workdir`` writes them to ``<workdir>/metrics.jsonl`` and to W&B.
 
-    Only the lead process (``process_index == 0``) writes anything.
+    ``workdir=None``: in memory only (in-process runs, tests, notebooks); W&B stays off. Only the lead process
+    (``process_index == 0``) writes files or W&B.
     """
 
     def __init__(
         self,
-        workdir: str,
+        workdir: Optional[str],
         config: ml_collections.ConfigDict,
         *,
         process_index: int = 0,
@@ -86,9 +89,11 @@ class MetricLogger:
         job_type: Optional[str] = None,
     ):
         self.workdir = workdir
-        self.active = process_index == 0
+        self.active = process_index == 0 and workdir is not None
+        self.history: list[dict[str, Any]] = []
         self.wandb_run = None
         self.mode = "disabled"
+        self._jsonl = None
         if not self.active:
             return
         os.makedirs(workdir, exist_ok=True)
@@ -129,21 +134,32 @@ class MetricLogger:
                 self.mode = "disabled"
                 return None
 
+    def _write(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps(record) + "\n")
+            self._jsonl.flush()
+
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Log scalars (numbers, numpy scalars, short strings) at ``step``."""
-        if not self.active:
-            return
+        """Log scalars (numbers, numpy scalars, short strings) and small arrays (JSONL only) at ``step``."""
         record = {"step": int(step), "time": time.time()}
         record.update({k: _to_json(v) for k, v in metrics.items()})
-        self._jsonl.write(json.dumps(record) + "\n")
-        self._jsonl.flush()
+        self._write(record)
         if self.wandb_run is not None:
-            self.wandb_run.log({k: v for k, v in metrics.items() if not isinstance(v, str)}, step=int(step))
+            scalars = {k: v for k, v in metrics.items() if not isinstance(v, (str, list, tuple, np.ndarray))}
+            self.wandb_run.log(scalars, step=int(step))
+
+    def log_html(self, step: int, pages: Mapping[str, str]) -> None:
+        """Log self-contained HTML files (``key -> path``) as ``wandb.Html``; the JSONL gets the paths."""
+        self.log_event(step, "html", paths=dict(pages))
+        if self.wandb_run is not None:
+            import wandb
+
+            self.wandb_run.log({k: wandb.Html(open(p, encoding="utf-8").read()) for k, p in pages.items()},
+                               step=int(step))
 
     def log_images(self, step: int, images: Mapping[str, str]) -> None:
         """Log PNG files (``key -> path``) as W&B images; the JSONL gets the paths."""
-        if not self.active:
-            return
         self.log_event(step, "images", paths=dict(images))
         if self.wandb_run is not None:
             import wandb
@@ -152,8 +168,6 @@ class MetricLogger:
 
     def log_table(self, step: int, key: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> None:
         """Log a small table (e.g. sample translations): a W&B Table and a JSONL event."""
-        if not self.active:
-            return
         rows = [list(r) for r in rows]
         self.log_event(step, key, columns=columns, rows=rows)
         if self.wandb_run is not None:
@@ -162,13 +176,14 @@ class MetricLogger:
             self.wandb_run.log({key: wandb.Table(columns=columns, data=rows)}, step=int(step))
 
     def log_event(self, step: int, event: str, **fields: Any) -> None:
-        """A non-metric record in the JSONL file (health warnings, eval signatures, samples)."""
-        if not self.active:
-            return
+        """A non-metric record (health warnings, eval signatures, samples)."""
         record = {k: _to_json(v) for k, v in fields.items()}
         record.update({"step": int(step), "time": time.time(), "event": event})
-        self._jsonl.write(json.dumps(record) + "\n")
-        self._jsonl.flush()
+        self._write(record)
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        """The recorded events named ``event``, in order."""
+        return [r for r in self.history if r.get("event") == event]
 
     def summary(self, values: Mapping[str, Any]) -> None:
         """Set W&B run summary values (final BLEU etc.)."""
@@ -177,9 +192,9 @@ class MetricLogger:
                 self.wandb_run.summary[k] = v
 
     def close(self) -> None:
-        if not self.active:
-            return
-        self._jsonl.close()
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
         if self.wandb_run is not None:
             self.wandb_run.finish()
             self.wandb_run = None

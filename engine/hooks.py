@@ -1,0 +1,216 @@
+"""What a run does around the train step: hooks (periodic actions, as in Flax's wmt/lm1b examples).
+
+The loop (``engine.loop.run``) calls, on every hook in order:
+- ``start(run)`` once, before the first step (a hook may set ``run.state``: ``Checkpointing`` restores);
+- ``before_step(run, batch)`` with the device batch of the step about to run (``run.step`` is its index);
+- ``after_step(run)`` after it (``run.step`` is the number of steps done);
+- ``on_flush(run)`` whenever metrics are pulled to the host (every ``train.log_every`` steps and before
+  checkpoints and evaluations);
+- ``end(run)`` once training stopped (not after an error), and ``close(run)`` always.
+A new measurement is a new hook: subclass ``Hook``, override what you need, pass it to ``engine.run(...,
+hooks=[MyHook()])``. ``run.log(metrics)`` / ``run.event(name, **fields)`` write through the run's writer
+(kept in ``run.logger.history``; JSONL and W&B with a workdir); ``run.request_stop(reason)`` ends training
+after the current step.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+import jax
+import numpy as np
+
+from engine import checkpoint as ckpt_lib
+from engine import health as health_lib
+from engine import metrics as metrics_lib
+from engine.state import abstract_state
+from engine.steps import make_stats_step
+
+if TYPE_CHECKING:
+    from engine.loop import Run
+
+log = logging.getLogger("attnlab")
+
+
+class Hook:
+    """Base class: every callback does nothing."""
+
+    def start(self, run: "Run") -> None:
+        pass
+
+    def before_step(self, run: "Run", batch: dict) -> None:
+        pass
+
+    def after_step(self, run: "Run") -> None:
+        pass
+
+    def on_flush(self, run: "Run") -> None:
+        pass
+
+    def end(self, run: "Run") -> None:
+        pass
+
+    def close(self, run: "Run") -> None:
+        pass
+
+
+def _every(step: int, every: int) -> bool:
+    return every > 0 and step % every == 0
+
+
+class Checkpointing(Hook):
+    """Restores the latest checkpoint of ``<workdir>/checkpoints`` at start (train state and data iterator),
+    saves every ``every`` steps and when training ends (unless it ended on a non-finite loss: the last good
+    checkpoint stays the latest)."""
+
+    def __init__(self, directory: str, every: int, *, keep: int = 3, async_save: bool = True):
+        self.every = int(every)
+        self.ckpt = ckpt_lib.Checkpointer(directory, max_to_keep=int(keep), async_save=bool(async_save))
+
+    def start(self, run):
+        if self.ckpt.latest_step() is None:
+            return
+        state, data_state, step = self.ckpt.restore(abstract_state(run.setup, run.init))
+        run.state, run.step = state, step
+        run.train_iter.set_state(data_state)
+        log.info("resumed from %s at step %d", self.ckpt.directory, step)
+
+    def save(self, run) -> None:
+        run.flush()
+        self.ckpt.save(run.step, run.state, run.train_iter.get_state())
+
+    def after_step(self, run):
+        if _every(run.step, self.every):
+            self.save(run)
+
+    def end(self, run):
+        if run.stop_reason != "non_finite":
+            self.save(run)
+        self.ckpt.wait()
+
+    def close(self, run):
+        self.ckpt.close()
+
+
+class AttentionStatistics(Hook):
+    """Every ``every`` steps (and at the last step): the per-layer, per-head attention summary of the step's
+    training forward pass (entropy, normalized entropy, max logit, sink; see ``engine.metrics``), logged as
+    ``attn/<group>/<field>/L<l>H<h>`` with ``attn/step``, and checked by the health monitor (warnings logged
+    as ``health_warning`` events and kept in ``warnings``). ``records`` keeps (step, summary) pairs."""
+
+    def __init__(self, every: int, health: Any):
+        self.every = int(every)
+        self.monitor = health_lib.HealthMonitor(health)
+        self.pending: list[tuple[int, Any]] = []
+        self.records: list[tuple[int, dict]] = []
+        self.warnings: list[health_lib.HealthWarning] = []
+
+    def start(self, run):
+        self.stats_step = make_stats_step(run.setup, deterministic=False)
+
+    def before_step(self, run, batch):
+        if _every(run.step, self.every) or run.step + 1 == run.num_steps:
+            self.pending.append((run.step, self.stats_step(run.state, batch)))
+
+    def on_flush(self, run):
+        for s_step, summary in self.pending:
+            # Logged at the current step (W&B steps only go forward); attn/step is the step they describe.
+            host = jax.tree.map(np.asarray, jax.device_get(summary))
+            self.records.append((s_step, host))
+            flat = metrics_lib.flatten_summary(host)
+            warnings = self.monitor.update(s_step, host)
+            for w in warnings:
+                log.warning("health: %s", w.message())
+                run.event("health_warning", kind=w.kind, group=w.group, layer=w.layer, head=w.head, value=w.value,
+                          threshold=w.threshold, message=w.message(), at_step=s_step)
+            self.warnings.extend(warnings)
+            flat.update({f"health/{k}": v for k, v in self.monitor.active_counts().items()})
+            flat["health/new_warnings"] = len(warnings)
+            flat["attn/step"] = s_step
+            run.log(flat)
+        self.pending = []
+
+
+class Evaluation(Hook):
+    """The task's evaluators every ``every`` steps (0 = never during training) and, when ``at_end``, once
+    training ended by its step or time budget or an early stop (final=True)."""
+
+    def __init__(self, every: int, *, at_end: bool = True):
+        self.every = int(every)
+        self.at_end = bool(at_end)
+        self.last: dict[str, Any] = {}
+
+    def after_step(self, run):
+        if _every(run.step, self.every) and run.step < run.num_steps:
+            run.flush()
+            self.last = run.evaluator.evaluate(run.state["params"], run.step, final=False)
+            run.final.update(self.last)
+            run.reset_clock()
+
+    def end(self, run):
+        if self.at_end and run.stop_reason in ("num_steps", "max_minutes", "early_stop"):
+            self.last = run.evaluator.evaluate(run.state["params"], run.step, final=True)
+            run.final.update(self.last)
+
+
+class EarlyStopping(Hook):
+    """Stops training once ``metric`` (a key of the evaluations, e.g. ``validation/accuracy``) reaches
+    ``value`` (``mode="max"``: >=, ``"min"``: <=). Needs an ``Evaluation`` hook placed before it."""
+
+    def __init__(self, metric: str, value: float, mode: str = "max"):
+        if mode not in ("max", "min"):
+            raise ValueError(f"EarlyStopping mode={mode!r}; expected 'max' or 'min'")
+        self.metric, self.value, self.mode = metric, float(value), mode
+
+    def after_step(self, run):
+        v = run.final.get(self.metric)
+        if isinstance(v, float) and (v >= self.value if self.mode == "max" else v <= self.value):
+            run.request_stop("early_stop")
+
+
+class ProgressBar(Hook):
+    """A tqdm bar on the lead process: loss, tokens/s and (with a time budget) the time left."""
+
+    def start(self, run):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=run.num_steps, initial=run.step, disable=not run.lead, dynamic_ncols=True, desc="train")
+
+    def after_step(self, run):
+        self.bar.update(1)
+
+    def on_flush(self, run):
+        out = run.last_train_metrics
+        if not out:
+            return
+        postfix = dict(loss=f"{out['train/loss']:.3f}", tok_s=f"{out.get('perf/tokens_per_sec', 0.0):.0f}")
+        if run.deadline is not None:
+            left = max(run.deadline - time.time(), 0.0)
+            postfix["left"] = time.strftime("%M:%S", time.gmtime(left))
+            if "perf/steps_per_sec" in out:  # the bar's total: the step the time budget will end at
+                self.bar.total = min(run.num_steps, run.step + int(left * out["perf/steps_per_sec"]))
+        self.bar.set_postfix(postfix, refresh=False)
+
+    def close(self, run):
+        if hasattr(self, "bar"):
+            self.bar.close()
+
+
+def default_hooks(config, workdir: Optional[str]) -> list[Hook]:
+    """The hooks ``config`` asks for: progress bar and checkpoints (only with a workdir), attention
+    statistics and health (``train.stats_every``), evaluation (``train.eval_every``, ``eval.at_end``) and
+    early stopping (``train.early_stop_metric``)."""
+    t = config.train
+    hooks: list[Hook] = []
+    if workdir is not None:
+        hooks.append(ProgressBar())
+        hooks.append(Checkpointing(os.path.join(workdir, "checkpoints"), t.checkpoint_every,
+                                   keep=t.keep_checkpoints, async_save=t.async_checkpoint))
+    if t.stats_every > 0:
+        hooks.append(AttentionStatistics(t.stats_every, config.health))
+    hooks.append(Evaluation(t.eval_every, at_end=config.eval.at_end))
+    if t.early_stop_metric:
+        hooks.append(EarlyStopping(t.early_stop_metric, t.early_stop_value, t.early_stop_mode))
+    return hooks

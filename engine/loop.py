@@ -1,0 +1,243 @@
+"""The one training loop: ``run(config, workdir=None, hooks=())`` trains any task and returns its metrics.
+
+Every experiment runs through it: ``train.py`` calls it with a workdir (checkpoints, resume, JSONL, W&B,
+progress bar); reproductions, sweeps, tests and notebooks call it in-process, with or without a workdir
+(without one nothing is written to disk). Around the jit-compiled train step everything is a hook
+(``engine.hooks``); the metrics of the train step stay on the device and are pulled every
+``train.log_every`` steps, the only host sync.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+
+from engine import checkpoint as ckpt_lib
+from engine import config as config_lib
+from engine import evaluation
+from engine import metrics as metrics_lib
+from engine import sharding as sharding_lib
+from engine import writer as writer_lib
+from engine.hooks import AttentionStatistics, Checkpointing, Hook, default_hooks
+from engine.state import Setup, build
+from engine.steps import NonFiniteError, make_train_step, non_finite_message, to_device
+from engine.tasks import Task, get_task
+
+log = logging.getLogger("attnlab")
+
+_SUMMED = ("loss_sum", "nll_sum", "weight_sum", "tokens", "correct")
+
+
+@dataclasses.dataclass
+class Run:
+    """The state of a run that hooks see and may change (``state``, ``step`` when restoring; ``final``)."""
+
+    config: ml_collections.ConfigDict
+    workdir: Optional[str]
+    task: Task
+    data: Any
+    setup: Setup
+    init: Callable[[], dict]
+    logger: writer_lib.MetricLogger
+    evaluator: evaluation.Evaluator
+    train_iter: Any
+    hooks: Sequence[Hook]
+    num_steps: int
+    deadline: Optional[float]
+    peak_flops: float
+    lead: bool
+    state: Optional[dict] = None
+    step: int = 0
+    stop_reason: Optional[str] = None
+    final: dict = dataclasses.field(default_factory=dict)
+    last_train_metrics: dict = dataclasses.field(default_factory=dict)
+    _pending: list = dataclasses.field(default_factory=list)
+    _clock: dict = dataclasses.field(default_factory=lambda: {"t0": None, "flops": 0.0, "steps": 0})
+    _flops_cache: dict = dataclasses.field(default_factory=dict)
+
+    def log(self, metrics: Mapping[str, Any]) -> None:
+        """Log metrics at the current step."""
+        self.logger.log(self.step, metrics)
+
+    def event(self, name: str, **fields: Any) -> None:
+        """Record a non-metric event at the current step."""
+        self.logger.log_event(self.step, name, **fields)
+
+    def request_stop(self, reason: str) -> None:
+        """End training after the current step, with ``reason`` as the stop reason."""
+        self.stop_reason = self.stop_reason or reason
+
+    def reset_clock(self) -> None:
+        """Restart the throughput clock (after work that is not training, e.g. an evaluation)."""
+        self._clock.update(t0=time.time(), flops=0.0, steps=0)
+
+    def step_flops(self, batch: Mapping[str, jax.Array]) -> float:
+        """Model FLOPs of one train step on ``batch``'s shapes (3x the forward pass as XLA counts it)."""
+        key = tuple((k, v.shape) for k, v in sorted(batch.items()))
+        if key not in self._flops_cache:
+            params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self.state["params"])
+            abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
+            fwd = lambda p, b: self.task.forward(self.setup.model(p), b, deterministic=True)  # noqa: E731
+            self._flops_cache[key] = 3.0 * metrics_lib.forward_flops(fwd, params, abstract)
+        return self._flops_cache[key]
+
+    def flush(self) -> None:
+        """Pull pending train metrics to the host, check the NaN guard, log, then the hooks' ``on_flush``."""
+        guard = jax.device_get({k: self.state[k] for k in ("bad_step", "bad_code", "bad_leaves")})
+        if int(guard["bad_step"]) >= 0:
+            ckpt = next((h.ckpt for h in self.hooks if isinstance(h, Checkpointing)), None)
+            message = non_finite_message(guard, self.setup.leaf_paths, ckpt and ckpt.latest_step(),
+                                         ckpt and ckpt.directory)
+            if self.config.train.on_non_finite == "raise":
+                raise NonFiniteError(message)
+            if self.stop_reason != "non_finite":
+                log.warning("%s", message)
+                self.final["diverged_step"] = int(guard["bad_step"])
+                self.event("non_finite", message=message, at_step=int(guard["bad_step"]))
+            self.stop_reason = "non_finite"
+        if self._pending:
+            ms = jax.device_get(self._pending)
+            now = time.time()
+            agg = {k: float(sum(float(m[k]) for m in ms)) for k in _SUMMED}
+            w = max(agg["weight_sum"], 1.0)
+            out = {
+                "train/loss": agg["loss_sum"] / w,
+                "train/nll": agg["nll_sum"] / w,
+                "train/perplexity": math.exp(min(agg["nll_sum"] / w, 50.0)),
+                "train/accuracy": agg["correct"] / w,
+                "train/grad_norm": float(np.mean([float(m["grad_norm"]) for m in ms])),
+                "train/learning_rate": float(ms[-1]["lr"]),
+            }
+            clock = self._clock
+            if clock["t0"] is not None and clock["steps"]:
+                dt = now - clock["t0"]
+                out["perf/tokens_per_sec"] = agg["tokens"] / dt
+                out["perf/steps_per_sec"] = clock["steps"] / dt
+                out["perf/mfu"] = clock["flops"] / dt / self.peak_flops
+            self.log(out)
+            self.final.update(out)
+            self.last_train_metrics = out
+            self._pending = []
+            clock.update(t0=now, flops=0.0, steps=0)
+        for h in self.hooks:
+            h.on_flush(self)
+
+    def _train_one(self, train_step: Callable) -> None:
+        batch = to_device(next(self.train_iter), self.setup.mesh)
+        for h in self.hooks:
+            h.before_step(self, batch)
+        self.state, metrics = train_step(self.state, batch)
+        if self._clock["t0"] is not None:
+            self._clock["flops"] += self.step_flops(batch)
+            self._clock["steps"] += 1
+        self._pending.append(metrics)
+        self.step += 1
+        if self._clock["t0"] is None:  # after the first (compiling) step: start the throughput clock.
+            jax.block_until_ready(metrics)
+            self.reset_clock()
+        if self.step % self.config.train.log_every == 0 or self.step == self.num_steps:
+            self.flush()
+        for h in self.hooks:
+            h.after_step(self)
+
+
+def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks: Sequence[Hook] = (), *,
+        use_default_hooks: bool = True) -> dict[str, Any]:
+    """Train ``config``'s task (resuming from ``workdir`` when it holds checkpoints), evaluate, and return
+    the final metrics.
+
+    workdir: None = in-process only (nothing written: no checkpoints, JSONL, W&B or progress bar).
+    hooks: extra hooks, run after the defaults of ``engine.hooks.default_hooks`` (unless
+    ``use_default_hooks=False``).
+    Returns the final scalars (train metrics of the last interval, evaluation results, ``step``,
+    ``stop_reason``, ``wall_minutes``, ``params``, ``peak_flops``, ``diverged_step`` when a non-finite loss
+    stopped a ``train.on_non_finite="stop"`` run) plus ``history`` (every logged record), ``attention``
+    ((step, {group: {field: [L, H]}}) pairs) and ``health_warnings``.
+    """
+    from attention import available_backends
+
+    t_start = time.time()
+    task = get_task(config)
+    config_lib.validate(config, jax.device_count(), available_backends(), task)
+    mesh = sharding_lib.make_mesh(config.mesh)
+    if workdir is not None:
+        os.makedirs(workdir, exist_ok=True)
+        _save_config(config, workdir)
+    data = task.build_data(workdir, jax.process_index(), jax.process_count())
+    if hasattr(data, "describe"):
+        log.info("%s", data.describe())
+    setup, init = build(config, task, mesh, data.vocab_size)
+    t = config.train
+    all_hooks = (default_hooks(config, workdir) if use_default_hooks else []) + list(hooks)
+    logger = writer_lib.MetricLogger(workdir, config, process_index=jax.process_index(),
+                                     run_name=os.path.basename(os.path.abspath(workdir)) if workdir else None)
+    r = Run(config=config, workdir=workdir, task=task, data=data, setup=setup, init=init, logger=logger,
+            evaluator=evaluation.Evaluator(setup, data, logger, workdir), train_iter=data.train_iter(),
+            hooks=all_hooks, num_steps=int(t.num_steps),
+            deadline=t_start + 60.0 * float(t.max_minutes) if t.max_minutes > 0 else None,
+            peak_flops=float(t.peak_flops) or metrics_lib.measure_peak_flops(mesh, config.model.dtype),
+            lead=jax.process_index() == 0)
+    try:
+        for h in all_hooks:
+            h.start(r)
+        resumed = r.state is not None
+        if not resumed:
+            r.state = init()
+        n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(r.state["params"])))
+        log.info("model: %s, %.2fM parameters; mesh %s", type(setup.model(r.state["params"])).__name__,
+                 n_params / 1e6, dict(mesh.shape))
+        r.event("start", params=n_params, mesh=dict(mesh.shape), resumed=resumed, wandb_mode=logger.mode,
+                data_stats=_jsonable(getattr(data, "stats", {})))
+        logger.summary({"params": n_params})
+        train_step = make_train_step(setup)
+        with ckpt_lib.StopRequest() as stop:
+            while r.step < r.num_steps and r.stop_reason is None:
+                r._train_one(train_step)
+                if jax.process_count() == 1 or r.step % t.log_every == 0:  # multi-host: agree at log steps
+                    r.stop_reason = r.stop_reason or stop.check(r.deadline)
+            r.stop_reason = r.stop_reason or "num_steps"
+            r.flush()
+            for h in all_hooks:
+                h.end(r)
+        minutes = (time.time() - t_start) / 60
+        log.info("training stopped at step %d (%s) after %.1f min", r.step, r.stop_reason, minutes)
+        r.event("train_end", reason=r.stop_reason, minutes=minutes)
+        r.final.update({"step": r.step, "stop_reason": r.stop_reason, "wall_minutes": (time.time() - t_start) / 60,
+                        "params": n_params, "peak_flops": r.peak_flops})
+        scalars = {k: v for k, v in r.final.items() if isinstance(v, (int, float, str))}
+        logger.summary(scalars)
+        logger.log_event(r.step, "final", **{k: v for k, v in scalars.items() if k != "step"})
+        stats_hooks = [h for h in all_hooks if isinstance(h, AttentionStatistics)]
+        return dict(r.final, history=logger.history,
+                    attention=[rec for h in stats_hooks for rec in h.records],
+                    health_warnings=[w for h in stats_hooks for w in h.warnings])
+    finally:
+        for h in all_hooks:
+            h.close(r)
+        logger.close()
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return _jsonable(dataclasses.asdict(x))
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.integer, np.floating)):
+        return x.item()
+    return x if isinstance(x, (int, float, str, bool)) or x is None else str(x)
+
+
+def _save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+    if jax.process_index() != 0:
+        return
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=1, sort_keys=True))

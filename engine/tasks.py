@@ -1,0 +1,303 @@
+"""Tasks: what the engine trains. One object per task owns its data, its model, its forward pass, which
+positions count in the loss, its batch layout and its evaluators; the loop never asks which task it runs.
+
+- ``translation``: ``EncoderDecoder`` on a parallel corpus (``data.build_translation``); evaluators: loss and
+  perplexity, BLEU/chrF of decoded sentences, attention heatmaps.
+- ``lm``: ``DecoderOnly`` on a synthetic task (``data.build_synthetic``); loss on the task's answer positions
+  (``train.loss_on="answers"``) or on every real target (``"all"``); evaluators: loss, token and sequence
+  accuracy on the answers, and optionally the loss per position (``eval.position_loss``).
+- ``classification``: ``EncoderClassifier`` on Bible verses (``data.build_classification``); evaluators: loss
+  and accuracy.
+
+Adding a task: subclass ``Task``, fill in the methods, register it in ``TASKS``, and give it a config file.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+import flax.nnx as nnx
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+import models
+from engine import metrics as metrics_lib
+
+if TYPE_CHECKING:
+    from engine import evaluation
+
+Batch = Mapping[str, jax.Array]
+
+
+class Task:
+    """The interface the engine uses; ``SequenceTask`` implements the loss for token predictions."""
+
+    name = ""
+    groups: tuple[str, ...] = ()  # attention groups the model reports statistics for
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        self.config = config
+
+    def check_config(self) -> Optional[str]:
+        """Why this task cannot run ``config`` (a message naming the field), or None."""
+        return None
+
+    # ------------------------------------------------------------------------------------------- data/model
+    def build_data(self, workdir: Optional[str], process_index: int, process_count: int) -> Any:
+        raise NotImplementedError
+
+    def create_model(self, cfg: models.TransformerConfig, rngs: nnx.Rngs) -> nnx.Module:
+        raise NotImplementedError
+
+    def forward(self, model: nnx.Module, batch: Batch, *, deterministic: bool, return_stats: bool = False):
+        """logits [B, T, V] (or (logits, stats dict))."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------------ loss
+    def targets(self, batch: Batch) -> jax.Array:
+        """[B, T] int ids the logits predict."""
+        return batch["targets"]
+
+    def loss_weights(self, batch: Batch) -> jax.Array:
+        """Which target positions count in the loss and accuracy: [B, T] float32."""
+        raise NotImplementedError
+
+    def real_targets(self, batch: Batch) -> jax.Array:
+        """Every non-padding target position: [B, T] float32 (for the loss per position)."""
+        return self.loss_weights(batch)
+
+    def tokens(self, batch: Batch) -> jax.Array:
+        """Real (non-padding) tokens processed in a batch, for tokens/s."""
+        raise NotImplementedError
+
+    def visible_keys(self, batch: Batch) -> dict[str, jax.Array]:
+        """Keys each query row sees, per attention group: group -> [B, 1, Tq] float32."""
+        raise NotImplementedError
+
+    def eval_weights(self, batch: Batch) -> jax.Array:
+        """Which target positions the evaluators score: [B, T] float32 (default: the loss's)."""
+        return self.loss_weights(batch)
+
+    def loss_terms(self, logits: jax.Array, batch: Batch, label_smoothing: float,
+                   weights: Optional[jax.Array] = None) -> dict[str, jax.Array]:
+        """Sums over the batch: smoothed loss, NLL, weight (counted targets), correct argmax predictions, and
+        sequences whose every counted position is correct (``seq_correct`` of ``seq_count``).
+        ``weights`` [B, T]: the counted positions (default ``loss_weights``)."""
+        targets = self.targets(batch)
+        w = self.loss_weights(batch) if weights is None else weights
+        loss_sum, weight_sum = models.cross_entropy(logits, targets, w, label_smoothing=label_smoothing)
+        if label_smoothing > 0:
+            nll_sum, _ = models.cross_entropy(logits, targets, w, label_smoothing=0.0)
+        else:
+            nll_sum = loss_sum
+        hit = jnp.argmax(logits, axis=-1) == targets
+        counted = jnp.any(w > 0, axis=-1)
+        seq_ok = jnp.all(hit | (w == 0), axis=-1) & counted
+        return {"loss_sum": loss_sum, "nll_sum": nll_sum, "weight_sum": weight_sum, "correct": jnp.sum(hit * w),
+                "seq_correct": jnp.sum(seq_ok), "seq_count": jnp.sum(counted)}
+
+    def token_nll(self, logits: jax.Array, batch: Batch) -> jax.Array:
+        """NLL of every target: [B, T] float32."""
+        logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+        return -jnp.take_along_axis(logp, self.targets(batch)[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+    # ------------------------------------------------------------------------------------------ evaluation
+    def eval_split(self, final: bool) -> str:
+        """The split the loss evaluators use."""
+        return "validation"
+
+    def eval_batches(self, data: Any, split: str) -> list[dict[str, np.ndarray]]:
+        return list(data.eval_batches(split))
+
+    def evaluate(self, ev: "evaluation.Evaluator", params, step: int, *, final: bool) -> dict[str, Any]:
+        """One evaluation round (logged by ``ev``); returns the scalar results."""
+        results = ev.loss_metrics(params, self.eval_split(final))
+        ev.logger.log(step, results)
+        return results
+
+
+class TranslationTask(Task):
+    name = "translation"
+    groups = ("encoder_self", "decoder_self", "cross")
+
+    def build_data(self, workdir, process_index, process_count):
+        import data as data_lib
+
+        return data_lib.build_translation(self.config.data, workdir=workdir, seed=int(self.config.seed),
+                                          process_index=process_index, process_count=process_count)
+
+    def create_model(self, cfg, rngs):
+        return models.EncoderDecoder(cfg, rngs=rngs)
+
+    def forward(self, model, batch, *, deterministic, return_stats=False):
+        return model(
+            batch["inputs"], batch["targets"],
+            inputs_segmentation=batch["inputs_segmentation"], targets_segmentation=batch["targets_segmentation"],
+            inputs_position=batch["inputs_position"], targets_position=batch["targets_position"],
+            deterministic=deterministic, return_stats=return_stats,
+        )
+
+    def loss_weights(self, batch):
+        return (batch["targets_segmentation"] > 0).astype(jnp.float32)
+
+    def tokens(self, batch):
+        return jnp.sum(batch["inputs_segmentation"] > 0) + jnp.sum(batch["targets_segmentation"] > 0)
+
+    def visible_keys(self, batch):
+        src_seg, tgt_seg = batch["inputs_segmentation"], batch["targets_segmentation"]
+        return {
+            "encoder_self": metrics_lib.same_segment_count(src_seg, src_seg),
+            "decoder_self": (batch["targets_position"] + 1).astype(jnp.float32)[:, None, :],
+            "cross": metrics_lib.same_segment_count(tgt_seg, src_seg),
+        }
+
+    def check_config(self):
+        if self.config.model.get("attention_kind") == "linear":
+            return ("config.model.attention_kind='linear' cannot decode translations (KV-cache decoding needs "
+                    "positions, which linear attention does not take); use it with task 'lm' or 'classification'")
+        return None
+
+    @staticmethod
+    def batch_from_ids(sources: list[list[int]], targets: list[list[int]]) -> dict[str, np.ndarray]:
+        """One example per row, padded to the longest: the batch layout every translation batch has
+        (``inputs``/``targets`` [N, S]/[N, T] with ``*_segmentation`` and ``*_position``)."""
+        S = max(len(x) for x in sources)
+        T = max(len(x) for x in targets)
+        batch = {k: np.zeros((len(sources), n), np.int32) for k, n in
+                 (("inputs", S), ("inputs_segmentation", S), ("inputs_position", S),
+                  ("targets", T), ("targets_segmentation", T), ("targets_position", T))}
+        for row, (s, t) in enumerate(zip(sources, targets)):
+            for side, ids in (("inputs", s), ("targets", t)):
+                batch[side][row, :len(ids)] = ids
+                batch[f"{side}_segmentation"][row, :len(ids)] = 1
+                batch[f"{side}_position"][row, :len(ids)] = np.arange(len(ids))
+        return batch
+
+    def eval_split(self, final):
+        return "validation"
+
+    def evaluate(self, ev, params, step, *, final):
+        e = self.config.eval
+        split = e.split if final else e.bleu_split
+        results = ev.loss_metrics(params, "validation")
+        limit = int(e.split_examples) if final else int(e.bleu_examples)
+        if final or limit > 0:
+            prefix = split if final else f"{split}_subset"
+            results.update(ev.bleu_round(params, split, step, limit=limit, prefix=prefix))
+        ev.logger.log(step, {k: v for k, v in results.items() if not isinstance(v, str)})
+        images = ev.heatmaps(params, step, e.bleu_split)
+        if images:
+            ev.logger.log_images(step, images)
+        return results
+
+
+class LanguageModelTask(Task):
+    name = "lm"
+    groups = ("decoder_self",)
+
+    def build_data(self, workdir, process_index, process_count):
+        import data as data_lib
+
+        return data_lib.build_synthetic(self.config.data, seed=int(self.config.seed), process_index=process_index,
+                                        process_count=process_count)
+
+    def create_model(self, cfg, rngs):
+        return models.DecoderOnly(cfg, rngs=rngs)
+
+    def forward(self, model, batch, *, deterministic, return_stats=False):
+        return model(batch["inputs"], segmentation=batch.get("segmentation"), position=batch.get("position"),
+                     deterministic=deterministic, return_stats=return_stats)
+
+    def real_targets(self, batch):
+        w = (batch["targets"] != self.config.model.get("pad_id", 0)).astype(jnp.float32)
+        if "segmentation" in batch:
+            w = w * (batch["segmentation"] > 0)
+        return w
+
+    def loss_weights(self, batch):
+        return self.real_targets(batch) if self.config.train.loss_on == "all" else self.eval_weights(batch)
+
+    def eval_weights(self, batch):
+        """The task's answer positions: evaluation scores these whatever ``train.loss_on`` is."""
+        w = batch["loss_mask"].astype(jnp.float32)
+        if "segmentation" in batch:
+            w = w * (batch["segmentation"] > 0)
+        return w
+
+    def tokens(self, batch):
+        if "segmentation" in batch:
+            return jnp.sum(batch["segmentation"] > 0)
+        return jnp.asarray(batch["inputs"].size)
+
+    def visible_keys(self, batch):
+        tokens = batch["inputs"]
+        pos = batch.get("position")
+        if pos is None:
+            pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+        return {"decoder_self": (pos + 1).astype(jnp.float32)[:, None, :]}
+
+    def eval_batches(self, data, split):
+        return list(data.eval_batches())
+
+
+class ClassificationTask(Task):
+    """Sequence classification; the logits are [B, 1, C] (one prediction per sequence) so the loss, accuracy
+    and sequence accuracy are the sequence tasks' with T = 1."""
+
+    name = "classification"
+    groups = ("encoder_self", "pool")
+
+    def build_data(self, workdir, process_index, process_count):
+        import data as data_lib
+
+        data = data_lib.build_classification(self.config.data, workdir=workdir, seed=int(self.config.seed),
+                                             process_index=process_index, process_count=process_count)
+        self.num_classes = data.num_classes
+        return data
+
+    def create_model(self, cfg, rngs):
+        return models.EncoderClassifier(cfg, self.num_classes, rngs=rngs)
+
+    def forward(self, model, batch, *, deterministic, return_stats=False):
+        out = model(batch["inputs"], inputs_segmentation=batch["inputs_segmentation"], deterministic=deterministic,
+                    return_stats=return_stats)
+        return (out[0][:, None], out[1]) if return_stats else out[:, None]
+
+    def targets(self, batch):
+        return batch["label"][:, None]
+
+    def loss_weights(self, batch):
+        return jnp.any(batch["inputs_segmentation"] > 0, axis=-1, keepdims=True).astype(jnp.float32)
+
+    def tokens(self, batch):
+        return jnp.sum(batch["inputs_segmentation"] > 0)
+
+    def visible_keys(self, batch):
+        seg = batch["inputs_segmentation"]
+        return {"encoder_self": metrics_lib.same_segment_count(seg, seg),
+                "pool": jnp.sum(seg > 0, axis=-1).astype(jnp.float32)[:, None, None]}
+
+    def check_config(self):
+        if not self.config.model.num_encoder_layers:
+            return "config.model.num_encoder_layers=0; the classification task needs an encoder (>= 1 layer)"
+        return None
+
+    def evaluate(self, ev, params, step, *, final):
+        results = ev.loss_metrics(params, "test" if final else "validation")
+        if final:
+            results.update(ev.loss_metrics(params, "validation"))
+        ev.logger.log(step, results)
+        return results
+
+
+TASKS: dict[str, type[Task]] = {t.name: t for t in (TranslationTask, LanguageModelTask, ClassificationTask)}
+
+
+def get_task(config: ml_collections.ConfigDict) -> Task:
+    """The task object of ``config.task``."""
+    if config.task not in TASKS:
+        from engine.config import ConfigError
+
+        raise ConfigError(f"config.task={config.task!r}; expected one of {tuple(TASKS)}")
+    return TASKS[config.task](config)
