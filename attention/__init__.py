@@ -1,13 +1,16 @@
 """attnlab's attention: pure functions on [batch, seq, heads, head_dim] arrays.
 
 ``attention(q, k, v, mask, implementation=...)`` is the one entry point; ``Mask`` is the structured mask
-every backend takes; ``AttentionStats`` are the per-row statistics every backend can return.
+every backend takes; ``AttentionStats`` are the per-row statistics every backend can return. ``ring`` holds the
+context-parallel backend's layout helpers (``to_zigzag``, ``from_zigzag``, ``zigzag_mask``).
 """
 from attention.api import AUTO_ORDER, Backend, auto_order, Request, attention, available_backends, register_backend, select_backend
 from attention.mask import Mask
 from attention.stats import (
     AttentionStats,
     collapsed_fraction,
+    logit_mean_per_head,
+    logit_std_per_head,
     max_logit_per_head,
     mean_entropy_per_head,
     normalized_entropy_per_head,
@@ -28,3 +31,4 @@ from attention.variants import (  # noqa: E402
 )
 from attention import flash as _flash  # noqa: E402,F401
 from attention import chunked as _chunked  # noqa: E402,F401
+from attention import ring  # noqa: E402,F401

@@ -80,36 +80,48 @@ def default_platform() -> str:
     return jax.default_backend()
 
 
-def _shape_error(arg: str, got, need: str) -> ValueError:
-    return ValueError(f"attention: {arg} has shape {tuple(got)}; expected {need}")
+_LAYOUT = {"q": "[B, Tq, H, D]", "k": "[B, Tk, Hkv, D]", "v": "[B, Tk, Hkv, Dv]"}
 
 
-def _check_inputs(q, k, v) -> None:
+def check_qkv(fn: str, q: Any, k: Any, v: Any) -> None:
+    """Raise one ValueError, prefixed ``fn:``, naming the first of q, k, v that is not a valid attention input.
+
+    q: [B, Tq, H, D], k: [B, Tk, Hkv, D], v: [B, Tk, Hkv, Dv], one float dtype, H a multiple of Hkv.
+    """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-            raise ValueError(f"attention: {name} must be an array; got {type(x).__name__}")
+            raise ValueError(f"{fn}: {name} must be an array {_LAYOUT[name]}; got {type(x).__name__}")
         if x.ndim != 4:
-            raise _shape_error(name, x.shape, f"4 dims [batch, seq, heads, head_dim] ({name}: {_LAYOUT[name]})")
+            raise ValueError(f"{fn}: {name} has shape {tuple(x.shape)}; expected 4 dims {_LAYOUT[name]}")
         if x.dtype not in FLOAT_DTYPES:
-            raise ValueError(f"attention: {name} has dtype {x.dtype}; expected one of float16, bfloat16, float32, float64")
+            raise ValueError(f"{fn}: {name} has dtype {x.dtype}; expected one of float16, bfloat16, float32, float64")
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"attention: q, k, v must share a dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+        raise ValueError(f"{fn}: q, k, v must share a dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
     B, Tq, H, D = q.shape
     if k.shape[0] != B or k.shape[3] != D:
-        raise _shape_error("k", k.shape, f"[B={B}, Tk, Hkv, D={D}] to match q {tuple(q.shape)}")
+        raise ValueError(f"{fn}: k has shape {tuple(k.shape)}; expected [B={B}, Tk, Hkv, D={D}] to match q "
+                         f"{tuple(q.shape)}")
     Tk, Hkv = k.shape[1], k.shape[2]
-    if v.shape[:3] != (B, Tk, Hkv):
-        raise _shape_error("v", v.shape, f"[B={B}, Tk={Tk}, Hkv={Hkv}, Dv] to match k {tuple(k.shape)}")
+    if tuple(v.shape[:3]) != (B, Tk, Hkv):
+        raise ValueError(f"{fn}: v has shape {tuple(v.shape)}; expected [B={B}, Tk={Tk}, Hkv={Hkv}, Dv] to match k "
+                         f"{tuple(k.shape)}")
     if Hkv == 0 or H % Hkv != 0:
         raise ValueError(
-            f"attention: q has {H} heads and k/v have {Hkv}; the number of query heads must be a multiple "
-            "of the number of key/value heads"
+            f"{fn}: k has shape {tuple(k.shape)}: q has {H} heads and k/v have {Hkv} (Hkv={Hkv}); the number of "
+            "query heads must be a multiple of the number of key/value heads"
         )
     if min(q.shape) == 0 or min(k.shape) == 0 or v.shape[3] == 0:
-        raise ValueError(f"attention: empty input; q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(f"{fn}: empty input; q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
 
 
-_LAYOUT = {"q": "[B, Tq, H, D]", "k": "[B, Tk, Hkv, D]", "v": "[B, Tk, Hkv, Dv]"}
+def check_mask(fn: str, mask: Any, batch: int, heads: int, q_len: int, kv_len: int) -> Mask:
+    """``mask`` (None: ``Mask()``) after checking its type and its array shapes against the attention shapes."""
+    if mask is None:
+        return Mask()
+    if not isinstance(mask, Mask):
+        raise ValueError(f"{fn}: mask must be an attention.Mask or None; got {type(mask).__name__}")
+    mask.validate(batch, heads, q_len, kv_len)
+    return mask
 
 
 def sink_probability(q, k, mask: Mask, scale: float, stats: AttentionStats) -> jax.Array:
@@ -154,14 +166,10 @@ def attention(
 
     Returns out: [B, Tq, H, Dv] in q's dtype, or (out, stats). Query rows with no visible key give zeros.
     """
-    _check_inputs(q, k, v)
+    check_qkv("attention", q, k, v)
     B, Tq, H, D = q.shape
     Tk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
-    if mask is None:
-        mask = Mask()
-    if not isinstance(mask, Mask):
-        raise ValueError(f"attention: mask must be an attention.Mask or None; got {type(mask).__name__}")
-    mask.validate(B, H, Tq, Tk)
+    mask = check_mask("attention", mask, B, H, Tq, Tk)
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     if not isinstance(dropout_rate, (int, float)) or not 0.0 <= float(dropout_rate) < 1.0:

@@ -11,13 +11,16 @@ positions, and a dense mask, sliced per tile), GQA/MQA (query heads are grouped 
 are never repeated), ``Dv != D``, ``Tq != Tk``, lengths that are not multiples of the block sizes (padded
 inside, sliced out), any scale, dropout, and ``return_stats``: entropy (``lse - sum_j p_j s_j``), max logit,
 log-sum-exp and the probability on key 0 (``sink``), accumulated online with the same rescaling as the softmax
-denominator.
+denominator, and the unweighted mean / std of the visible logits (``logit_mean`` / ``logit_std``: count, mean
+and squared deviations per tile, merged across tiles with Chan et al.'s update).
 
-Fully masked tiles are skipped:
+Each tile is one ``online.update`` (the online-softmax step shared with the Pallas kernels and the ``ring``
+backend); ``forward_blocks`` / ``backward_blocks`` are the passes over one set of queries and keys that
+``ring`` runs once per ring step. Fully masked tiles are skipped:
 
-- causal and window masks with default positions: the key blocks each query block can see (and, backward,
-  the query blocks that see each key block) are computed statically from the block geometry; the loops
-  only visit that range.
+- causal and window masks with default positions: the loops visit only the key blocks each query block can
+  see (and, backward, the query blocks that see each key block), from the block geometry
+  (``online.kv_block_range`` / ``q_block_range``, shared with the Pallas kernels).
 - segment ids, explicit positions or a dense mask: every visited tile checks at run time whether any of its
   entries is visible (``lax.cond``) and does no arithmetic when none is.
 
@@ -44,7 +47,9 @@ import numpy as np
 
 from attention.api import Request, register_backend
 from attention.mask import Mask, Window
-from attention.stats import AttentionStats, finalize_stats
+from attention import online
+from attention.reference import accumulator_dtype
+from attention.stats import AttentionStats
 
 # Defaults chosen with scripts/bench_attention.py on CPU: 256 x 256 tiles were fastest at 4k tokens (causal and
 # not) among 128..512; smaller tiles skip more of a causal mask, larger ones loop less.
@@ -53,7 +58,7 @@ DEFAULT_BLOCK_K = 256
 
 
 @dataclasses.dataclass(frozen=True)
-class _Plan:
+class Plan:
     """Everything static about one call: shapes, block geometry, mask structure, options."""
 
     scale: float
@@ -82,50 +87,30 @@ class _Plan:
         return self.kv_len % self.block_k != 0
 
 
-def _effective_block(name: str, block, length: int) -> int:
+def effective_block(name: str, block, length: int) -> int:
     if not isinstance(block, (int, np.integer)) or isinstance(block, bool) or block < 1:
         raise ValueError(f"chunked attention: {name} must be a positive int; got {block!r}")
     return int(min(int(block), length))
 
 
-def live_tiles(
-    q_len: int, kv_len: int, block_q: int, block_k: int, *, causal: bool, window: Window
-) -> np.ndarray:
-    """Which (query block, key block) tiles can hold a visible entry under causal/window with default positions.
-
-    Returns bool [num_q_blocks, num_kv_blocks]. Every visible entry satisfies lo <= kv_pos - q_pos <= hi;
-    a tile is live when its range of kv_pos - q_pos meets [lo, hi].
-    """
-    lo, hi = -np.inf, np.inf
-    if causal:
-        hi = 0
-    if window is not None:
-        left, right = window
-        if left is not None:
-            lo = -left
-        if right is not None:
-            hi = min(hi, right)
-    i = np.arange(-(-q_len // block_q))[:, None]
-    j = np.arange(-(-kv_len // block_k))[None, :]
-    row_min, row_max = i * block_q, np.minimum((i + 1) * block_q, q_len) - 1
-    col_min, col_max = j * block_k, np.minimum((j + 1) * block_k, kv_len) - 1
-    return (col_max - row_min >= lo) & (col_min - row_max <= hi)
+def _kv_range(plan: Plan, i):
+    """Key blocks [lo, hi) query block ``i`` can see (``online.kv_block_range``)."""
+    left, right = plan.window if plan.window is not None else (None, None)
+    return online.kv_block_range(i, block_q=plan.block_q, block_k=plan.block_k, q_len=plan.q_len,
+                                 num_kv_blocks=plan.num_kv_blocks, causal=plan.causal, window_left=left,
+                                 window_right=right)
 
 
-def _ranges(live: np.ndarray, axis: int) -> tuple[jax.Array, jax.Array]:
-    """[start, stop) of the live tiles of each query block (axis=1) or each key block (axis=0).
-
-    The live tiles of a row or column of ``live`` are contiguous (a band), so one range covers them.
-    """
-    rows = live if axis == 1 else live.T
-    any_live = rows.any(axis=1)
-    start = np.where(any_live, rows.argmax(axis=1), 0)
-    stop = np.where(any_live, rows.shape[1] - rows[:, ::-1].argmax(axis=1), 0)
-    return jnp.asarray(start, jnp.int32), jnp.asarray(stop, jnp.int32)
+def _q_range(plan: Plan, j):
+    """Query blocks [lo, hi) that can see key block ``j`` (``online.q_block_range``)."""
+    left, right = plan.window if plan.window is not None else (None, None)
+    return online.q_block_range(j, block_q=plan.block_q, block_k=plan.block_k, kv_len=plan.kv_len,
+                                num_q_blocks=plan.num_q_blocks, causal=plan.causal, window_left=left,
+                                window_right=right)
 
 
 # ------------------------------------------------------------------------------------------------- layouts
-def _block_rows(x: jax.Array, block: int, groups: int) -> jax.Array:
+def block_rows(x: jax.Array, block: int, groups: int) -> jax.Array:
     """q-like [B, T, H, D] -> [nq, B, Hkv, G, block, D] (T zero-padded to a multiple of block)."""
     B, T, H, D = x.shape
     n = -(-T // block)
@@ -135,20 +120,20 @@ def _block_rows(x: jax.Array, block: int, groups: int) -> jax.Array:
     return x.transpose(1, 0, 3, 4, 2, 5)
 
 
-def _unblock_rows(x: jax.Array, length: int) -> jax.Array:
+def unblock_rows(x: jax.Array, length: int) -> jax.Array:
     """[nq, B, Hkv, G, block, D] -> [B, length, H, D]."""
     n, B, Hkv, G, block, D = x.shape
     x = x.transpose(1, 0, 4, 2, 3, 5).reshape(B, n * block, Hkv, G, D).reshape(B, n * block, Hkv * G, D)
     return x[:, :length]
 
 
-def _unblock_row_stat(x: jax.Array, length: int) -> jax.Array:
+def unblock_row_stat(x: jax.Array, length: int) -> jax.Array:
     """[nq, B, Hkv, G, block] -> [B, H, length]."""
     n, B, Hkv, G, block = x.shape
     return x.transpose(1, 2, 3, 0, 4).reshape(B, Hkv * G, n, block).reshape(B, Hkv * G, n * block)[..., :length]
 
 
-def _block_cols(x: jax.Array, block: int) -> jax.Array:
+def block_cols(x: jax.Array, block: int) -> jax.Array:
     """k-like [B, T, Hkv, D] -> [nk, B, Hkv, block, D]."""
     B, T, Hkv, D = x.shape
     n = -(-T // block)
@@ -156,7 +141,7 @@ def _block_cols(x: jax.Array, block: int) -> jax.Array:
     return x.reshape(B, n, block, Hkv, D).transpose(1, 0, 3, 2, 4)
 
 
-def _block_ids(x: Optional[jax.Array], block: int) -> Optional[jax.Array]:
+def block_ids(x: Optional[jax.Array], block: int) -> Optional[jax.Array]:
     """[B, T] ints -> [n, B, block] (zero-padded: padded segment ids read as padding)."""
     if x is None:
         return None
@@ -166,7 +151,7 @@ def _block_ids(x: Optional[jax.Array], block: int) -> Optional[jax.Array]:
     return x.reshape(B, n, block).transpose(1, 0, 2)
 
 
-def _prepare_dense(dense: Optional[jax.Array], plan: _Plan, heads: int) -> Optional[jax.Array]:
+def _prepare_dense(dense: Optional[jax.Array], plan: Plan, heads: int) -> Optional[jax.Array]:
     """Dense mask broadcastable to [B, H, Tq, Tk] -> [Bd, Hkv|1, G|1, Tq_pad|1, Tk_pad|1] bool."""
     if dense is None:
         return None
@@ -181,7 +166,7 @@ def _prepare_dense(dense: Optional[jax.Array], plan: _Plan, heads: int) -> Optio
 
 
 # ---------------------------------------------------------------------------------------------- one tile
-def _tile_visibility(plan: _Plan, aux: dict, i, j) -> Optional[jax.Array]:
+def _tile_visibility(plan: Plan, aux: dict, i, j) -> Optional[jax.Array]:
     """Visible entries of tile (i, j), broadcastable to [B, Hkv, G, bq, bk]; None when all are visible."""
     bq, bk = plan.block_q, plan.block_k
     vis = None
@@ -214,7 +199,7 @@ def _tile_keep(rng: jax.Array, rate: float, i, j, shape) -> jax.Array:
     return jax.random.bernoulli(jax.random.fold_in(jax.random.fold_in(rng, i), j), 1.0 - rate, shape)
 
 
-def _logits(plan: _Plan, q_blk: jax.Array, k_blk: jax.Array) -> jax.Array:
+def _logits(plan: Plan, q_blk: jax.Array, k_blk: jax.Array) -> jax.Array:
     """q_blk: [B, Hkv, G, bq, D], k_blk: [B, Hkv, bk, D] -> scaled logits [B, Hkv, G, bq, bk]."""
     s = jnp.einsum("bhgqd,bhkd->bhgqk", q_blk, k_blk, preferred_element_type=plan.acc_dtype)
     return s * jnp.asarray(plan.scale, plan.acc_dtype)
@@ -228,24 +213,28 @@ def _skip_or_run(aux: dict, vis: Optional[jax.Array], run, carry):
 
 
 # ------------------------------------------------------------------------------------------------- forward
-def _forward(plan: _Plan, qb, kb, vb, aux, rng):
-    """qb: [nq, B, Hkv, G, bq, D], kb: [nk, B, Hkv, bk, D], vb: [nk, B, Hkv, bk, Dv].
+def init_state(plan: Plan, qb: jax.Array, v_dim: int) -> tuple[jax.Array, online.RowState]:
+    """State before any key: (o [nq, B, Hkv, G, bq, Dv], rows [nq, B, Hkv, G, bq, 1]) in the accumulation
+    dtype, built from qb so that it inherits qb's sharding."""
+    row = jnp.zeros_like(qb[..., :1], dtype=plan.acc_dtype)
+    return jnp.broadcast_to(row, row.shape[:-1] + (v_dim,)), online.init_rows(row, plan.return_stats)
 
-    Returns (ob [nq, B, Hkv, G, bq, Dv] in q's dtype, lse [nq, B, Hkv, G, bq], stats or None), stats being
-    (entropy, max_logit, lse, valid, sink), each [nq, B, Hkv, G, bq].
+
+def _static_range(plan: Plan) -> bool:
+    return plan.default_positions and (plan.causal or plan.window is not None)
+
+
+def forward_blocks(plan: Plan, qb, kb, vb, aux: dict, rng, state, key0_here=True):
+    """Fold every key block of kb/vb into ``state`` (from ``init_state``) with ``online.update``.
+
+    qb: [nq, B, Hkv, G, bq, D], kb: [nk, B, Hkv, bk, D], vb: [nk, B, Hkv, bk, Dv]; aux: the blocked mask arrays
+    of these queries and keys. ``key0_here`` (scalar bool): key block 0 of kb starts at key 0 (for the sink).
+    Returns the new state (unnormalized: see ``finish_state``).
     """
     acc = plan.acc_dtype
-    nq = qb.shape[0]
-    Dv = vb.shape[-1]
-    static_range = plan.default_positions and (plan.causal or plan.window is not None)
-    if static_range:
-        live = live_tiles(plan.q_len, plan.kv_len, plan.block_q, plan.block_k, causal=plan.causal,
-                          window=plan.window)
-        kv_start, kv_stop = _ranges(live, axis=1)
-    neg_inf = jnp.asarray(-jnp.inf, acc)
 
     def per_q_block(_, xs):
-        i, q_blk = xs
+        i, q_blk, o, rows = xs
 
         def per_kv_block(j, carry):
             k_blk = jax.lax.dynamic_index_in_dim(kb, j, keepdims=False)
@@ -253,59 +242,50 @@ def _forward(plan: _Plan, qb, kb, vb, aux, rng):
             vis = _tile_visibility(plan, aux, i, j)
 
             def run(carry):
-                m, l, o, ps, sink = carry
-                s = _logits(plan, q_blk, k_blk)
-                s_vis = s if vis is None else jnp.where(vis, s, neg_inf)
-                m_new = jnp.maximum(m, jnp.max(s_vis, axis=-1))
-                m_safe = jnp.where(m_new == neg_inf, jnp.zeros((), acc), m_new)
-                alpha = jnp.exp(m - m_safe)
-                p = jnp.exp(s_vis - m_safe[..., None])
-                l = alpha * l + jnp.sum(p, axis=-1)
-                if plan.return_stats:
-                    ps_tile = p * s if vis is None else jnp.where(vis, p * s, jnp.zeros((), acc))
-                    ps = alpha * ps + jnp.sum(ps_tile, axis=-1)
-                    sink = alpha * sink + jnp.where(j == 0, p[..., 0], jnp.zeros((), acc))  # key 0 lives in tile 0
+                o, rows = carry
+                rows, p, alpha = online.update(rows, _logits(plan, q_blk, k_blk), vis, key0_here & (j == 0))
                 if plan.dropout_rate > 0.0:
                     keep = _tile_keep(rng, plan.dropout_rate, i, j, p.shape)
                     p = jnp.where(keep, p * jnp.asarray(1.0 / (1.0 - plan.dropout_rate), acc), 0.0)
                 pv = jnp.einsum("bhgqk,bhkd->bhgqd", p, v_blk.astype(acc), preferred_element_type=acc)
-                return m_new, l, alpha[..., None] * o + pv, ps, sink
+                return alpha * o + pv, rows
 
             return _skip_or_run(aux, vis, run, carry)
 
-        # Accumulators built from q_blk so that they inherit its sharding: [B, Hkv, G, bq] (+ [Dv] for o).
-        row = jnp.zeros_like(q_blk[..., 0], dtype=acc)
-        init = (row - jnp.inf, row, jnp.broadcast_to(row[..., None], row.shape + (Dv,)), row, row)
-        if static_range:
-            m, l, o, ps, sink = jax.lax.fori_loop(kv_start[i], kv_stop[i], per_kv_block, init)
-        else:
-            m, l, o, ps, sink = jax.lax.fori_loop(jnp.int32(0), jnp.int32(kb.shape[0]), per_kv_block, init)
-        valid = l > 0
-        l_safe = jnp.where(valid, l, jnp.ones((), acc))
-        out = jnp.where(valid[..., None], o / l_safe[..., None], jnp.zeros((), acc)).astype(qb.dtype)
-        lse = jnp.where(valid, m + jnp.log(l_safe), jnp.zeros((), acc))
-        stats = None
-        if plan.return_stats:
-            sink = jnp.where(valid, sink / l_safe, jnp.zeros((), acc))
-            stats = finalize_stats(m, l, ps) + (sink,)
-        return None, (out, lse, stats)
+        lo, hi = _kv_range(plan, i) if _static_range(plan) else (0, kb.shape[0])
+        return None, jax.lax.fori_loop(jnp.int32(lo), jnp.int32(hi), per_kv_block, (o, rows))
 
-    _, (ob, lse, stats) = jax.lax.scan(per_q_block, None, (jnp.arange(nq, dtype=jnp.int32), qb))
-    return ob, lse, stats
+    nq = qb.shape[0]
+    _, state = jax.lax.scan(per_q_block, None, (jnp.arange(nq, dtype=jnp.int32), qb) + tuple(state))
+    return state
+
+
+def finish_state(plan: Plan, state, dtype):
+    """-> (ob [nq, B, Hkv, G, bq, Dv] in ``dtype``, lse [nq, B, Hkv, G, bq] (+inf on rows with no visible key),
+    stats or None), stats being (entropy, max_logit, lse, valid, sink, logit_mean, logit_std), each
+    [nq, B, Hkv, G, bq]."""
+    o, rows = state
+    inv, lse = online.finish(rows)
+    stats = None
+    if plan.return_stats:
+        stats = tuple(x[..., 0] for x in online.row_statistics(rows))
+    return (o * inv).astype(dtype), lse[..., 0], stats
+
+
+def _forward(plan: Plan, qb, kb, vb, aux, rng):
+    state = forward_blocks(plan, qb, kb, vb, aux, rng, init_state(plan, qb, vb.shape[-1]))
+    return finish_state(plan, state, qb.dtype)
 
 
 # ------------------------------------------------------------------------------------------------ backward
-def _backward(plan: _Plan, qb, kb, vb, aux, rng, ob, lse, dob):
-    """Gradients (dqb, dkb, dvb) in the blocked layouts of the inputs."""
+def backward_blocks(plan: Plan, qb, kb, vb, aux: dict, rng, lse, delta, dob, dq):
+    """Gradient contributions of every tile of these queries and keys, recomputed from the saved ``lse``.
+
+    lse, delta: [nq, B, Hkv, G, bq] (delta = rowsum(dO * O)); dob like the output; dq: the running query
+    gradient [nq, B, Hkv, G, bq, D]. Returns (dq + this block's part, dkb, dvb), unscaled (the caller
+    multiplies dq and dk by the scale once), in the accumulation dtype.
+    """
     acc = plan.acc_dtype
-    nk = kb.shape[0]
-    static_range = plan.default_positions and (plan.causal or plan.window is not None)
-    if static_range:
-        live = live_tiles(plan.q_len, plan.kv_len, plan.block_q, plan.block_k, causal=plan.causal,
-                          window=plan.window)
-        q_start, q_stop = _ranges(live, axis=0)
-    # D_i = sum_j P_ij dP_ij = dO_i . O_i (dropout included): [nq, B, Hkv, G, bq].
-    delta = jnp.einsum("nbhgqd,nbhgqd->nbhgq", dob, ob, preferred_element_type=acc)
     neg_inf = jnp.asarray(-jnp.inf, acc)
     inv_keep = jnp.asarray(1.0 / (1.0 - plan.dropout_rate), acc)
 
@@ -340,29 +320,39 @@ def _backward(plan: _Plan, qb, kb, vb, aux, rng, ob, lse, dob):
             return _skip_or_run(aux, vis, run, carry)
 
         init = (dq, jnp.zeros_like(k_blk, dtype=acc), jnp.zeros_like(v_blk, dtype=acc))
-        if static_range:
-            dq, dk, dv = jax.lax.fori_loop(q_start[j], q_stop[j], per_q_block, init)
-        else:
-            dq, dk, dv = jax.lax.fori_loop(jnp.int32(0), jnp.int32(qb.shape[0]), per_q_block, init)
+        lo, hi = _q_range(plan, j) if _static_range(plan) else (0, qb.shape[0])
+        dq, dk, dv = jax.lax.fori_loop(jnp.int32(lo), jnp.int32(hi), per_q_block, init)
         return dq, (dk, dv)
 
-    dq0 = jnp.zeros_like(qb, dtype=acc)
-    dq, (dkb, dvb) = jax.lax.scan(per_kv_block, dq0, (jnp.arange(nk, dtype=jnp.int32), kb, vb))
-    scale = jnp.asarray(plan.scale, acc)
+    nk = kb.shape[0]
+    dq, (dkb, dvb) = jax.lax.scan(per_kv_block, dq, (jnp.arange(nk, dtype=jnp.int32), kb, vb))
+    return dq, dkb, dvb
+
+
+def row_delta(plan: Plan, ob, dob) -> jax.Array:
+    """D_i = sum_j P_ij dP_ij = dO_i . O_i (dropout included): [nq, B, Hkv, G, bq]."""
+    return jnp.einsum("nbhgqd,nbhgqd->nbhgq", dob, ob, preferred_element_type=plan.acc_dtype)
+
+
+def _backward(plan: Plan, qb, kb, vb, aux, rng, ob, lse, dob):
+    """Gradients (dqb, dkb, dvb) in the blocked layouts of the inputs."""
+    dq0 = jnp.zeros_like(qb, dtype=plan.acc_dtype)
+    dq, dkb, dvb = backward_blocks(plan, qb, kb, vb, aux, rng, lse, row_delta(plan, ob, dob), dob, dq0)
+    scale = jnp.asarray(plan.scale, plan.acc_dtype)
     return (dq * scale).astype(qb.dtype), (dkb * scale).astype(kb.dtype), dvb.astype(vb.dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _flash(plan: _Plan, qb, kb, vb, aux, rng):
+def _flash(plan: Plan, qb, kb, vb, aux, rng):
     return _forward(plan, qb, kb, vb, aux, rng)
 
 
-def _flash_fwd(plan: _Plan, qb, kb, vb, aux, rng):
+def _flash_fwd(plan: Plan, qb, kb, vb, aux, rng):
     ob, lse, stats = _forward(plan, qb, kb, vb, aux, rng)
     return (ob, lse, stats), (qb, kb, vb, aux, rng, ob, lse)
 
 
-def _flash_bwd(plan: _Plan, residuals, cotangents):
+def _flash_bwd(plan: Plan, residuals, cotangents):
     qb, kb, vb, aux, rng, ob, lse = residuals
     dob = cotangents[0]  # lse and stats carry no gradient (stop_gradient outside)
     dqb, dkb, dvb = _backward(plan, qb, kb, vb, aux, rng, ob, lse, dob)
@@ -390,8 +380,8 @@ def dropout_keep_mask(
     For checking and debugging: ``attention(..., implementation="chunked", dropout_rng=key)`` equals
     the reference computation with softmax probabilities multiplied by ``mask / (1 - dropout_rate)``.
     """
-    bq = _effective_block("block_q", block_q, q_len)
-    bk = _effective_block("block_k", block_k, kv_len)
+    bq = effective_block("block_q", block_q, q_len)
+    bk = effective_block("block_k", block_k, kv_len)
     nq, nk = -(-q_len // bq), -(-kv_len // bk)
     groups = num_heads // num_kv_heads
     rows = []
@@ -427,19 +417,19 @@ def chunked_attention(
         scale = float(scale)
     except (TypeError, jax.errors.ConcretizationTypeError):
         raise ValueError(f"chunked attention: scale must be a Python number (static); got {scale!r}") from None
-    plan = _Plan(
+    plan = Plan(
         scale=scale,
         q_len=Tq,
         kv_len=Tk,
-        block_q=_effective_block("block_q", block_q, Tq),
-        block_k=_effective_block("block_k", block_k, Tk),
+        block_q=effective_block("block_q", block_q, Tq),
+        block_k=effective_block("block_k", block_k, Tk),
         groups=H // Hkv,
         causal=mask.causal,
         window=mask.window,
         default_positions=not mask.has_positions,
         dropout_rate=float(dropout_rate),
         return_stats=bool(return_stats),
-        acc_dtype=jnp.dtype(jnp.float64 if q.dtype == jnp.float64 else jnp.float32).name,
+        acc_dtype=jnp.dtype(accumulator_dtype(q.dtype)).name,
     )
     aux = {}
     for name, value, block in (
@@ -449,23 +439,23 @@ def chunked_attention(
         ("kv_pos", mask.kv_positions, plan.block_k),
     ):
         if value is not None:
-            aux[name] = _block_ids(value, block)
+            aux[name] = block_ids(value, block)
     if mask.dense is not None:
         aux["dense"] = _prepare_dense(mask.dense, plan, H)
     rng = dropout_rng if plan.dropout_rate > 0.0 else None
 
-    qb = _block_rows(q, plan.block_q, plan.groups)
-    kb = _block_cols(k, plan.block_k)
-    vb = _block_cols(v, plan.block_k)
+    qb = block_rows(q, plan.block_q, plan.groups)
+    kb = block_cols(k, plan.block_k)
+    vb = block_cols(v, plan.block_k)
     ob, _, stats = _flash(plan, qb, kb, vb, aux, rng)
-    out = _unblock_rows(ob, Tq)
+    out = unblock_rows(ob, Tq)
     if not return_stats:
         return out, None
-    entropy, max_logit, lse, valid, sink = (_unblock_row_stat(x, Tq) for x in stats)
+    entropy, max_logit, lse, valid, sink, logit_mean, logit_std = (unblock_row_stat(x, Tq) for x in stats)
     f32 = jnp.float32
     result = AttentionStats(
         entropy=entropy.astype(f32), max_logit=max_logit.astype(f32), lse=lse.astype(f32), valid=valid,
-        sink=sink.astype(f32),
+        sink=sink.astype(f32), logit_mean=logit_mean.astype(f32), logit_std=logit_std.astype(f32),
     )
     return out, jax.lax.stop_gradient(result)
 

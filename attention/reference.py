@@ -11,8 +11,8 @@ from attention.mask import Mask
 from attention.stats import AttentionStats, stats_from_logits
 
 
-def _accumulator(dtype) -> jnp.dtype:
-    """float32 for 16/32-bit inputs, float64 for float64 ones."""
+def accumulator_dtype(dtype) -> jnp.dtype:
+    """The dtype attention accumulates in: float32 for 16/32-bit inputs, float64 for float64 ones."""
     return jnp.promote_types(dtype, jnp.float32)
 
 
@@ -24,7 +24,7 @@ def grouped_logits(q: jax.Array, k: jax.Array, scale: float) -> jax.Array:
     B, Tq, H, D = q.shape
     Hkv = k.shape[2]
     qg = q.reshape(B, Tq, Hkv, H // Hkv, D)
-    s = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=_accumulator(q.dtype))
+    s = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=accumulator_dtype(q.dtype))
     return s.reshape(B, H, Tq, k.shape[1]) * scale
 
 
@@ -33,7 +33,7 @@ def grouped_values(p: jax.Array, v: jax.Array) -> jax.Array:
     B, H, Tq, Tk = p.shape
     Hkv = v.shape[2]
     pg = p.reshape(B, Hkv, H // Hkv, Tq, Tk)
-    out = jnp.einsum("bkgts,bskd->btkgd", pg, v, preferred_element_type=_accumulator(v.dtype))
+    out = jnp.einsum("bkgts,bskd->btkgd", pg, v, preferred_element_type=accumulator_dtype(v.dtype))
     return out.reshape(B, Tq, H, v.shape[3])
 
 

@@ -10,6 +10,12 @@
 
 All take K/V with ``Hkv`` heads shared by groups of ``H / Hkv`` query heads (GQA/MQA) without copying them,
 and the same ``attention.Mask``. Query rows with no visible key give zeros and finite gradients.
+
+Each variant is its own computation, not a choice of ``attention.attention`` backend (there is no
+``implementation`` argument): ``additive_attention`` and ``hard_attention`` materialize the mask and take every
+part of it (causal, window, segment ids, positions, dense); ``linear_attention`` takes ``causal`` and 0/1
+padding segment ids and raises ValueError naming ``Mask.window``, ``Mask.dense``, positions or packed segment
+ids. ``return_stats`` exists for additive and hard attention (the statistics of their scores, with weights).
 """
 from __future__ import annotations
 
@@ -20,61 +26,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention.api import FLOAT_DTYPES
+from attention.api import FLOAT_DTYPES, check_mask, check_qkv
 from attention.mask import Mask
-from attention.reference import grouped_logits, grouped_values, masked_softmax
+from attention.reference import accumulator_dtype, grouped_logits, grouped_values, masked_softmax
 from attention.stats import AttentionStats, stats_from_logits
 
 FeatureMap = Union[str, Callable[[jax.Array], jax.Array]]
 
-_LAYOUT = {"q": "[B, Tq, H, D]", "k": "[B, Tk, Hkv, D]", "v": "[B, Tk, Hkv, Dv]"}
-
-
-def _compute_dtype(dtype) -> jnp.dtype:
-    """float32 for 16/32-bit inputs, float64 for float64 ones."""
-    return jnp.promote_types(dtype, jnp.float32)
-
 
 # --------------------------------------------------------------------------------------------------- checks
-def _check_qkv(fn: str, q: Any, k: Any, v: Any) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-            raise ValueError(f"{fn}: {name} must be an array {_LAYOUT[name]}; got {type(x).__name__}")
-        if x.ndim != 4:
-            raise ValueError(f"{fn}: {name} has shape {tuple(x.shape)}; expected 4 dims {_LAYOUT[name]}")
-        if x.dtype not in FLOAT_DTYPES:
-            raise ValueError(
-                f"{fn}: {name} has dtype {x.dtype}; expected one of float16, bfloat16, float32, float64"
-            )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"{fn}: q, k, v must share a dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
-    B, Tq, H, D = q.shape
-    if k.shape[0] != B or k.shape[3] != D:
-        raise ValueError(
-            f"{fn}: k has shape {tuple(k.shape)}; expected [B={B}, Tk, Hkv, D={D}] to match q {tuple(q.shape)}"
-        )
-    Tk, Hkv = k.shape[1], k.shape[2]
-    if tuple(v.shape[:3]) != (B, Tk, Hkv):
-        raise ValueError(
-            f"{fn}: v has shape {tuple(v.shape)}; expected [B={B}, Tk={Tk}, Hkv={Hkv}, Dv] to match k {tuple(k.shape)}"
-        )
-    if Hkv == 0 or H % Hkv != 0:
-        raise ValueError(
-            f"{fn}: k has shape {tuple(k.shape)} with Hkv={Hkv} heads; expected a divisor of q's H={H} heads"
-        )
-    if min(q.shape) == 0 or min(k.shape) == 0 or v.shape[3] == 0:
-        raise ValueError(f"{fn}: empty input; q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-
-
-def _check_mask(fn: str, mask: Optional[Mask], batch: int, heads: int, q_len: int, kv_len: int) -> Mask:
-    if mask is None:
-        return Mask()
-    if not isinstance(mask, Mask):
-        raise ValueError(f"{fn}: mask must be an attention.Mask or None; got {type(mask).__name__}")
-    mask.validate(batch, heads, q_len, kv_len)
-    return mask
-
-
 def _check_param(fn: str, params: Mapping[str, Any], name: str, expected: tuple[Optional[int], ...], layout: str):
     x = params[name]
     if not hasattr(x, "shape") or not hasattr(x, "dtype"):
@@ -136,7 +96,7 @@ def additive_attention(
     scores (``max_logit``/``lse`` are of ``s``) and the weights.
     """
     fn = "additive_attention"
-    _check_qkv(fn, q, k, v)
+    check_qkv(fn, q, k, v)
     B, Tq, H, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     if not isinstance(params, Mapping):
@@ -151,9 +111,9 @@ def additive_attention(
     w_k = _check_param(fn, params, "w_k", (H, D, A), "[H, D, A]")
     v_a = _check_param(fn, params, "v_a", (H, A), "[H, A]")
     bias = _check_param(fn, params, "b", (H, A), "[H, A]") if "b" in params else None
-    mask = _check_mask(fn, mask, B, H, Tq, Tk)
+    mask = check_mask(fn, mask, B, H, Tq, Tk)
 
-    acc = _compute_dtype(q.dtype)
+    acc = accumulator_dtype(q.dtype)
     qp_BxHxTxA = jnp.einsum("bthd,hda->bhta", q.astype(acc), w_q.astype(acc))
     w_k_grouped = w_k.astype(acc).reshape(Hkv, H // Hkv, D, A)
     kp_BxHxSxA = jnp.einsum("bskd,kgda->bkgsa", k.astype(acc), w_k_grouped).reshape(B, H, Tk, A)
@@ -195,7 +155,7 @@ def _apply_feature_map(fn: str, feature_map: FeatureMap, name: str, x: jax.Array
         )
     if y.dtype not in FLOAT_DTYPES:
         raise ValueError(f"{fn}: feature_map({name}) has dtype {y.dtype}; expected a float dtype")
-    return y.astype(_compute_dtype(x.dtype))
+    return y.astype(accumulator_dtype(x.dtype))
 
 
 def _padding_ids(fn: str, name: str, ids: Optional[jax.Array]) -> tuple[Optional[jax.Array], Optional[jax.Array]]:
@@ -283,10 +243,10 @@ def linear_attention(
     Returns out: [B, Tq, H, Dv] in q's dtype; padding query rows and rows with no visible key are zero.
     """
     fn = "linear_attention"
-    _check_qkv(fn, q, k, v)
+    check_qkv(fn, q, k, v)
     B, Tq, H, D = q.shape
     Tk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[3]
-    mask = _check_mask(fn, mask, B, H, Tq, Tk)
+    mask = check_mask(fn, mask, B, H, Tq, Tk)
     if mask.window is not None:
         raise ValueError(f"{fn}: Mask.window={mask.window} (a sliding window) is not supported by linear attention")
     if mask.dense is not None:
@@ -301,7 +261,7 @@ def linear_attention(
     q_valid, q_packed = _padding_ids(fn, "q_segment_ids", mask.q_segment_ids)
     kv_valid, kv_packed = _padding_ids(fn, "kv_segment_ids", mask.kv_segment_ids)
 
-    acc = _compute_dtype(q.dtype)
+    acc = accumulator_dtype(q.dtype)
     fq = _apply_feature_map(fn, feature_map, "q", q.astype(acc))
     fk = _apply_feature_map(fn, feature_map, "k", k.astype(acc))
     if fq.shape[-1] != fk.shape[-1]:
@@ -396,10 +356,10 @@ def hard_attention(
     logits ``scale * q.k`` and, as ``weights``, the attention weights the forward pass used.
     """
     fn = "hard_attention"
-    _check_qkv(fn, q, k, v)
+    check_qkv(fn, q, k, v)
     B, Tq, H, D = q.shape
     Tk = k.shape[1]
-    mask = _check_mask(fn, mask, B, H, Tq, Tk)
+    mask = check_mask(fn, mask, B, H, Tq, Tk)
     _check_rng(fn, rng)
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
         if temperature <= 0:

@@ -6,13 +6,13 @@ the models;
 ``count_params`` / ``param_count_formula`` count parameters.
 """
 from models.attention import MultiHeadAttention
+from models.classifier import EncoderClassifier
 from models.config import TransformerConfig
 from models.decoding import beam_search, greedy_decode, length_penalty_factor
 from models.layers import MLP, apply_rope, positions_from_segmentation, sinusoidal_encoding
 from models.losses import cross_entropy
 from models.params import count_params, param_count_breakdown, param_count_formula
-from models.transformer import (DecodeCache, Decoder, DecoderOnly, Encoder, EncoderClassifier, EncoderDecoder,
-                                shift_right)
+from models.transformer import DecodeCache, Decoder, DecoderOnly, Encoder, EncoderDecoder, shift_right
 
 __all__ = [
     "DecodeCache", "Decoder", "DecoderOnly", "Encoder", "EncoderClassifier", "EncoderDecoder", "MLP", "MultiHeadAttention",

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import attention as attn
+from models.config import check_head_groups
 from models.layers import apply_rope, bias_init, kernel_init
 
 Stats = Optional[attn.AttentionStats]
@@ -84,10 +85,7 @@ class MultiHeadAttention(nnx.Module):
                             ("qk_dim", qk_dim), ("v_dim", v_dim)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"MultiHeadAttention: {name} must be a positive int; got {value!r}")
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(
-                f"MultiHeadAttention: num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}"
-            )
+        check_head_groups("MultiHeadAttention", num_heads, num_kv_heads)
         if rope_base is not None and qk_dim % 2 != 0:
             raise ValueError(f"MultiHeadAttention: RoPE needs an even qk_dim; got qk_dim={qk_dim}")
         if not 0.0 <= dropout_rate < 1.0:

@@ -20,6 +20,13 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def check_head_groups(owner: str, num_heads: int, num_kv_heads: int) -> None:
+    """ValueError unless the query heads split into whole groups per key/value head (GQA/MQA)."""
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(f"{owner}.num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads} (each "
+                         f"key/value head serves a group of query heads)")
+
+
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
@@ -102,11 +109,7 @@ class TransformerConfig:
             set_("num_kv_heads", self.num_heads)
         if not _is_int(self.num_kv_heads) or self.num_kv_heads <= 0:
             raise ValueError(f"TransformerConfig.num_kv_heads must be a positive int or None; got {self.num_kv_heads!r}")
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(
-                f"TransformerConfig.num_heads={self.num_heads} must be a multiple of "
-                f"num_kv_heads={self.num_kv_heads} (each key/value head serves a group of query heads)"
-            )
+        check_head_groups("TransformerConfig", self.num_heads, self.num_kv_heads)
         for name in ("qk_dim", "v_dim"):
             value = getattr(self, name)
             if value is None:

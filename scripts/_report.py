@@ -70,15 +70,29 @@ def write_csv(path: str, headers: Sequence[str], rows: Iterable[Sequence[Any]]) 
             w.writerow(["" if c is None else c for c in row])
 
 
+def source_commit() -> str:
+    """The checkout's commit (short hash, "+ local changes" when the tree differs from it), or "unknown"."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head + (" + local changes" if dirty else "")) if head else "unknown"
+
+
 def environment_line() -> str:
-    """Where and when numbers were measured: date, host platform, CPU count, jax backend."""
+    """Where, when and by which commit numbers were measured: date, commit, host platform, CPU count, jax."""
     import jax
 
     devices = jax.devices()
     return (
-        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.platform()}, "
-        f"{os.cpu_count()} CPU cores, jax {jax.__version__} ({devices[0].platform}, {len(devices)} device(s)), "
-        f"python {sys.version.split()[0]}."
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC with commit "
+        f"{source_commit()} on {platform.platform()}, {os.cpu_count()} CPU cores, jax {jax.__version__} "
+        f"({devices[0].platform}, {len(devices)} device(s)), python {sys.version.split()[0]}."
     )
 
 

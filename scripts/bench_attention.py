@@ -126,6 +126,9 @@ def backends_to_run(args: argparse.Namespace) -> list[str]:
         if name == "pallas" and platform_name == "cpu" and not args.include_pallas:
             print("skip pallas: interpret mode on CPU is slow (pass --include-pallas)")
             continue
+        if name == "ring" and not args.backends:
+            print("skip ring: it needs a device mesh; scripts/bench_ring.py measures it")
+            continue
         try:
             attention.select_backend(name, request)
         except ValueError as err:

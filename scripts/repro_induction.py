@@ -162,6 +162,20 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                   "2-layer attention-only models.")
     report.section("What the data say")
     report.text(verdict(runs, seeds))
+    report.section("Through the engine")
+    report.text(
+        "Until commit 55e6866 this reproduction ran on a private training loop (`scripts/_synthetic.py`, "
+        "deleted). It now runs through `engine.run` with `configs/repro_induction.py`. What changed in the "
+        "set-up: attention-only models have no MLP blocks (`model.attention_only`) instead of zeroed, frozen "
+        "ones, so the parameter counts fell (1 layer 58,304 → 25,088; 2 layers 108,288 → 41,856: the MLP "
+        "weights were never trained); the held-out loss per position is logged by the evaluation hook every "
+        "25 steps from step 25 (it used to be measured at step 1 as well); everything else — data, sizes, "
+        "optimizer, schedule, seeds — is the same. The old loop's numbers, 2 seeds each: 1 layer final ICL "
+        "score -0.998 / -0.947, steepest fall at steps 500 / 650, accuracy on the repeats 0.085 / 0.088; "
+        "2 layers -4.077 / -4.078, steepest fall at 350 / 375 (10%→90% of the fall in 300→375 and "
+        "325→400), accuracy 1.00. The engine's numbers above agree to within the seed spread: the 2-layer "
+        "phase change falls in the same 325-400 window and ends at the same score, the 1-layer model again "
+        "only drifts to about -1.")
     path = report.write()
     print(f"wrote {path}")
     return path

@@ -31,17 +31,20 @@ import attention
 from attention import Mask
 
 GPU_ONLY_BACKENDS = frozenset({"cudnn"})
+# Backends that need a device mesh and sequence lengths divisible by it: tests/test_ring.py runs them against
+# the same oracle on cases of their own.
+MESH_BACKENDS = frozenset({"ring"})
 # Backends too slow on CPU for every case (Pallas runs in interpret mode): they get the ``core`` cases only.
 SLOW_BACKENDS = frozenset({"pallas"})
 # Absolute error floor, in float32 epsilons of max(1, magnitude of the quantity); see ``assert_2x``.
 FLOOR_ULPS = 8.0
 
-STAT_FIELDS = ("entropy", "max_logit", "lse", "sink")
+STAT_FIELDS = ("entropy", "max_logit", "lse", "sink", "logit_mean", "logit_std")
 
 
 def cpu_backends() -> list[str]:
-    """Every registered backend that runs on CPU (``chunked`` and ``pallas`` join once registered)."""
-    return [name for name in attention.available_backends() if name not in GPU_ONLY_BACKENDS]
+    """Every registered backend that runs on CPU without a mesh (``chunked`` and ``pallas`` join once registered)."""
+    return [name for name in attention.available_backends() if name not in GPU_ONLY_BACKENDS | MESH_BACKENDS]
 
 
 # ------------------------------------------------------------------------------------------ NumPy reference
@@ -103,7 +106,8 @@ def np_attention(q, k, v, visible: np.ndarray, scale: float, precision=np.float6
     """Attention and its statistics in NumPy.
 
     q: [B, Tq, H, D], k: [B, Tk, Hkv, D], v: [B, Tk, Hkv, Dv], visible: bool [B, H, Tq, Tk].
-    Returns out [B, Tq, H, Dv]; entropy, max_logit, lse, sink, valid [B, H, Tq]; p [B, H, Tq, Tk]
+    Returns out [B, Tq, H, Dv]; entropy, max_logit, lse, sink, logit_mean, logit_std (unweighted mean and
+    population std of the scaled logits over the visible keys), valid [B, H, Tq]; p [B, H, Tq, Tk]
     (invalid rows: zeros everywhere, valid False).
     """
     work, rnd = _precision(precision)
@@ -119,9 +123,13 @@ def np_attention(q, k, v, visible: np.ndarray, scale: float, precision=np.float6
     lse = np.where(valid, m + np.log(l_safe), 0.0).astype(work)
     entropy = lse - np.where(visible, p * s, 0.0).sum(-1)  # -sum p log p, written as the documented identity
     out = rnd(_mm(rnd(p), vh)).transpose(0, 2, 1, 3)
+    n = np.maximum(visible.sum(-1), 1).astype(work)
+    logit_mean = np.where(visible, s, 0.0).sum(-1) / n
+    logit_var = np.where(visible, (s - logit_mean[..., None]) ** 2, 0.0).sum(-1) / n
     return {
         "out": out, "p": p, "valid": valid, "entropy": np.where(valid, entropy, 0.0),
         "max_logit": m, "lse": lse, "sink": p[..., 0],
+        "logit_mean": logit_mean.astype(work), "logit_std": np.sqrt(logit_var).astype(work),
     }
 
 

@@ -486,6 +486,8 @@ def test_uniform_attention_stats_and_reductions(backend):
     np.testing.assert_allclose(stats.entropy, np.where(valid, np.log(n), 0), atol=1e-5)
     np.testing.assert_allclose(stats.sink, np.where(valid, 1 / n, 0), atol=1e-6)
     np.testing.assert_allclose(stats.max_logit, 0, atol=1e-6)
+    np.testing.assert_allclose(stats.logit_mean, 0, atol=1e-6)
+    np.testing.assert_allclose(stats.logit_std, 0, atol=1e-6)
     expected_mean = np.log(np.r_[np.arange(1, 11), np.arange(1, 8)]).mean()
     np.testing.assert_allclose(attention.mean_entropy_per_head(stats), np.full(H, expected_mean), rtol=1e-5)
     np.testing.assert_allclose(attention.normalized_entropy_per_head(stats, n), np.ones(H), rtol=1e-5)
@@ -499,11 +501,17 @@ def test_reductions_exclude_invalid_rows():
     entropy = np.where(valid, [[[1.0, 3.0, 0.0], [0.05, 0.0, 0.0]]], 0.0)
     max_logit = np.where(valid, [[[-3.0, -1.0, 0.0], [-7.0, 0.0, 0.0]]], 0.0)
     sink = np.where(valid, [[[0.5, 0.25, 0.0], [1.0, 0.0, 0.0]]], 0.0)
-    stats = AttentionStats(entropy=jnp.asarray(entropy, jnp.float32), max_logit=jnp.asarray(max_logit, jnp.float32),
-                           lse=jnp.zeros((1, 2, 3)), valid=jnp.asarray(valid), sink=jnp.asarray(sink, jnp.float32))
+    logit_mean = np.where(valid, [[[0.5, -1.5, 0.0], [2.0, 0.0, 0.0]]], 0.0)
+    logit_std = np.where(valid, [[[1.0, 3.0, 0.0], [8.0, 0.0, 0.0]]], 0.0)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    stats = AttentionStats(entropy=f32(entropy), max_logit=f32(max_logit), lse=jnp.zeros((1, 2, 3)),
+                           valid=jnp.asarray(valid), sink=f32(sink), logit_mean=f32(logit_mean),
+                           logit_std=f32(logit_std))
     np.testing.assert_allclose(attention.mean_entropy_per_head(stats), [2.0, 0.05], rtol=1e-6)
     np.testing.assert_allclose(attention.max_logit_per_head(stats), [-1.0, -7.0])
     np.testing.assert_allclose(attention.sink_mass_per_head(stats), [0.375, 1.0])
+    np.testing.assert_allclose(attention.logit_mean_per_head(stats), [-0.5, 2.0])
+    np.testing.assert_allclose(attention.logit_std_per_head(stats), [2.0, 8.0])
     assert float(attention.collapsed_fraction(stats, threshold=0.1)) == 0.5
     assert float(attention.collapsed_fraction(stats, threshold=0.01)) == 0.0
     num_visible = np.array([[[2.0, 8.0, 5.0], [1.0, 4.0, 4.0]]])  # head 1's only valid row has one key: excluded
@@ -512,6 +520,8 @@ def test_reductions_exclude_invalid_rows():
     assert attention.uniform_entropy(8) == pytest.approx(math.log(8))
     with pytest.raises(ValueError, match="sink is None"):
         attention.sink_mass_per_head(stats.replace(sink=None))
+    with pytest.raises(ValueError, match="logit_std is None"):
+        attention.logit_std_per_head(stats.replace(logit_std=None))
 
 
 # ----------------------------------------------------------------------------------- dropout
@@ -568,3 +578,26 @@ def test_mask_builders_and_window_normalization():
     assert Mask(window=(3, None)).window == (3, None)
     visible = np.asarray(Mask(causal=True, window=(1, None)).materialize(1, 1, 3, 3))[0, 0]
     np.testing.assert_array_equal(visible, [[1, 0, 0], [1, 1, 0], [0, 1, 1]])
+
+
+# ----------------------------------------------------------------------------------- logit moments
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_logit_std_shows_a_missing_scale_and_ignores_an_offset(backend):
+    """Scaled unit-normal q, k at d_k = 64 give a logit std near 1 per row, unscaled ones near 8; a large
+    common offset of the logits (q.k + 1e3 via an extra dimension) moves the mean, not the std."""
+    B, T, H, D = 1, 256, 2, 64
+    rng = np.random.default_rng(5)
+    q, k, v, _ = random_qkv(rng, B, T, T, H, H, D, 8, np.float32)
+    q_off = np.concatenate([q, np.full((B, T, H, 1), 1e3, np.float32)], -1)
+    k_off = np.concatenate([k, np.ones((B, T, H, 1), np.float32)], -1)
+    mask = Mask(causal=True)
+    _skip_if_unsupported(backend, q, k, v, mask)
+    f = fast_jit(lambda q, k, s: attention.attention(q, k, v, mask, implementation=backend, scale=s,
+                                                     return_stats=True, backend_options=dict(options_for(backend)))[1],
+                 static_argnums=2)
+    scaled, unscaled, offset = f(q, k, 1 / 8), f(q, k, 1.0), f(q_off, k_off, 1.0)
+    rows = slice(64, None)  # rows with enough keys for a sample std
+    assert abs(float(jnp.mean(scaled.logit_std[..., rows])) - 1.0) < 0.1
+    assert abs(float(jnp.mean(unscaled.logit_std[..., rows])) - 8.0) < 0.8
+    np.testing.assert_allclose(offset.logit_std, unscaled.logit_std, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(offset.logit_mean, unscaled.logit_mean + 1e3, rtol=1e-6, atol=2e-3)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attention
-from attention import Mask, chunked
+from attention import Mask, chunked, online
 
 
 @pytest.fixture
@@ -129,15 +129,22 @@ def test_scale_must_be_static():
     [(100, 100, 16, 16, True, None), (37, 90, 8, 16, True, (20, None)), (64, 48, 16, 8, False, (3, 5)),
      (50, 50, 16, 16, False, (None, 0)), (30, 80, 8, 8, True, (4, 2))],
 )
-def test_live_tiles_are_exactly_the_tiles_with_a_visible_entry(Tq, Tk, bq, bk, causal, window):
+def test_block_ranges_are_exactly_the_tiles_with_a_visible_entry(Tq, Tk, bq, bk, causal, window):
     visible = np.asarray(Mask(causal=causal, window=window).materialize(1, 1, Tq, Tk))[0, 0]
     nq, nk = -(-Tq // bq), -(-Tk // bk)
     padded = np.zeros((nq * bq, nk * bk), bool)
     padded[:Tq, :Tk] = visible
     expected = padded.reshape(nq, bq, nk, bk).any(axis=(1, 3))
-    live = chunked.live_tiles(Tq, Tk, bq, bk, causal=causal, window=window)
+    left, right = window if window is not None else (None, None)
+    live = online.live_tiles(Tq, Tk, bq, bk, causal=causal, window_left=left, window_right=right)
     np.testing.assert_array_equal(live, expected)
     assert not live.all(), "the case should skip some tiles"
+    by_key = np.zeros_like(live)  # the backward pass walks the query blocks of each key block
+    for j in range(nk):
+        lo, hi = online.q_block_range(j, block_q=bq, block_k=bk, kv_len=Tk, num_q_blocks=nq, causal=causal,
+                                      window_left=left, window_right=right)
+        by_key[max(lo, 0):max(hi, 0), j] = True
+    np.testing.assert_array_equal(by_key, expected)
 
 
 def test_skipping_gives_identical_results(x64):

@@ -361,3 +361,28 @@ def test_config_from_dict_and_replace():
     with pytest.raises(ValueError, match="unknown keys \\['d_k'\\]"):
         models.TransformerConfig.from_dict({**cfg.to_dict(), "d_k": 3})
     assert dataclasses.is_dataclass(cfg) and hash(cfg) == hash(tiny(num_heads=8))
+
+
+@pytest.mark.parametrize("kind, attention_only", [("additive", False), ("softmax", True), ("hard", True)])
+def test_variant_and_attention_only_param_counts_match_the_formula(kind, attention_only):
+    cfg = models.TransformerConfig(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
+                                   num_decoder_layers=2, attention_kind=kind, attention_only=attention_only)
+    for model, name in ((models.EncoderDecoder, "encoder_decoder"), (models.DecoderOnly, "decoder_only")):
+        m = nnx.eval_shape(lambda: model(cfg, rngs=nnx.Rngs(params=0, dropout=1)))
+        assert models.count_params(m) == models.param_count_formula(cfg, name)
+
+
+def test_classifier_pools_only_real_tokens():
+    cfg = models.TransformerConfig(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
+                                   num_decoder_layers=0, dropout_rate=0.0, attention_impl="reference")
+    m = models.EncoderClassifier(cfg, 3, rngs=nnx.Rngs(params=0))
+    x = jnp.array([[5, 6, 7, 0, 0], [5, 6, 7, 9, 9]])
+    seg = (x != 0).astype(jnp.int32)
+    logits, stats = m(x, inputs_segmentation=seg, return_stats=True)
+    assert logits.shape == (2, 3)
+    w = stats["pool"][0].weights  # [B, 1, 1, S]
+    np.testing.assert_array_equal(np.asarray(w[0, 0, 0, 3:]), 0.0)
+    assert float(jnp.sum(w[0])) == pytest.approx(1.0, abs=1e-6)
+    # Other tokens at the padded positions change nothing.
+    other = m(x.at[0, 3:].set(11), inputs_segmentation=seg)
+    np.testing.assert_allclose(np.asarray(other), np.asarray(logits), rtol=1e-6, atol=1e-6)

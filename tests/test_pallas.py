@@ -32,7 +32,7 @@ from attention_cases import (
 )
 
 _FAST_COMPILE = {"xla_backend_optimization_level": 0}
-_STATS = ("entropy", "max_logit", "lse", "sink")
+_STATS = ("entropy", "max_logit", "lse", "sink", "logit_mean", "logit_std")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,8 @@
 implementation="pallas")``. It takes the structured mask (causal, sliding window, separate query and key
 segment ids, query and key positions), grouped-query / multi-query attention, ``Tq != Tk``, any lengths and
 head dims (padded inside, sliced out), ``Dv != D``, float32 / bfloat16 / float16 inputs with float32
-accumulation, and returns the attention statistics computed inside the forward kernel. Gradients come from
+accumulation, and returns the attention statistics computed inside the forward kernel (entropy, max logit,
+lse, sink, logit mean / std). Gradients come from
 Pallas backward kernels (dq; dk/dv) that recompute probabilities from the saved log-sum-exp.
 
 GPU runs the Triton lowering, TPU its own Mosaic kernel body (``attention.flash.tpu``), CPU the Pallas
@@ -193,9 +194,10 @@ def _run(q, k, v, mask: Mask, cfg: FlashConfig):
     out = out[:, :Tq, :, :Dv]
     if stats is None:
         return out, None
-    m, l, ps, sink = (jax.lax.stop_gradient(x[:, :, :Tq, 0]) for x in stats)
+    m, l, ps, sink, logit_mean, logit_std = (jax.lax.stop_gradient(x[:, :, :Tq, 0]) for x in stats)
     entropy, max_logit, lse, valid = finalize_stats(m, l, ps)
-    return out, AttentionStats(entropy=entropy, max_logit=max_logit, lse=lse, valid=valid, sink=sink)
+    return out, AttentionStats(entropy=entropy, max_logit=max_logit, lse=lse, valid=valid, sink=sink,
+                               logit_mean=logit_mean, logit_std=logit_std)
 
 
 def flash_attention(

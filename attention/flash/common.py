@@ -13,12 +13,17 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from attention import online
+from attention.stats import finish_moments
+
 # Sentinel for "no non-zero segment id in this block" in the block summaries (fits int32).
 NO_SEGMENT = 2**30
 # Contract the last dims of both operands: a @ b.T without materializing the transpose.
 _NT = (((1,), (1,)), ((), ()))
 # The plain matrix product a @ b.
 _NN = (((1,), (0,)), ((), ()))
+# Row statistics a forward kernel writes with return_stats: m, l, ps, sink, logit_mean, logit_std.
+NUM_ROW_STATS = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,78 +187,38 @@ def block_may_be_visible(cfg: FlashConfig, q: Summary, kv: Summary):
     return ok
 
 
-def _div(a, b: int):
-    """Floor division of a non-negative (possibly traced) int by a static int, in ops every lowering has."""
-    return a // b if isinstance(a, int) else lax.div(a, jnp.int32(b))
-
-
-def _max(a, b):
-    return max(a, b) if isinstance(a, int) and isinstance(b, int) else jnp.maximum(a, b)
-
-
-def _min(a, b):
-    return min(a, b) if isinstance(a, int) and isinstance(b, int) else jnp.minimum(a, b)
-
-
 def kv_block_range(cfg: FlashConfig, q_block, block_q: int, block_k: int):
     """Key blocks [lo, hi) that query block ``q_block`` can see under causal/window with default positions.
 
     With explicit positions every block is in range and the per-block check decides.
     """
-    lo, hi = 0, cfg.kv_len_padded // block_k
     if cfg.has_positions:
-        return lo, hi
-    first = q_block * block_q
-    last = _min((q_block + 1) * block_q, cfg.q_len) - 1
-    if cfg.causal:
-        hi = _min(hi, _div(last, block_k) + 1)
-    if cfg.window_right is not None:
-        hi = _min(hi, _div(last + cfg.window_right, block_k) + 1)
-    if cfg.window_left is not None:
-        lo = _div(_max(first - cfg.window_left, 0), block_k)
-    return lo, hi
+        return 0, cfg.kv_len_padded // block_k
+    return online.kv_block_range(q_block, block_q=block_q, block_k=block_k, q_len=cfg.q_len,
+                                 num_kv_blocks=cfg.kv_len_padded // block_k, causal=cfg.causal,
+                                 window_left=cfg.window_left, window_right=cfg.window_right)
 
 
 def q_block_range(cfg: FlashConfig, kv_block, block_q: int, block_k: int):
     """Query blocks [lo, hi) that can see key block ``kv_block`` under causal/window with default positions."""
-    lo, hi = 0, cfg.q_len_padded // block_q
     if cfg.has_positions:
-        return lo, hi
-    first = kv_block * block_k
-    last = _min((kv_block + 1) * block_k, cfg.kv_len) - 1
-    if cfg.causal:
-        lo = _div(first, block_q)
-    if cfg.window_right is not None:
-        lo = _max(lo, _div(_max(first - cfg.window_right, 0), block_q))
-    if cfg.window_left is not None:
-        hi = _min(hi, _div(last + cfg.window_left, block_q) + 1)
-    return lo, hi
+        return 0, cfg.q_len_padded // block_q
+    return online.q_block_range(kv_block, block_q=block_q, block_k=block_k, kv_len=cfg.kv_len,
+                                num_q_blocks=cfg.q_len_padded // block_q, causal=cfg.causal,
+                                window_left=cfg.window_left, window_right=cfg.window_right)
 
 
 # ------------------------------------------------------------------------------------------------ tile math
 class Carry(NamedTuple):
-    """Online-softmax state of a query block: acc [bq, Dv]; m, l [bq, 1] float32.
-
-    With statistics also ps [bq, 1] (``sum_j exp(s_j - m) s_j``) and s0 [bq, 1] (the logit of key 0, -inf
-    when hidden); otherwise None.
-    """
+    """Online-softmax state of a query block: acc [bq, Dv] float32 and the ``online.RowState`` rows [bq, 1]."""
 
     acc: jax.Array
-    m: jax.Array
-    l: jax.Array
-    ps: Optional[jax.Array]
-    s0: Optional[jax.Array]
+    rows: online.RowState
 
 
 def init_carry(block_q: int, v_dim: int, return_stats: bool) -> Carry:
-    row = lambda value: jnp.full((block_q, 1), value, jnp.float32)  # noqa: E731
-    return Carry(
-        jnp.zeros((block_q, v_dim), jnp.float32),
-        row(-jnp.inf),
-        row(0.0),
-        row(0.0) if return_stats else None,
-        row(-jnp.inf) if return_stats else None,
-    )
+    return Carry(jnp.zeros((block_q, v_dim), jnp.float32),
+                 online.init_rows(jnp.zeros((block_q, 1), jnp.float32), return_stats))
 
 
 def logits(cfg: FlashConfig, q: jax.Array, k: jax.Array) -> jax.Array:
@@ -263,47 +228,24 @@ def logits(cfg: FlashConfig, q: jax.Array, k: jax.Array) -> jax.Array:
 
 
 def softmax_step(cfg: FlashConfig, carry: Carry, q, k, v, vis: Optional[jax.Array], first_block) -> Carry:
-    """Fold one key block into the running softmax. q [bq, D], k [bk, D], v [bk, Dv], vis [bq, bk] | None.
-
-    Masked keys contribute exactly zero; rows that have seen no visible key keep m = -inf and l = 0.
-    ``ps = sum_j exp(s_j - m) s_j`` is rescaled like the denominator, for the entropy. ``first_block``
-    (scalar bool) says the block starts at key 0, whose logit is kept for the attention-sink statistic.
-    """
-    s = logits(cfg, q, k)
-    s_vis = s if vis is None else jnp.where(vis, s, -jnp.inf)
-    m_new = jnp.maximum(carry.m, jnp.max(s_vis, axis=1, keepdims=True))
-    m_use = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-    alpha = jnp.exp(carry.m - m_use)
-    p = jnp.exp(s_vis - m_use)
-    l = alpha * carry.l + jnp.sum(p, axis=1, keepdims=True)
+    """Fold one key block into the running softmax (``online.update``). q [bq, D], k [bk, D], v [bk, Dv],
+    vis [bq, bk] | None; ``first_block`` (scalar bool) says the block starts at key 0."""
+    rows, p, alpha = online.update(carry.rows, logits(cfg, q, k), vis, first_block)
     pv = lax.dot_general(p.astype(v.dtype), v, _NN, preferred_element_type=jnp.float32, precision=cfg.precision)
-    acc = alpha * carry.acc + pv
-    ps = s0 = None
-    if carry.ps is not None:
-        ps = alpha * carry.ps + jnp.sum(p * s, axis=1, keepdims=True)
-        column = lax.broadcasted_iota(jnp.int32, s_vis.shape, 1)
-        s0 = lax.cond(
-            first_block,
-            lambda: jnp.max(jnp.where(column == 0, s_vis, -jnp.inf), axis=1, keepdims=True),
-            lambda: carry.s0,
-        )
-    return Carry(acc, m_new, l, ps, s0)
+    return Carry(alpha * carry.acc + pv, rows)
 
 
 def finish(carry: Carry):
-    """-> (out [bq, Dv] float32, lse [bq, 1]): zero output and lse = +inf on rows with no visible key.
-
-    The +inf makes every recomputed probability exp(s - lse) exactly zero in the backward pass.
-    """
-    valid = carry.l > 0
-    inv = jnp.where(valid, 1.0 / jnp.where(valid, carry.l, 1.0), 0.0)
-    lse = jnp.where(valid, carry.m + jnp.log(jnp.where(valid, carry.l, 1.0)), jnp.inf)
+    """-> (out [bq, Dv] float32, lse [bq, 1]): zero output and lse = +inf on rows with no visible key."""
+    inv, lse = online.finish(carry.rows)
     return carry.acc * inv, lse
 
 
-def sink(carry: Carry, lse: jax.Array) -> jax.Array:
-    """Probability on key 0, [bq, 1], from the same logits as lse (0 when key 0 is hidden or the row empty)."""
-    return jnp.exp(carry.s0 - lse)
+def row_outputs(carry: Carry, lse: jax.Array) -> tuple[jax.Array, ...]:
+    """The row statistics a forward kernel writes (``NUM_ROW_STATS`` of them, [bq, 1] each):
+    m, l, ps, sink, logit_mean, logit_std."""
+    rows = carry.rows
+    return (rows.m, rows.l, rows.ps, online.sink(rows, lse)) + finish_moments(*rows.moments)
 
 
 def probabilities(cfg: FlashConfig, q, k, lse, vis: Optional[jax.Array]):

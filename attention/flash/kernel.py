@@ -97,18 +97,15 @@ def _forward_kernel(*refs, cfg: FlashConfig, present):
     out_ref[...] = out.astype(out_ref.dtype)
     lse_ref[...] = lse
     if cfg.return_stats:
-        m_ref, l_ref, ps_ref, sink_ref = stat_refs
-        m_ref[...] = carry.m
-        l_ref[...] = carry.l
-        ps_ref[...] = carry.ps
-        sink_ref[...] = common.sink(carry, lse)
+        for ref, value in zip(stat_refs, common.row_outputs(carry, lse)):
+            ref[...] = value
 
 
 def forward(q, k, v, masks: MaskArrays, cfg: FlashConfig):
     """q [B, Tq_pad, H, D_pad], k [B, Tk_pad, Hkv, D_pad], v [B, Tk_pad, Hkv, Dv_pad] (padded).
 
     Returns (out [B, Tq_pad, H, Dv_pad], lse [B, H, Tq_pad, 1], and with ``cfg.return_stats`` the row
-    statistics (m, l, ps, sink) each [B, H, Tq_pad, 1] float32, else None).
+    statistics (m, l, ps, sink, logit_mean, logit_std) each [B, H, Tq_pad, 1] float32, else None).
     """
     B, Tq, H, D = q.shape
     Tk, Dv = k.shape[1], v.shape[3]
@@ -130,8 +127,8 @@ def forward(q, k, v, masks: MaskArrays, cfg: FlashConfig):
     out_specs = [pl.BlockSpec((None, bq, None, Dv), lambda b, h, i: (b, i, h, 0)), row_spec]
     out_shape = [jax.ShapeDtypeStruct((B, Tq, H, Dv), q.dtype), row_shape]
     if cfg.return_stats:
-        out_specs += [row_spec] * 4
-        out_shape += [row_shape] * 4
+        out_specs += [row_spec] * common.NUM_ROW_STATS
+        out_shape += [row_shape] * common.NUM_ROW_STATS
     results = pl.pallas_call(
         functools.partial(_forward_kernel, cfg=cfg, present=present),
         grid=grid,

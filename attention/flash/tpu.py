@@ -20,6 +20,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from attention import online
 from attention.flash import common
 from attention.flash.common import FlashConfig, MaskArrays, Side, Summary
 
@@ -106,21 +107,21 @@ def _forward_kernel(q_sum_ref, kv_sum_ref, *refs, cfg: FlashConfig, present):
     q_ref, k_ref, v_ref = refs[:3]
     mask_refs = common.split_mask_refs(refs[3:3 + n_masks], present)
     rest = refs[3 + n_masks:]
-    n_out = 6 if cfg.return_stats else 2
+    n_out = 2 + common.NUM_ROW_STATS if cfg.return_stats else 2
     out_ref, lse_ref, *stat_refs = rest[:n_out]
-    acc_sc, m_sc, l_sc, *stat_sc = rest[n_out:]  # stat_sc: ps, s0 scratch with statistics
+    acc_sc, m_sc, l_sc, *stat_sc = rest[n_out:]  # stat_sc: ps, s0, count, mean, m2 scratch with statistics
     bq, bk = cfg.block_q, cfg.block_k
     nq, nk = cfg.q_len_padded // bq, cfg.kv_len_padded // bk
     b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
 
     def load():
-        extra = [r[...] for r in stat_sc] if stat_sc else [None, None]
-        return common.Carry(acc_sc[...], m_sc[...], l_sc[...], *extra)
+        extra = [r[...] for r in stat_sc] if stat_sc else [None] * 5
+        return common.Carry(acc_sc[...], online.RowState(m_sc[...], l_sc[...], *extra))
 
     def store(carry):
-        acc_sc[...], m_sc[...], l_sc[...] = carry.acc, carry.m, carry.l
-        if stat_sc:
-            stat_sc[0][...], stat_sc[1][...] = carry.ps, carry.s0
+        acc_sc[...] = carry.acc
+        for ref, value in zip([m_sc, l_sc, *stat_sc], carry.rows):
+            ref[...] = value
 
     @pl.when(j == 0)
     def _init():
@@ -141,9 +142,8 @@ def _forward_kernel(q_sum_ref, kv_sum_ref, *refs, cfg: FlashConfig, present):
         out_ref[...] = out.astype(out_ref.dtype)
         lse_ref[...] = lse
         if cfg.return_stats:
-            m_ref, l_ref, ps_ref, sink_ref = stat_refs
-            m_ref[...], l_ref[...], ps_ref[...] = carry.m, carry.l, carry.ps
-            sink_ref[...] = common.sink(carry, lse)
+            for ref, value in zip(stat_refs, common.row_outputs(carry, lse)):
+                ref[...] = value
 
 
 def forward(q, k, v, masks: MaskArrays, cfg: FlashConfig):
@@ -170,9 +170,9 @@ def forward(q, k, v, masks: MaskArrays, cfg: FlashConfig):
     scratch = [pltpu.VMEM((bq, Dv), jnp.float32), pltpu.VMEM((bq, 1), jnp.float32),
                pltpu.VMEM((bq, 1), jnp.float32)]
     if cfg.return_stats:
-        out_specs += [row_spec] * 4
-        out_shape += [row_shape] * 4
-        scratch += [pltpu.VMEM((bq, 1), jnp.float32), pltpu.VMEM((bq, 1), jnp.float32)]
+        out_specs += [row_spec] * common.NUM_ROW_STATS
+        out_shape += [row_shape] * common.NUM_ROW_STATS
+        scratch += [pltpu.VMEM((bq, 1), jnp.float32) for _ in range(5)]
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2,
         grid=(B, H, nq, nk),
