@@ -32,7 +32,7 @@ import math
 import os
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -454,7 +454,8 @@ def _leakage_check(model, batch, base, task, cfg, rng, special) -> tuple[float, 
         compare = real["target"] & (cols <= c)
         change = _relative_change(base, out, compare)
         if change >= worst:
-            worst, where = change, f"tokens after column {c} replaced"
+            what = f"targets from column {c}" if task == "translation" else f"inputs after column {c}"
+            worst, where = change, f"{what} replaced; logits up to column {c} compared"
     return worst, where
 
 
