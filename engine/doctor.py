@@ -1,0 +1,811 @@
+"""The attention doctor: the practitioner's checklist for attention that misbehaves, run on a model and real batches.
+
+``diagnose(model, batches)`` runs every check on an ``models.EncoderDecoder`` (task "translation") or
+``models.DecoderOnly`` (task "lm") and returns ``Finding`` values (ok / warn / fail, with what to try);
+``write_report`` writes ``report.md`` and ``report.json``; ``run_diagnosis`` does both. The checks:
+
+- ``padding_weight``: the largest attention weight a real query gives a padding key (group, layer).
+- ``padding_invariance``: the largest change of the real positions' logits when the padding tokens are replaced
+  by random tokens ("tokens") or the amount of padding changes ("amount"), relative to the largest logit.
+- ``causal_weight``: the largest weight a decoder self-attention query gives a later key (group, layer).
+- ``causal_leakage``: the largest change of earlier logits when later decoder tokens are replaced (relative).
+- ``score_std``: per head, the mean over query rows of the standard deviation of the scaled pre-softmax scores
+  over visible keys (the row mean is reported beside it).
+- ``entropy``: per head, the mean over query rows of entropy / log(number of visible keys); 1 is uniform.
+- ``special_mass``: per head, the mean attention mass on special keys (BOS, EOS, ``special_ids``,
+  punctuation-only pieces; PAD is ``padding_weight``'s), over rows that see enough non-special keys.
+- ``sink``: per head, the mean attention mass on the first key of each query's own sequence (key 0).
+- ``head_permutation``: permuting the heads of every attention layer's projections (Q, K, V rows and the output
+  projection's input) must leave the logits unchanged and permute each layer's per-head statistics the same way.
+- ``two_token_padding`` / ``two_token_causal``: through each attention module (its own backend, scale and
+  projections), two keys of which one is masked, by padding or by the causal mask, the masked one made the
+  better match: the output must be the other key's value.
+
+Thresholds are the fields of ``default_thresholds()`` (mounted as ``config.doctor``), each justified there.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+import attention as attn
+import models
+
+TASKS = ("translation", "lm")
+STATUSES = ("ok", "warn", "fail")
+GROUPS = ("encoder_self", "decoder_self", "cross")
+
+ADVICE = {
+    "padding": (
+        "Worse than no attention: the padding mask is not applied. Build the mask from the padding (segment ids "
+        "or lengths) and pass it to every attention call (encoder self, cross, decoder self); padding keys must "
+        "get zero weight and changing the padding must not change real outputs."
+    ),
+    "causal": (
+        "Outputs see the future: the causal mask is missing or reversed. Decoder self-attention must use "
+        "kv_pos <= q_pos (Mask(causal=True)); perturb future tokens and check that earlier outputs do not move."
+    ),
+    "score_high": (
+        "Loss oscillates or turns NaN: the 1/sqrt(d_k) scale is probably missing (or the learning rate is too "
+        "high). Check attention_scale; pre-softmax scores with std near 1 are healthy, 8-10 means the scale is "
+        "missing. QK-LayerNorm or a lower learning rate bounds them."
+    ),
+    "score_low": (
+        "Queries and keys are too alike to tell positions apart (score std ~0.1): the scale is too small or "
+        "applied twice, or Q/K projections collapsed. Check attention_scale and the Q/K initialisation."
+    ),
+    "entropy": (
+        "Blurry attention, a model that dozes: entropy near its maximum log(n). Temperature too high or a bad "
+        "initialisation: check the logit scale (1/sqrt(d_k), not smaller), the Q/K init, and that the head "
+        "trains at all (learning rate, gradients reaching it)."
+    ),
+    "special": (
+        "Attention piled on BOS/EOS or other special tokens: the head has nothing to attend to (a no-op head) or "
+        "special tokens dominate the keys. Harmless for a few heads; if many do it, check the mask and the "
+        "scale, or try fewer heads."
+    ),
+    "sink": (
+        "Attention piled on key 0 (an attention sink). Harmless in moderation; if many heads do it, check that "
+        "the mask does not leave key 0 as the only visible key and that the scale is right."
+    ),
+    "permutation": (
+        "Heads split or merged in the wrong order: the reshape/transpose between [B, T, H*D] and [B, T, H, D] "
+        "or the output projection mixes heads. Check the split and merge axes with random inputs."
+    ),
+    "two_token": (
+        "The mask does not reach the attention module: with one of two tokens masked, the output must be the "
+        "other token's value. Check how the module builds and passes its mask, and the backend's mask handling."
+    ),
+}
+
+
+def default_thresholds() -> ml_collections.ConfigDict:
+    """The doctor's thresholds and sample sizes (``config.doctor``), each with its justification."""
+    c = ml_collections.ConfigDict()
+    # Masked keys get exactly zero weight in every backend (-inf before the softmax, or skipped blocks); any
+    # weight above float32 rounding means the mask does not reach the softmax.
+    c.padding_weight_fail = 1e-6
+    # Outputs compared across padding / future perturbations, as max |change| / max |logit| over the compared
+    # positions. The same computation on the same real tokens differs only by float32 summation order
+    # (~1e-6 relative); a leaking mask moves logits by percents.
+    c.invariance_warn = 1e-4
+    c.invariance_fail = 1e-2
+    # Weight on a later key in causal self-attention: exactly zero when the mask is applied (as padding).
+    c.causal_weight_fail = 1e-6
+    # Score std per head. The checklist: near 1 is healthy, 8-10 means the 1/sqrt(d_k) scale is missing (the
+    # std grows by sqrt(d_k), 8 for d_k = 64); ~0.1 means queries and keys are too alike to separate keys.
+    # Trained heads that attend sharply reach 2-4, so warn from 5 and fail from 8; warn below 0.3 (the softmax
+    # is within ~5% of uniform) and fail below 0.1.
+    c.score_std_warn_high = 5.0
+    c.score_std_fail_high = 8.0
+    c.score_std_warn_low = 0.3
+    c.score_std_fail_low = 0.1
+    # Entropy / log(visible keys) per head. Scores of std s over n keys give about 1 - s^2 / (2 log n): 0.95 is
+    # s ~ 0.7 at n = 30 (attention barely above uniform), 0.99 is s ~ 0.3: a head that dozes.
+    c.entropy_warn = 0.95
+    c.entropy_fail = 0.99
+    # Mean mass on special keys per head: a sink / no-op head puts most of its mass there. More than half is worth
+    # a look (warn); it is a fail only when nearly all of it goes there (0.9), and only if fail_on_special.
+    c.special_mass_warn = 0.5
+    c.special_mass_fail = 0.9
+    # Mean mass on key 0 per head, the same bounds (key 0 is often BOS, an attention sink).
+    c.sink_warn = 0.5
+    c.sink_fail = 0.9
+    # Sinks are a known trait of healthy trained Transformers (Xiao et al. 2023): report them as warnings only.
+    c.fail_on_special = False
+    # Rows that see fewer visible (non-special, for special_mass) keys say little about a head's habits (a causal
+    # row at position 0 sees only BOS and must put all its mass there): they are left out of the per-head checks.
+    c.min_keys = 4
+    # Head permutation and the two-token test: exact in exact arithmetic; float32 summation order gives ~1e-6.
+    c.exact_warn = 1e-4
+    c.exact_fail = 1e-2
+    # Sample sizes: batches and rows per batch taken from the given batches, cut points per row for the causal
+    # check, padding columns added for the "amount" check.
+    c.max_batches = 2
+    c.rows_per_batch = 16
+    c.extra_padding = 8
+    c.seed = 0
+    return c
+
+
+# ------------------------------------------------------------------------------------------------ findings
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One checked quantity. ``group``/``layer``/``head`` are None where the check is about the whole model."""
+
+    check: str
+    group: Optional[str]
+    layer: Optional[int]
+    head: Optional[int]
+    value: float
+    threshold: str  # the rule the status came from, e.g. "warn > 5, fail > 8"
+    status: str  # ok / warn / fail
+    advice: str  # what to try (empty when ok)
+    detail: str = ""
+
+    @property
+    def where(self) -> str:
+        parts = [self.group or "model"]
+        if self.layer is not None:
+            parts.append(f"L{self.layer}")
+        if self.head is not None:
+            parts.append(f"H{self.head}")
+        return " ".join(parts)
+
+    def record(self) -> dict[str, Any]:
+        """The report.json record: check, group, layer, head, value, status (and threshold, detail)."""
+        return {"check": self.check, "group": self.group, "layer": self.layer, "head": self.head,
+                "value": _json_float(self.value), "status": self.status, "threshold": self.threshold,
+                "detail": self.detail}
+
+
+def _json_float(x: float) -> Optional[float]:
+    return float(x) if math.isfinite(x) else None
+
+
+def _above(value: float, warn: Optional[float], fail: float) -> str:
+    if not value <= fail:  # NaN fails
+        return "fail"
+    return "warn" if warn is not None and value > warn else "ok"
+
+
+def _rule_above(warn: Optional[float], fail: float) -> str:
+    return f"fail > {fail:g}" if warn is None else f"warn > {warn:g}, fail > {fail:g}"
+
+
+def _finding(check, group, layer, head, value, threshold, status, advice_key, detail="") -> Finding:
+    return Finding(check, group, None if layer is None else int(layer), None if head is None else int(head),
+                   float(value), threshold, status, ADVICE[advice_key] if status != "ok" else "", detail)
+
+
+def summary_line(findings: Sequence[Finding]) -> str:
+    """"N fail, M warn, K ok"."""
+    n = {s: sum(f.status == s for f in findings) for s in STATUSES}
+    return f"{n['fail']} fail, {n['warn']} warn, {n['ok']} ok"
+
+
+# ------------------------------------------------------------------------------------------------ batches
+def task_of(model: nnx.Module, task: Optional[str] = None) -> str:
+    """The task of ``model`` ("translation" or "lm"); ``task``, when given, must agree."""
+    if isinstance(model, models.EncoderDecoder):
+        inferred = "translation"
+    elif isinstance(model, models.DecoderOnly):
+        inferred = "lm"
+    else:
+        raise ValueError(f"diagnose: model must be a models.EncoderDecoder or models.DecoderOnly; got "
+                         f"{type(model).__name__}")
+    if task is not None and task != inferred:
+        raise ValueError(f"diagnose: task={task!r} does not match a {type(model).__name__} (task {inferred!r})")
+    return inferred
+
+
+def complete_batch(batch: Mapping[str, Any], task: str, cfg: models.TransformerConfig, rows: int
+                   ) -> dict[str, np.ndarray]:
+    """The first ``rows`` rows of ``batch`` as numpy, with segmentations (token != pad) and positions filled in."""
+    need = ("inputs", "targets") if task == "translation" else ("inputs",)
+    missing = [k for k in need if k not in batch]
+    if missing:
+        raise ValueError(f"diagnose: a {task} batch needs {list(need)}; missing {missing} (got {sorted(batch)})")
+    out = {k: np.asarray(v)[:rows] for k, v in batch.items()}
+    sides = (("inputs", "inputs_segmentation", "inputs_position"), ("targets", "targets_segmentation",
+                                                                     "targets_position"))
+    if task == "lm":
+        sides = (("inputs", "segmentation", "position"),)
+    for tok, seg, pos in sides:
+        if seg not in out:
+            if task == "lm":  # DecoderOnly runs without a segmentation: right padding is hidden by causality
+                continue
+            out[seg] = (out[tok] != cfg.pad_id).astype(np.int32)
+        if pos not in out:
+            out[pos] = segment_positions(out[seg])
+    return out
+
+
+def segment_positions(segmentation: np.ndarray) -> np.ndarray:
+    """Position of each token inside its run of equal segment ids (padding runs too, as the models count them):
+    [B, T] ints -> [B, T] int32."""
+    seg = np.asarray(segmentation)
+    cols = np.broadcast_to(np.arange(seg.shape[1]), seg.shape)
+    starts = np.concatenate([np.ones((seg.shape[0], 1), bool), seg[:, 1:] != seg[:, :-1]], axis=1)
+    last_start = np.maximum.accumulate(np.where(starts, cols, 0), axis=1)
+    return (cols - last_start).astype(np.int32)
+
+
+def real_positions(batch: Mapping[str, np.ndarray], task: str, cfg: models.TransformerConfig) -> dict[str, np.ndarray]:
+    """Real (non-padding) positions per side: "source" [B, S] (translation), "target" [B, T] bool."""
+    if task == "translation":
+        return {"source": batch["inputs_segmentation"] > 0, "target": batch["targets_segmentation"] > 0}
+    if "segmentation" in batch:
+        return {"target": batch["segmentation"] > 0}
+    return {"target": batch["inputs"] != cfg.pad_id}
+
+
+def _call(model: nnx.Module, batch: Mapping[str, jax.Array], task: str, return_stats: bool):
+    if task == "translation":
+        return model(batch["inputs"], batch["targets"], inputs_segmentation=batch["inputs_segmentation"],
+                     targets_segmentation=batch["targets_segmentation"], inputs_position=batch["inputs_position"],
+                     targets_position=batch["targets_position"], deterministic=True, return_stats=return_stats)
+    return model(batch["inputs"], segmentation=batch.get("segmentation"), position=batch.get("position"),
+                 deterministic=True, return_stats=return_stats)
+
+
+# The doctor runs each compiled function a few times on small batches: compile time dominates, so on CPU
+# XLA's backend optimizations are turned down (about 3x faster compiles; same results up to float32 rounding).
+_FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+@functools.cache
+def _jitted(fn, static: tuple[str, ...]):
+    options = _FAST_COMPILE if jax.default_backend() == "cpu" else None
+    return jax.jit(fn, static_argnames=static, compiler_options=options)
+
+
+def _model_call(graphdef, state, batch, *, task: str):
+    return _call(nnx.merge(graphdef, state), batch, task, True)
+
+
+def _forward(model: nnx.Module, batch: Mapping[str, Any], task: str) -> tuple[np.ndarray, dict]:
+    """Deterministic (logits [B, T, V], group -> [AttentionStats per layer]) on the host, compiled once per shape
+    (every call asks for the statistics, so each shape compiles once)."""
+    graphdef, state = nnx.split(model)
+    b = {k: jnp.asarray(v) for k, v in batch.items() if k != "loss_mask"}
+    logits, stats = _jitted(_model_call, ("graphdef", "task"))(graphdef, state, b, task=task)
+    return np.asarray(logits), jax.tree.map(np.asarray, jax.device_get(stats))
+
+
+def reference_model(model: nnx.Module) -> nnx.Module:
+    """The same model on the ``reference`` attention backend (full weights in its stats), sharing the state."""
+    if model.cfg.attention_impl == "reference" and not model.cfg.attention_options:
+        return model
+    cfg = model.cfg.replace(attention_impl="reference", attention_options={})
+    abstract = nnx.eval_shape(lambda: type(model)(cfg, rngs=nnx.Rngs(params=0, dropout=1)))
+    graphdef = nnx.split(abstract)[0]
+    return nnx.merge(graphdef, nnx.state(model))
+
+
+def attention_maps(model: nnx.Module, batch: Mapping[str, Any], task: Optional[str] = None
+                   ) -> dict[str, list[attn.AttentionStats]]:
+    """Teacher-forced attention of ``batch`` on the reference backend: group -> per layer ``AttentionStats``
+    with ``weights`` [B, H, Tq, Tk] (host numpy)."""
+    task = task_of(model, task)
+    batch = complete_batch(batch, task, model.cfg, rows=len(np.asarray(batch["inputs"])))
+    _, stats = _forward(reference_model(model), batch, task)
+    return {g: layers for g, layers in stats.items() if layers}
+
+
+def decoder_inputs(batch: Mapping[str, np.ndarray], task: str, cfg: models.TransformerConfig) -> np.ndarray:
+    """Token ids the decoder self-attention's keys stand for: [B, T]."""
+    if task == "lm":
+        return np.asarray(batch["inputs"])
+    targets, seg = np.asarray(batch["targets"]), np.asarray(batch["targets_segmentation"])
+    shifted = np.concatenate([np.full((targets.shape[0], 1), cfg.bos_id), targets[:, :-1]], axis=1)
+    starts = np.asarray(batch["targets_position"]) == 0 if "targets_position" in batch else segment_positions(seg) == 0
+    shifted = np.where(starts, cfg.bos_id, shifted)  # BOS at each segment start
+    return np.where(seg == 0, cfg.pad_id, shifted).astype(np.int32)
+
+
+def punctuation_ids(piece_labels: Sequence[str]) -> list[int]:
+    """Ids of pieces made only of punctuation (after removing SentencePiece's word-boundary mark)."""
+    out = []
+    for i, piece in enumerate(piece_labels):
+        text = piece.replace("\u2581", "").strip()
+        if text and all(unicodedata.category(ch).startswith("P") for ch in text):
+            out.append(i)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ checks
+class _Accumulator:
+    """Per (check, group, layer) sums over batches: head-wise means, maxima."""
+
+    def __init__(self):
+        self.sums: dict[tuple, np.ndarray] = {}
+        self.counts: dict[tuple, np.ndarray] = {}
+        self.maxima: dict[tuple, float] = {}
+
+    def add_mean(self, key: tuple, values: np.ndarray, rows: np.ndarray) -> None:
+        """values [B, H, Tq], rows [B, H, Tq] bool -> running per-head sum and count."""
+        s = np.sum(np.where(rows, values, 0.0), axis=(0, 2))
+        n = np.sum(rows, axis=(0, 2))
+        self.sums[key] = self.sums.get(key, 0.0) + s
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def mean(self, key: tuple) -> tuple[np.ndarray, np.ndarray]:
+        n = self.counts[key]
+        return self.sums[key] / np.maximum(n, 1), n
+
+    def add_max(self, key: tuple, value: float) -> None:
+        self.maxima[key] = max(self.maxima.get(key, 0.0), float(value))
+
+
+def _relative_change(a: np.ndarray, b: np.ndarray, where: np.ndarray) -> float:
+    """max |a - b| / max |a| over positions ``where`` ([B, T] bool; a, b [B, T, V])."""
+    if not where.any():
+        return 0.0
+    a, b = np.asarray(a, np.float64)[where], np.asarray(b, np.float64)[where]
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30))
+
+
+def _random_tokens(rng: np.random.Generator, pool: np.ndarray, shape) -> np.ndarray:
+    return rng.choice(pool, size=shape).astype(np.int32)
+
+
+def _content_pool(batch: Mapping[str, np.ndarray], real: Mapping[str, np.ndarray], special: set[int]) -> np.ndarray:
+    """Non-special token ids seen at real positions of the batch (what the perturbations draw from)."""
+    toks = [batch["inputs"][real["source" if "source" in real else "target"]]]
+    if "targets" in batch and "source" in real:
+        toks.append(batch["targets"][real["target"]])
+    pool = np.unique(np.concatenate(toks))
+    pool = pool[~np.isin(pool, list(special))]
+    return pool if pool.size else np.unique(np.concatenate(toks))
+
+
+def _pad_batch(batch: Mapping[str, np.ndarray], task: str, extra: int, cfg: models.TransformerConfig
+               ) -> dict[str, np.ndarray]:
+    """``extra`` more padding columns on every side: token ``pad_id``, segment 0, position 0."""
+    out = dict(batch)
+    groups = {"inputs": ("inputs_segmentation", "inputs_position"), "targets": ("targets_segmentation",
+                                                                                "targets_position")}
+    if task == "lm":
+        groups = {"inputs": ("segmentation", "position")}
+    for tok, (seg, pos) in groups.items():
+        B = batch[tok].shape[0]
+        pad = np.full((B, extra), cfg.pad_id, np.int32)
+        out[tok] = np.concatenate([batch[tok], pad], axis=1)
+        for name in (seg, pos):
+            if name in batch:
+                out[name] = np.concatenate([batch[name], np.zeros((B, extra), batch[name].dtype)], axis=1)
+        if task == "lm" and "position" not in batch:
+            out["position"] = np.broadcast_to(np.arange(out[tok].shape[1], dtype=np.int32), out[tok].shape).copy()
+        if task == "lm" and "targets" in batch:
+            out["targets"] = np.concatenate([batch["targets"], pad], axis=1)
+        if task == "lm" and "loss_mask" in batch:
+            out["loss_mask"] = np.concatenate([batch["loss_mask"], np.zeros((B, extra), batch["loss_mask"].dtype)], 1)
+    return out
+
+
+def _padding_checks(model, batch, base, task, cfg, th, rng, special) -> list[tuple[str, float]]:
+    """(variant, relative change of the real positions' logits from ``base``) for "tokens" and "amount"."""
+    real = real_positions(batch, task, cfg)
+    pool = _content_pool(batch, real, special)
+    results = []
+    # tokens: every padding position (and, where the positions allow, a few extra padding columns) gets random ids.
+    extra = int(th.extra_padding)
+    can_extend = cfg.position != "learned" or max(v.shape[1] for k, v in batch.items()
+                                                   if k in ("inputs", "targets")) + extra <= cfg.max_len
+    if not can_extend:
+        extra = 0
+    changed = _pad_batch(batch, task, extra, cfg) if extra else dict(batch)
+    side_of = {"inputs": "source" if task == "translation" else "target", "targets": "target"}
+    for tok in (("inputs", "targets") if task == "translation" else ("inputs",)):
+        real_side = np.pad(real[side_of[tok]], ((0, 0), (0, extra)))
+        noise = _random_tokens(rng, pool, changed[tok].shape)
+        changed[tok] = np.where(real_side, changed[tok], noise)
+    out = _forward(model, changed, task)[0]
+    T = base.shape[1]
+    results.append(("tokens", _relative_change(base, out[:, :T], real["target"])))
+    # amount: more padding columns, or (positions capped) fewer: drop trailing columns that are padding in every row.
+    if can_extend:
+        more = _pad_batch(batch, task, max(int(th.extra_padding), 1), cfg)
+        out = _forward(model, more, task)[0]
+        results.append(("amount", _relative_change(base, out[:, :T], real["target"])))
+    else:
+        keep = {}
+        for tok in (("inputs", "targets") if task == "translation" else ("inputs",)):
+            used = np.nonzero(real[side_of[tok]].any(axis=0))[0]
+            keep[tok] = int(used.max()) + 1 if used.size else 1
+        if all(keep[tok] < batch[tok].shape[1] for tok in keep):
+            side = lambda k: "targets" if task == "translation" and k.startswith("targets") else "inputs"  # noqa: E731
+            cropped = {k: v[:, : keep[side(k)]] for k, v in batch.items()}
+            out = _forward(model, cropped, task)[0]
+            Tc = out.shape[1]
+            results.append(("amount", _relative_change(base[:, :Tc], out, real["target"][:, :Tc])))
+    return results
+
+
+def _leakage_check(model, batch, base, task, cfg, rng, special) -> tuple[float, str]:
+    """Replace decoder tokens at columns > c (targets for translation: >= c) by random ids, for two cut points c;
+    -> (largest relative change of the logits at columns <= c, where it happened)."""
+    real = real_positions(batch, task, cfg)
+    pool = _content_pool(batch, real, special)
+    tok = "targets" if task == "translation" else "inputs"
+    lengths = real["target"].sum(axis=1)
+    longest = int(lengths.max()) if lengths.size else 0
+    worst, where = 0.0, ""
+    for c in sorted({max(longest // 4, 1), max(longest // 2, 1)}):
+        changed = dict(batch)
+        cols = np.arange(batch[tok].shape[1])[None, :]
+        future = (cols >= c) if task == "translation" else (cols > c)
+        noise = _random_tokens(rng, pool, batch[tok].shape)
+        changed[tok] = np.where(future & real["target"], noise, batch[tok])
+        out = _forward(model, changed, task)[0]
+        compare = real["target"] & (cols <= c)
+        change = _relative_change(base, out, compare)
+        if change >= worst:
+            what = f"targets from column {c}" if task == "translation" else f"inputs after column {c}"
+            worst, where = change, f"{what} replaced; logits up to column {c} compared"
+    return worst, where
+
+
+def _attention_modules(model: nnx.Module) -> dict[tuple[str, int], models.MultiHeadAttention]:
+    """(group, layer) -> the model's attention module."""
+    out = {}
+    if isinstance(model, models.EncoderDecoder):
+        for i, layer in enumerate(model.encoder.layers):
+            out[("encoder_self", i)] = layer.self_attention
+    for i, layer in enumerate(model.decoder.layers):
+        out[("decoder_self", i)] = layer.self_attention
+        if layer.cross_attention is not None:
+            out[("cross", i)] = layer.cross_attention
+    return out
+
+
+def head_permutation(num_heads: int, num_kv_heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """A permutation of the query heads that moves whole key/value groups (reversed) and reverses the heads inside
+    each group, and the matching key/value head permutation: (perm_q [H], perm_kv [Hkv]); new head h = old perm[h]."""
+    group = num_heads // num_kv_heads
+    perm_kv = np.arange(num_kv_heads)[::-1]
+    perm_q = np.array([perm_kv[h // group] * group + (group - 1 - h % group) for h in range(num_heads)])
+    return perm_q, perm_kv.copy()
+
+
+def _permuted_model(model: nnx.Module) -> tuple[nnx.Module, dict[tuple[str, int], np.ndarray]]:
+    """A copy of ``model`` whose attention heads are permuted in every layer's projections."""
+    clone = nnx.clone(model)
+    perms = {}
+    for key, m in _attention_modules(clone).items():
+        perm_q, perm_kv = head_permutation(m.num_heads, m.num_kv_heads)
+        perms[key] = perm_q
+        for lin, perm in ((m.query, perm_q), (m.key, perm_kv), (m.value, perm_kv)):
+            lin.kernel[...] = lin.kernel[...][:, perm]  # [d_model, H, D]
+            if lin.bias is not None:
+                lin.bias[...] = lin.bias[...][perm]  # [H, D]
+        m.out.kernel[...] = m.out.kernel[...][perm_q]  # [H, Dv, d_model]
+        for p in (m.additive or {}).values():  # additive attention: per-head w_q, w_k [H, D, A], v_a, b [H, A]
+            p[...] = p[...][perm_q]
+    return clone, perms
+
+
+def _attend_and_expected(graphdef, state, q, k, v, expected_heads, mask):
+    """(attention module output, output projection of the expected per-head values): both [B, T, d_model]."""
+    m = nnx.merge(graphdef, state)
+    return m.attend(q, k, v, mask)[0], m.out(expected_heads)
+
+
+def _two_token(m: models.MultiHeadAttention, causal: bool, seed: int) -> float:
+    """Relative error of ``m.attend`` against the visible key's value through ``m.out``, with the other key
+    masked and made the better match for the query."""
+    rng = np.random.default_rng(seed)
+    H, Hkv, Dk, Dv = m.num_heads, m.num_kv_heads, m.qk_dim, m.v_dim
+    B, T = 2, 2
+    q = rng.normal(size=(B, T, H, Dk))
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    group = H // Hkv
+    k = rng.normal(size=(B, T, Hkv, Dk)) * 0.1
+    v = rng.normal(size=(B, T, Hkv, Dv))
+    if causal:  # query 0 may see key 0 only; key 1 is the best match of query 0
+        visible = np.array([[0, 0], [0, 0]])
+        masked = 1
+        mask = attn.Mask(causal=True)
+        check_rows = np.array([[True, False], [True, False]])
+    else:  # row 0 masks key 1, row 1 masks key 0 (padding)
+        visible = np.array([[0, 0], [1, 1]])
+        masked = None
+        kv_seg = np.array([[1, 0], [0, 1]], np.int32)
+        mask = attn.Mask(q_segment_ids=jnp.ones((B, T), jnp.int32), kv_segment_ids=jnp.asarray(kv_seg))
+        check_rows = np.ones((B, T), bool)
+    for b in range(B):
+        hidden = masked if masked is not None else 1 - visible[b, 0]
+        # the hidden key matches every query head of its group strongly
+        k[b, hidden] = (8.0 / m.scale) * q[b, 0].reshape(Hkv, group, Dk).mean(axis=1)
+    dtype = m.query.kernel[...].dtype
+    kv_head = np.arange(H) // group
+    expected_heads = np.stack([v[b][visible[b]][:, kv_head] for b in range(B)])  # [B, T, H, Dv]
+    graphdef, state = nnx.split(m)
+    arrays = (jnp.asarray(x, dtype) for x in (q, k, v, expected_heads))
+    out, expected = _jitted(_attend_and_expected, ("graphdef",))(graphdef, state, *arrays, mask)
+    out, expected = np.asarray(out, np.float64), np.asarray(expected, np.float64)
+    err = np.abs(out - expected)[check_rows]
+    return float(err.max() / max(np.abs(expected[check_rows]).max(), 1e-30))
+
+
+def diagnose(
+    model: nnx.Module,
+    batches: Iterable[Mapping[str, Any]],
+    *,
+    task: Optional[str] = None,
+    special_ids: Sequence[int] = (),
+    piece_labels: Optional[Sequence[str]] = None,
+    thresholds: Optional[ml_collections.ConfigDict] = None,
+) -> list[Finding]:
+    """Run the attention checklist on ``model`` with (up to ``thresholds.max_batches`` of) ``batches``.
+
+    model: ``models.EncoderDecoder`` (task "translation") or ``models.DecoderOnly`` (task "lm"); ``task`` may be
+    given to assert which. batches: training-pipeline batches (translation: inputs/targets [B, S]/[B, T] with
+    optional *_segmentation, *_position; lm: inputs [B, T] with optional segmentation, position).
+    special_ids: token ids counted as special besides the model's BOS/EOS. piece_labels: the vocabulary's pieces
+    by id (punctuation-only pieces count as special). thresholds: ``default_thresholds()`` or ``config.doctor``.
+    Returns the findings, model-wide checks first, then per group, layer and head.
+    """
+    task = task_of(model, task)
+    if model.cfg.attention_kind == "linear":
+        raise ValueError("diagnose: attention_kind='linear' has no attention weights or statistics (no [Tq, Tk] "
+                         "scores); the doctor checks 'softmax', 'additive' and 'hard' attention")
+    th = default_thresholds()
+    if thresholds is not None:
+        unknown = sorted(set(thresholds.keys()) - set(th.keys()))
+        if unknown:
+            raise ValueError(f"diagnose: unknown threshold fields {unknown}; expected some of {sorted(th.keys())}")
+        th.update(thresholds)
+    cfg = model.cfg
+    taken = []
+    for b in batches:
+        if len(taken) >= int(th.max_batches):
+            break
+        taken.append(complete_batch(b, task, cfg, int(th.rows_per_batch)))
+    if not taken:
+        raise ValueError("diagnose: no batches given; expected at least one evaluation batch")
+    special = {cfg.bos_id, cfg.eos_id} | {int(i) for i in special_ids}
+    if piece_labels is not None:
+        special |= set(punctuation_ids(piece_labels))
+    special.discard(cfg.pad_id)
+    rng = np.random.default_rng(int(th.seed))
+    ref = reference_model(model)
+    permuted, perms = _permuted_model(model)
+    acc = _Accumulator()
+    model_checks: dict[str, tuple[float, str]] = {}
+
+    def worst(name: str, value: float, detail: str) -> None:
+        if name not in model_checks or not value <= model_checks[name][0]:
+            model_checks[name] = (value, detail)
+
+    for batch in taken:
+        logits, stats = _forward(model, batch, task)
+        for variant, change in _padding_checks(model, batch, logits, task, cfg, th, rng, special):
+            worst(f"padding_invariance/{variant}", change, f"padding {variant} changed")
+        change, where = _leakage_check(model, batch, logits, task, cfg, rng, special)
+        worst("causal_leakage", change, where)
+        p_logits, p_stats = _forward(permuted, batch, task)
+        real = real_positions(batch, task, cfg)
+        worst("head_permutation", _relative_change(np.asarray(logits), np.asarray(p_logits), real["target"]),
+              "logits after permuting the heads of every layer")
+        for group, layers in stats.items():
+            for layer, (s, ps) in enumerate(zip(layers, p_stats[group])):
+                perm = perms[(group, layer)]
+                rows = np.asarray(s.valid)
+                err = 0.0
+                for field in ("entropy", "max_logit"):
+                    a = np.asarray(getattr(s, field))[:, perm]
+                    b = np.asarray(getattr(ps, field))
+                    scale = max(np.abs(a[rows[:, perm]]).max(initial=0.0), 1e-30)
+                    err = max(err, float(np.abs(a - b)[rows[:, perm]].max(initial=0.0)) / scale)
+                acc.add_max(("head_permutation", group, layer), err)
+        ref_stats = stats if ref is model else _forward(ref, batch, task)[1]
+        keys_tokens = {"encoder_self": batch["inputs"], "cross": batch["inputs"],
+                       "decoder_self": decoder_inputs(batch, task, cfg)}
+        key_pos = {"encoder_self": batch.get("inputs_position"), "cross": batch.get("inputs_position"),
+                   "decoder_self": batch.get("targets_position" if task == "translation" else "position")}
+        sides = {"encoder_self": ("source", "source"), "cross": ("target", "source"),
+                 "decoder_self": ("target", "target")}
+        for group, layers in ref_stats.items():
+            q_side, k_side = sides[group]
+            q_real, k_real = real[q_side], real[k_side]
+            tokens = np.asarray(keys_tokens[group])
+            pos = key_pos[group]
+            first = (pos == 0) if pos is not None else (np.arange(tokens.shape[1])[None, :] == 0)
+            is_special = np.isin(tokens, list(special)) & k_real
+            for layer, s in enumerate(layers):
+                w = np.asarray(s.weights, np.float64)  # [B, H, Tq, Tk]
+                rows = np.asarray(s.valid) & q_real[:, None, :]
+                pad_w = np.where(rows[..., None] & ~k_real[:, None, None, :], w, 0.0)
+                acc.add_max(("padding_weight", group, layer), pad_w.max(initial=0.0))
+                if group == "decoder_self":
+                    later = np.arange(w.shape[3])[None, :] > np.arange(w.shape[2])[:, None]  # [Tq, Tk]
+                    acc.add_max(("causal_weight", group, layer),
+                                np.where(rows[..., None] & later[None, None], w, 0.0).max(initial=0.0))
+                support = np.sum(w > 0, axis=-1)  # keys the row actually sees: [B, H, Tq]
+                enough = rows & (support >= int(th.min_keys))
+                acc.add_mean(("score_std", group, layer), np.asarray(s.logit_std), enough)
+                acc.add_mean(("score_mean", group, layer), np.asarray(s.logit_mean), enough)
+                ratio = np.asarray(s.entropy) / np.log(np.maximum(support, 2))
+                acc.add_mean(("entropy", group, layer), ratio, enough)
+                content = np.sum((w > 0) & ~is_special[:, None, None, :], axis=-1)
+                spec_rows = rows & (content >= int(th.min_keys))
+                acc.add_mean(("special_mass", group, layer), np.sum(w * is_special[:, None, None, :], -1), spec_rows)
+                sink_rows = enough & (np.sum((w > 0) & ~first[:, None, None, :], axis=-1) >= int(th.min_keys))
+                acc.add_mean(("sink", group, layer), np.sum(w * (first & k_real)[:, None, None, :], -1), sink_rows)
+
+    findings: list[Finding] = []
+    inv = _rule_above(th.invariance_warn, th.invariance_fail)
+    for name in sorted(model_checks):
+        value, detail = model_checks[name]
+        check = name.split("/")[0]
+        key = {"padding_invariance": "padding", "causal_leakage": "causal", "head_permutation": "permutation"}[check]
+        rule = inv if check != "head_permutation" else _rule_above(th.exact_warn, th.exact_fail)
+        warn = th.invariance_warn if check != "head_permutation" else th.exact_warn
+        fail = th.invariance_fail if check != "head_permutation" else th.exact_fail
+        findings.append(_finding(check, None, None, None, value, rule, _above(value, warn, fail), key, detail))
+
+    modules = _attention_modules(model)
+    order = {g: i for i, g in enumerate(GROUPS)}
+    for (group, layer), m in sorted(modules.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        for check, causal in (("two_token_padding", False), ("two_token_causal", True)):
+            if causal and group != "decoder_self":
+                continue
+            err = _two_token(m, causal, int(th.seed) + layer)
+            findings.append(_finding(check, group, layer, None, err, _rule_above(th.exact_warn, th.exact_fail),
+                                     _above(err, th.exact_warn, th.exact_fail), "two_token",
+                                     "causal mask" if causal else "padding mask"))
+
+    for (group, layer) in sorted(modules, key=lambda k: (order[k[0]], k[1])):
+        v = acc.maxima[("padding_weight", group, layer)]
+        findings.append(_finding("padding_weight", group, layer, None, v, _rule_above(None, th.padding_weight_fail),
+                                 _above(v, None, th.padding_weight_fail), "padding", "max weight on a padding key"))
+        if ("causal_weight", group, layer) in acc.maxima:
+            v = acc.maxima[("causal_weight", group, layer)]
+            findings.append(_finding("causal_weight", group, layer, None, v, _rule_above(None, th.causal_weight_fail),
+                                     _above(v, None, th.causal_weight_fail), "causal", "max weight on a later key"))
+        v = acc.maxima[("head_permutation", group, layer)]
+        findings.append(_finding("head_permutation", group, layer, None, v, _rule_above(th.exact_warn, th.exact_fail),
+                                 _above(v, th.exact_warn, th.exact_fail), "permutation",
+                                 "entropy / max logit per head after the permutation"))
+        std, n = acc.mean(("score_std", group, layer))
+        mean, _ = acc.mean(("score_mean", group, layer))
+        ent, n_ent = acc.mean(("entropy", group, layer))
+        spec, n_spec = acc.mean(("special_mass", group, layer))
+        sink, n_sink = acc.mean(("sink", group, layer))
+        fail_special = th.special_mass_fail if th.fail_on_special else math.inf
+        fail_sink = th.sink_fail if th.fail_on_special else math.inf
+        for head in range(len(std)):
+            if n[head]:
+                s = float(std[head])
+                if s > th.score_std_warn_high or not math.isfinite(s):
+                    status, key = _above(s, th.score_std_warn_high, th.score_std_fail_high), "score_high"
+                else:
+                    status = "fail" if s < th.score_std_fail_low else "warn" if s < th.score_std_warn_low else "ok"
+                    key = "score_low"
+                rule = (f"ok {th.score_std_warn_low:g}-{th.score_std_warn_high:g}; fail < {th.score_std_fail_low:g} "
+                        f"or > {th.score_std_fail_high:g}")
+                findings.append(_finding("score_std", group, layer, head, s, rule, status, key,
+                                         f"score mean {float(mean[head]):.3g}, std {s:.3g}"))
+            if n_ent[head]:
+                e = float(ent[head])
+                findings.append(_finding("entropy", group, layer, head, e,
+                                         _rule_above(th.entropy_warn, th.entropy_fail),
+                                         _above(e, th.entropy_warn, th.entropy_fail), "entropy",
+                                         "entropy / log(visible keys)"))
+            if n_spec[head]:
+                x = float(spec[head])
+                findings.append(_finding("special_mass", group, layer, head, x,
+                                         _rule_above(th.special_mass_warn, fail_special),
+                                         _above(x, th.special_mass_warn, fail_special), "special",
+                                         "mass on BOS/EOS/special/punctuation keys"))
+            if n_sink[head]:
+                x = float(sink[head])
+                findings.append(_finding("sink", group, layer, head, x, _rule_above(th.sink_warn, fail_sink),
+                                         _above(x, th.sink_warn, fail_sink), "sink", "mass on key 0"))
+    return findings
+
+
+# ------------------------------------------------------------------------------------------------ reports
+def _fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    return f"{x:.3g}" if 1e-3 <= abs(x) < 1e4 else f"{x:.2e}"
+
+
+def _table(findings: Sequence[Finding]) -> list[str]:
+    lines = ["| check | layer/head | value | threshold | status | what to try |", "|---|---|---|---|---|---|"]
+    for f in findings:
+        value = _fmt(f.value) + (f" ({f.detail})" if f.detail else "")
+        status = f"**{f.status}**" if f.status != "ok" else f.status
+        lines.append(f"| {f.check} | {f.where} | {value} | {f.threshold} | {status} | {f.advice} |")
+    return lines
+
+
+PER_HEAD = {
+    "score_std": "standard deviation of the scaled pre-softmax scores over visible keys (healthy near 1)",
+    "entropy": "entropy / log(visible keys) (1 = uniform)",
+    "special_mass": "attention mass on BOS/EOS/special/punctuation keys",
+    "sink": "attention mass on key 0",
+}
+
+
+def _head_matrix(findings: Sequence[Finding], check: str, what: str) -> list[str]:
+    """A group/layer x head table of one per-head check (empty when the check has no findings)."""
+    cells: dict[str, dict[int, Finding]] = {}
+    for f in findings:
+        if f.check == check and f.head is not None:
+            cells.setdefault(f"{f.group} L{f.layer}", {})[f.head] = f
+    if not cells:
+        return []
+    heads = sorted({h for row in cells.values() for h in row})
+    mark = {"ok": "", "warn": " !", "fail": " !!"}
+    lines = [f"**{check}**: {what}", "", "| | " + " | ".join(f"H{h}" for h in heads) + " |",
+             "|---|" + "---|" * len(heads)]
+    for where, row in cells.items():
+        lines.append(f"| {where} | " + " | ".join(
+            (_fmt(row[h].value) + mark[row[h].status]) if h in row else "" for h in heads) + " |")
+    return lines + [""]
+
+
+def write_report(findings: Sequence[Finding], out_dir: str, *, title: str = "Attention doctor",
+                 meta: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
+    """Write ``report.md`` (summary line, the problems, then every finding) and ``report.json`` (one record per
+    finding) into ``out_dir``; returns {"md": path, "json": path}."""
+    os.makedirs(out_dir, exist_ok=True)
+    summary = summary_line(findings)
+    problems = [f for f in findings if f.status != "ok"]
+    problems.sort(key=lambda f: (f.status != "fail", f.check))
+    lines = [f"# {title}", "", f"**{summary}**", ""]
+    for k, v in (meta or {}).items():
+        lines.append(f"- {k}: {v}")
+    if meta:
+        lines.append("")
+    lines += ["## Problems", ""]
+    lines += _table(problems) if problems else ["None: every check is ok."]
+    lines += ["", "## Per head", "", "Rows: group and layer; columns: heads. `!` marks a warn, `!!` a fail.", ""]
+    for check, what in PER_HEAD.items():
+        lines += _head_matrix(findings, check, what)
+    lines += ["## All findings", ""] + _table(findings) + [""]
+    md = os.path.join(out_dir, "report.md")
+    with open(md, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    js = os.path.join(out_dir, "report.json")
+    with open(js, "w", encoding="utf-8") as f:
+        json.dump({"summary": summary, "meta": {k: str(v) for k, v in (meta or {}).items()},
+                   "findings": [x.record() for x in findings]}, f, indent=1)
+    return {"md": md, "json": js}
+
+
+def run_diagnosis(
+    model: nnx.Module,
+    batches: Iterable[Mapping[str, Any]],
+    out_dir: str,
+    *,
+    task: Optional[str] = None,
+    special_ids: Sequence[int] = (),
+    piece_labels: Optional[Sequence[str]] = None,
+    thresholds: Optional[ml_collections.ConfigDict] = None,
+    title: str = "Attention doctor",
+    meta: Optional[Mapping[str, Any]] = None,
+) -> tuple[list[Finding], str]:
+    """``diagnose`` then ``write_report`` into ``out_dir``; returns (findings, summary line)."""
+    findings = diagnose(model, batches, task=task, special_ids=special_ids, piece_labels=piece_labels,
+                        thresholds=thresholds)
+    write_report(findings, out_dir, title=title, meta=meta)
+    return findings, summary_line(findings)
