@@ -5,8 +5,10 @@
 
 Restores the latest (or --step) checkpoint of --workdir, decodes --split with the config's decoder (beam
 search by default), writes hypotheses, and reports sacreBLEU/chrF with their signatures, perplexity, and
-per-layer, per-head attention entropy / max-logit / sink tables; attention heatmaps for --examples. Results go
-to <workdir>/eval/<split>_step<N>/ (results.json, attention.txt, hypotheses, heatmaps/).
+per-layer, per-head attention entropy / max-logit / sink / logit mean and std tables; attention heatmaps and
+interactive explorer pages for --examples. Results go to <workdir>/eval/<split>_step<N>/ (results.json,
+attention.txt, hypotheses, heatmaps/). With --diagnose it runs the attention doctor instead and writes
+<workdir>/eval/diagnose_step<N>/report.md and report.json.
 """
 from absl import app, flags
 from ml_collections import config_flags
@@ -16,7 +18,10 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config file
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding checkpoints/ and the tokenizer.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
 _SPLIT = flags.DEFINE_string("split", None, "Split to evaluate (default: config.eval.split).")
-_EXAMPLES = flags.DEFINE_list("examples", ["0", "1"], "Indices of split examples to draw attention heatmaps for.")
+_EXAMPLES = flags.DEFINE_list("examples", ["0", "1"], "Indices of split examples to draw attention heatmaps and "
+                              "explorer pages for.")
+_DIAGNOSE = flags.DEFINE_bool("diagnose", False, "Run the attention doctor (engine/doctor.py) instead: "
+                              "<workdir>/eval/diagnose_step<N>/report.md and report.json.")
 _DISTRIBUTED = flags.DEFINE_enum("distributed", "auto", ["auto", "yes", "no"],
                                  "Call jax.distributed.initialize() (auto: when launched on several hosts).")
 flags.mark_flags_as_required(["config", "workdir"])
@@ -43,6 +48,15 @@ def main(argv):
     except ValueError:
         log.error("--examples=%s: expected comma-separated integers", ",".join(_EXAMPLES.value))
         sys.exit(1)
+    if _DIAGNOSE.value:
+        try:
+            d = restore.diagnose_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value)
+        except config_lib.ConfigError as e:
+            log.error("%s", e)
+            sys.exit(1)
+        print(f"attention doctor, checkpoint step {d['step']}: {d['summary']}\nreport: "
+              f"{os.path.join(d['out_dir'], 'report.md')}")
+        return
     try:
         r = restore.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value,
                                         heatmap_examples=examples)

@@ -196,7 +196,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
 
 
 def base_config() -> ml_collections.ConfigDict:
-    """Sections every experiment shares (train, eval, mesh, health, wandb) with their defaults.
+    """Sections every experiment shares (train, eval, mesh, health, doctor, wandb) with their defaults.
 
     Config files start from this, set ``task``, ``model`` and ``data``, and override what they need.
     """
@@ -269,6 +269,10 @@ def base_config() -> ml_collections.ConfigDict:
     h.logit_std_ratio = 10.0  # ... or above this many times its early value, once that is above ...
     h.logit_std_floor = 2.0  # ... this floor (growth from a small start is not flagged below it).
     h.logit_std_low = 0.05  # logit spread too low (after uniform_after_step): queries cannot tell keys apart.
+
+    from engine.doctor import default_thresholds
+
+    c.doctor = default_thresholds()  # eval.py --diagnose: thresholds and sample sizes (see engine/doctor.py).
 
     w = c.wandb = ml_collections.ConfigDict()
     w.mode = "auto"  # auto | online | offline | disabled; see engine/logging.py.

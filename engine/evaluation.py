@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
+from engine import explorer
+from engine.heatmaps import plot_attention_grid
 
 log = logging.getLogger("attnlab")
 
@@ -206,21 +208,23 @@ class Evaluator:
             self._ref_graphdef = reference_graphdef(self.setup)
         return nnx.merge(self._ref_graphdef, host_local(params), host_local(self.setup.rest))
 
-    def attention_weights(self, params, pairs: Sequence[tuple[str, str]]) -> tuple[dict, list, list]:
-        """Teacher-forced attention weights for (source, reference) pairs.
+    def attention_stats(self, params, pairs: Sequence[tuple[str, str]]) -> tuple[dict, list, list]:
+        """Teacher-forced attention statistics with weights for (source, reference) pairs.
 
-        Returns (group -> list per layer of [N, H, Tq, Tk] numpy, source token ids, target token ids).
+        Returns (group -> list per layer of ``AttentionStats`` with ``weights`` [N, H, Tq, Tk] on the host,
+        source token ids, target token ids).
         """
         src = self.encode_sources([s for s, _ in pairs])
         tgt = self.encode_targets([r for _, r in pairs])
         batch = {k: jnp.asarray(v) for k, v in self.task.batch_from_ids(src, tgt).items()}
         _, stats = self.task.forward(self.reference_model(params), batch, deterministic=True, return_stats=True)
-        weights = {g: [np.asarray(jax.device_get(s.weights)) for s in stats.get(g, [])] for g in GROUPS}
-        return weights, src, tgt
+        return {g: jax.device_get(stats.get(g, [])) for g in GROUPS}, src, tgt
 
     def heatmaps(self, params, step: int, split: str, indices: Sequence[int] = ()) -> dict[str, str]:
-        """PNG attention maps (a grid of layers x heads per group) for examples ``indices`` of ``split``
-        (default: the first ``eval.heatmap_examples``); returns W&B key -> path. Needs a workdir."""
+        """Attention maps of examples ``indices`` of ``split`` (default: the first ``eval.heatmap_examples``):
+        a PNG per group (layers x heads, tokens on the axes, colour bar) and an interactive explorer page per
+        example (``heatmaps/step<N>_<split><i>.html``, logged as ``wandb.Html``); returns the PNGs' W&B key ->
+        path. Needs a workdir."""
         examples = list(self.data.examples(split))
         indices = list(indices) or list(range(min(int(self.config.eval.heatmap_examples), len(examples))))
         if not indices or self.workdir is None or jax.process_index() != 0:
@@ -229,26 +233,30 @@ class Evaluator:
         if bad:
             raise ValueError(f"heatmap example indices {bad} out of range for split {split!r} ({len(examples)})")
         pairs = [examples[i] for i in indices]
-        weights, src, tgt = self.attention_weights(params, pairs)
+        stats, src, tgt = self.attention_stats(params, pairs)
         src_tok, tgt_tok = self.data.source_tokenizer, self.data.tokenizer
         outdir = os.path.join(self.workdir, "heatmaps")
         os.makedirs(outdir, exist_ok=True)
-        paths = {}
+        paths, pages = {}, {}
         for ex, index in enumerate(indices):
             src_labels = [src_tok.id_to_piece(i) for i in src[ex]]
             tgt_labels = [tgt_tok.id_to_piece(i) for i in tgt[ex]]
             dec_in = ["<s>"] + tgt_labels[:-1]
             axes_labels = {"encoder_self": (src_labels, src_labels), "decoder_self": (dec_in, dec_in),
                            "cross": (dec_in, src_labels)}
-            for group in GROUPS:
-                layers = weights.get(group) or []
-                if not layers:
-                    continue
+            lengths = {g: (len(q), len(k)) for g, (q, k) in axes_labels.items()}
+            maps, head_stats = explorer.example_view(stats, ex, lengths)  # {group: [L, H, Tq, Tk]}, per head
+            for group, group_maps in maps.items():
                 q_labels, k_labels = axes_labels[group]
-                maps = np.stack([w[ex, :, : len(q_labels), : len(k_labels)] for w in layers])  # [L, H, Tq, Tk]
                 path = os.path.join(outdir, f"step{step}_{split}{index}_{group}.png")
-                plot_attention_grid(maps, q_labels, k_labels, f"{group} (step {step}, {split} example {index})", path)
+                plot_attention_grid(group_maps, q_labels, k_labels, f"{group} (step {step}, {split} example {index})",
+                                    path)
                 paths[f"heatmaps/{split}{index}/{group}"] = path
+            page = os.path.join(outdir, f"step{step}_{split}{index}.html")
+            explorer.write_explorer(page, maps, {g: axes_labels[g] for g in maps}, head_stats,
+                                    f"step {step}, {split} example {index}")
+            pages[f"explorer/{split}{index}"] = page
+        self.logger.log_html(step, pages)
         return paths
 
     # ---------------------------------------------------------------------------------------- all
@@ -259,36 +267,3 @@ class Evaluator:
         return results
 def _fmt(results: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in results.items() if isinstance(v, float))
-
-
-def plot_attention_grid(maps: np.ndarray, q_labels: Sequence[str], k_labels: Sequence[str], title: str,
-                        path: str) -> None:
-    """maps: [L, H, Tq, Tk] -> one PNG with a layers x heads grid of heatmaps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    L, H, Tq, Tk = maps.shape
-    cell = max(1.6, 0.12 * max(Tq, Tk))
-    fig, axes = plt.subplots(L, H, figsize=(cell * H + 1, cell * L + 0.8), squeeze=False)
-    show_labels = max(Tq, Tk) <= 40
-    for layer in range(L):
-        for head in range(H):
-            ax = axes[layer, head]
-            ax.imshow(maps[layer, head], vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
-            ax.set_title(f"L{layer} H{head}", fontsize=7)
-            if show_labels and head == 0:
-                ax.set_yticks(range(Tq))
-                ax.set_yticklabels(q_labels, fontsize=4)
-            else:
-                ax.set_yticks([])
-            if show_labels and layer == L - 1:
-                ax.set_xticks(range(Tk))
-                ax.set_xticklabels(k_labels, fontsize=4, rotation=90)
-            else:
-                ax.set_xticks([])
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -91,3 +91,22 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
         return results
     finally:
         logger.close()
+
+
+def diagnose_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step: Optional[int] = None,
+                        split: Optional[str] = None) -> dict:
+    """The attention doctor (``engine.doctor``) on checkpoint ``step`` of ``workdir`` and batches of ``split``:
+    writes ``<workdir>/eval/diagnose_step<N>/report.md`` and ``report.json``; returns ``{"step", "summary",
+    "out_dir", "findings"}``."""
+    from engine import doctor
+
+    task, data, setup, state, step = restore_run(config, workdir, step=step)
+    split = split or (config.eval.split if config.task == "translation" else "validation")
+    tok = getattr(data, "tokenizer", None)
+    out_dir = os.path.join(workdir, "eval", f"diagnose_step{step}")
+    findings, summary = doctor.run_diagnosis(
+        setup.model(state["params"]), task.eval_batches(data, split), out_dir,
+        piece_labels=[tok.id_to_piece(i) for i in range(tok.vocab_size)] if tok is not None else None,
+        thresholds=config.doctor, title=f"Attention doctor: {os.path.basename(os.path.abspath(workdir))}, step {step}",
+        meta={"workdir": workdir, "split": split, "step": step})
+    return {"step": step, "summary": summary, "out_dir": out_dir, "findings": findings}

@@ -4,7 +4,9 @@ offline entropy keys; eval restores and decodes; a synthetic decoder-only task; 
 Runs use 300 real verse pairs of the embedded corpus as a bring-your-own TSV, a 1+1-layer model of width 32
 and a few steps. Compiled programs are cached on disk for the module, so repeated runs compile once.
 """
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -125,8 +127,12 @@ def test_uninterrupted_run_logs_metrics_health_and_evaluates(baseline):
     assert bleu["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     hyps = open(bleu["hypotheses"], encoding="utf-8").read().splitlines()
     assert len(hyps) == bleu["sentences"] == len(tasks.get_task(c).build_data(workdir, 0, 1).examples("test"))
-    assert sorted(os.listdir(os.path.join(workdir, "heatmaps"))) == [
-        f"step{s}_validation0_{g}.png" for s in (4, 8) for g in ("cross", "decoder_self", "encoder_self")]
+    assert sorted(os.listdir(os.path.join(workdir, "heatmaps"))) == sorted(
+        [f"step{s}_validation0_{g}.png" for s in (4, 8) for g in ("cross", "decoder_self", "encoder_self")]
+        + [f"step{s}_validation0.html" for s in (4, 8)])
+    page = open(os.path.join(workdir, "heatmaps", "step8_validation0.html"), encoding="utf-8").read()
+    assert "<script" in page and "cross" in page and "http" not in page.split("<script", 1)[1]
+    assert [list(r["paths"]) for r in records if r.get("event") == "html"] == [["explorer/validation0"]] * 2
     assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps() == [4, 8]
     assert wandb_offline_has(workdir, b"attn/cross/entropy/L0H1")
 
@@ -246,3 +252,17 @@ def test_train_py_reports_config_errors_clearly(tmp_path):
     assert proc.returncode == 1
     assert "d_model=128 is not divisible by num_heads=3" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_diagnose_checkpoint_writes_the_doctor_report(baseline):
+    c, workdir, _ = baseline
+    c = tiny_translation_config(c.data.train_files, c.data.cache_dir)
+    c.doctor.update(max_batches=1, rows_per_batch=4)
+    d = restore.diagnose_checkpoint(c, workdir, step=8, split="validation")
+    assert d["step"] == 8 and d["out_dir"].endswith(os.path.join("eval", "diagnose_step8"))
+    assert re.fullmatch(r"\d+ fail, \d+ warn, \d+ ok", d["summary"])
+    report = open(os.path.join(d["out_dir"], "report.md"), encoding="utf-8").read()
+    assert d["summary"] in report and "padding_invariance" in report
+    records = json.load(open(os.path.join(d["out_dir"], "report.json"), encoding="utf-8"))
+    assert {"padding_weight", "causal_leakage", "score_std", "head_permutation"} <= {
+        r["check"] for r in (records["findings"] if isinstance(records, dict) else records)}
