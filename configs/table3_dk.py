@@ -1,16 +1,18 @@
-"""Vaswani et al. (2017) Table 3 rows (B): shrinking the query/key width d_k at 8 heads, d_v kept.
+"""Vaswani et al. (2017) Table 3 rows (B): reducing the query/key width d_k from the base, 8 heads and d_v kept.
 
-    python scripts/sweep.py --config=configs/table3_dk.py                    # CPU scale, embedded corpus
+    python scripts/sweep.py --config=configs/table3_dk.py                    # CPU scale, 3 seeds, 2,400 steps
+    python scripts/sweep.py --config=configs/table3_dk.py:d_model=256
     python scripts/sweep.py --config=configs/table3_dk.py:wmt14,seeds=2      # paper scale, WMT14 EN-DE
-    python train.py --config=configs/table3_dk.py:qk_dim=16                  # one point
+    python train.py --config=configs/table3_dk.py:qk_dim=8                   # one point
 
-Arguments as in ``configs/table3_heads.py`` (qk_dim instead of heads). d_k in {16, 32, 64}; d_v stays at
-d_model / 8 (64 at paper scale, where d_k 64 is the base model; 16 at CPU scale).
+Arguments as in ``configs/table3_heads.py`` (qk_dim instead of heads). As in the paper, d_k goes down from the
+base point's d_model / 8 to 1/2 and 1/4 of it (paper scale: 64 -> 32, 16; d_model 128: 16 -> 8, 4; d_model 256:
+32 -> 16, 8) while h = 8 and d_v = d_model / 8 stay; the base point itself is rows (A)'s h = 8 point.
 """
 import importlib.util
 import os
 
-QK_DIMS = (16, 32, 64)
+FRACTIONS = (2, 4)  # d_k = base d_k / 2, base d_k / 4
 
 
 def _table3():
@@ -35,8 +37,10 @@ def get_config(arg=None):
 
 
 def sweep(arg=None):
-    """Points: seed x d_k in QK_DIMS at 8 heads; d_v = d_model / 8 for every point."""
-    a = _table3().parse(arg)
+    """Points: seed x d_k in (base / 2, base / 4) at 8 heads, base = d_model / 8; d_v = d_model / 8."""
+    t3 = _table3()
+    a = t3.parse(arg)
+    base_dk = t3.base(a).model.d_model // 8
     for seed in range(a.seeds):
-        for dk in QK_DIMS:
-            yield {"model.qk_dim": dk, "seed": seed}
+        for f in FRACTIONS:
+            yield {"model.qk_dim": base_dk // f, "seed": seed}

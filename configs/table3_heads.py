@@ -1,16 +1,17 @@
 """Vaswani et al. (2017) Table 3 rows (A): the number of heads at constant compute, d_k = d_v = d_model / h.
 
-    python scripts/sweep.py --config=configs/table3_heads.py                 # CPU scale, embedded corpus
-    python scripts/sweep.py --config=configs/table3_heads.py:seeds=3,steps=600
+    python scripts/sweep.py --config=configs/table3_heads.py                 # CPU scale, 3 seeds, 2,400 steps
+    python scripts/sweep.py --config=configs/table3_heads.py:d_model=256     # wider: h = 16 still has d_k 16
     python scripts/sweep.py --config=configs/table3_heads.py:wmt14,seeds=2   # paper scale, WMT14 EN-DE
     python train.py --config=configs/table3_heads.py:heads=16,seed=1          # one point
 
 Arguments (``:key=value,...``): heads and seed (the point train.py trains), seeds (the sweep runs seeds
-0..seeds-1), wmt14 (paper scale: ``configs/translation_wmt14.py``, d_model 512, h in {1, 4, 8, 16, 32}),
-steps (CPU scale: training steps per point; a step budget, not a time budget, so every point sees the same
-data whatever the machine load), minutes (CPU scale: an optional time cap, 0 = none), test_examples (CPU
-scale: test sentences decoded per point, 0 = all), quick (CPU scale, tiny model and a few steps).
-At CPU scale the base is ``configs/translation.py`` (d_model 128, so d_k = 128, 32, 16, 8, 4) without
+0..seeds-1), wmt14 (paper scale: ``configs/translation_wmt14.py``, d_model 512, h in {1, 2, 4, 8, 16, 32}),
+d_model (CPU scale: 128, or 256 with d_ff 1024), steps (CPU scale: training steps per point, default 2,400 =
+the main job's budget; a step budget, not a time budget, so every point sees the same data whatever the
+machine load), minutes (CPU scale: an optional time cap, 0 = none), test_examples (CPU scale: test sentences
+decoded per point, 0 = all), quick (CPU scale, tiny model and a few steps).
+At CPU scale the base is ``configs/translation.py`` (d_model 128: d_k = 128, 64, 32, 16, 8, 4) without
 QK-LayerNorm (the paper's attention) at learning rate 3e-3.
 """
 import importlib.util
@@ -18,13 +19,13 @@ import os
 
 from engine.config import parse_arg
 
-HEADS = (1, 4, 8, 16, 32)
+HEADS = (1, 2, 4, 8, 16, 32)
 
 
 def parse(arg):
     """The arguments of the Table 3 configs (shared with ``configs/table3_dk.py``)."""
-    return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=1, wmt14=False, steps=400, minutes=0.0,
-                     test_examples=500, quick=False)
+    return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=3, wmt14=False, d_model=128, steps=2400, minutes=0.0,
+                     test_examples=0, quick=False)
 
 
 def sibling(name: str):
@@ -41,7 +42,8 @@ def base(a):
     if a.wmt14:
         c = sibling("translation_wmt14").get_config(None)
     else:
-        c = sibling("translation").get_config(f"minutes={a.minutes:g},steps={a.steps}" + (",runlocal" if a.quick else ""))
+        c = sibling("translation").get_config(f"minutes={a.minutes:g},steps={a.steps},d_model={a.d_model},"
+                                              f"d_ff={4 * a.d_model}" + (",runlocal" if a.quick else ""))
         c.eval.heatmap_examples = 0  # sweeps compare numbers; heatmaps come from the per-point entropy stats
         c.eval.split_examples = a.test_examples
         c.model.qk_layernorm = False  # the paper's attention: d_k must matter through the logit scale

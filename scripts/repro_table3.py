@@ -1,16 +1,16 @@
 """Reproduction 1: Vaswani et al. (2017) Table 3 rows (A) and (B) at CPU scale, with seed spread.
 
 Rows (A) vary the number of heads at constant compute (d_k = d_v = d_model / h); the paper finds one head
-0.9 BLEU worse than the best setting and too many heads also worse. Rows (B) shrink d_k at 8 heads (d_v
-kept) and find that it hurts. This runs both sweeps (``configs/table3_heads.py`` and
+0.9 BLEU worse than the best setting and too many heads also worse. Rows (B) reduce d_k from the base (to
+1/2 and 1/4 of it) at 8 heads with d_v kept, and find that it hurts. This runs both sweeps (``configs/table3_heads.py`` and
 ``configs/table3_dk.py``) on the embedded corpus through ``scripts/sweep.py`` with several seeds and
 reports test BLEU and validation perplexity as mean +- standard deviation over seeds.
 
 Each point trains with ``train.py`` in ``<workdir>/<sweep>/<point>``; finished points are skipped on a rerun,
 so an interrupted reproduction continues where it stopped.
 
-    python scripts/repro_table3.py                       # 2 seeds, 400 steps per point
-    python scripts/repro_table3.py --seeds=3 --steps=600 # more seeds, longer points
+    python scripts/repro_table3.py                       # 3 seeds, 2,400 steps per point, d_model 128
+    python scripts/repro_table3.py --d_model=256         # the wider model -> docs/results/table3_d256
     python scripts/repro_table3.py --quick               # tiny model, a handful of steps; for tests
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SWEEPS = {"A": "configs/table3_heads.py", "B": "configs/table3_dk.py"}
-QUICK = {"A": ("model.num_heads", (1, 8)), "B": ("model.qk_dim", (16, 64))}  # the two points per row --quick runs
+QUICK = {"A": ("model.num_heads", (1, 8))}  # the points of rows (A) --quick runs (rows (B): both)
 
 
 def run_sweep(config_spec: str, workdir: str, extra: dict, point_filter: Optional[Sequence[str]] = None,
@@ -89,21 +89,23 @@ def compare(groups: dict, a, b, name: str, higher_is_better: bool) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model, a few steps, 2 points per row, 1 seed")
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=400, help="training steps per point (CPU scale)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=2400, help="training steps per point (CPU scale)")
+    parser.add_argument("--d_model", type=int, default=128, help="model width (CPU scale: 128 or 256)")
     parser.add_argument("--minutes", type=float, default=0.0, help="optional time cap per point (0 = none)")
-    parser.add_argument("--test_examples", type=int, default=500, help="test sentences decoded per point (0 = all)")
+    parser.add_argument("--test_examples", type=int, default=0, help="test sentences decoded per point (0 = all)")
     parser.add_argument("--workdir", default=None, help="sweep folders (default runs/repro/table3[_quick])")
     parser.add_argument("--out", default=None, help="report folder (default docs/results/table3, or "
                         "runs/repro/table3_quick with --quick)")
     parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     args = parser.parse_args(argv)
-    tag = "table3_quick" if args.quick else "table3"
+    tag = "table3_quick" if args.quick else "table3" + ("" if args.d_model == 128 else f"_d{args.d_model}")
     workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
-    out = args.out or os.path.join(REPO, "runs/repro/table3_quick" if args.quick else "docs/results/table3")
+    out = args.out or os.path.join(REPO, "runs/repro" if args.quick else "docs/results", tag)
 
     config_arg = f"seeds={1 if args.quick else args.seeds}" + (
-        ",quick" if args.quick else f",steps={args.steps},minutes={args.minutes:g},test_examples={args.test_examples}")
+        ",quick" if args.quick else f",steps={args.steps},minutes={args.minutes:g},test_examples={args.test_examples},"
+                                    f"d_model={args.d_model}")
     base = sweep_lib.load_config_module(os.path.join(REPO, SWEEPS["A"])).get_config(config_arg)
     d_model = base.model.d_model
     results = {}
@@ -111,14 +113,11 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
         spec = f"{os.path.join(REPO, path)}:{config_arg}"
         points = sweep_lib.sweep_points(spec)
         keep = [p.name for p in points]
-        if args.quick:
+        if args.quick and row in QUICK:
             field, values = QUICK[row]
             keep = [p.name for p in points if p.overrides[field] in values]
-        shared = row == "B" and any(p.overrides["model.qk_dim"] == d_model // 8 for p in points if p.name in keep)
-        if shared:  # d_k = d_model / 8 at 8 heads is the h = 8 point of rows (A): trained once, reported in both
-            keep = [p.name for p in points if p.name in keep and p.overrides["model.qk_dim"] != d_model // 8]
         results[row] = run_sweep(spec, os.path.join(workdir, row), {}, keep, args.train_script)
-        if shared:
+        if row == "B":  # the base d_k = d_model / 8 at 8 heads is the h = 8 point of rows (A): trained once
             results[row] += shared_points(results["A"], d_model)
 
     report = Report(out, "Vaswani et al. Table 3 rows (A) and (B) at CPU scale")

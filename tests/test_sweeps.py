@@ -137,12 +137,14 @@ def test_wandb_agent_run_id_is_handed_to_train(setup, monkeypatch):
     assert (workdir / "num_heads_1" / "wandb_run_id").read_text() == "run123"
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("table3_heads.py", {(h, 128 // h, 128 // h, s) for h in (1, 4, 8, 16, 32) for s in (0, 1)}),
-    ("table3_dk.py", {(None, dk, None, s) for dk in (16, 32, 64) for s in (0, 1)}),
+@pytest.mark.parametrize("name,arg,expected", [
+    ("table3_heads.py", "", {(h, 128 // h, 128 // h, s) for h in (1, 2, 4, 8, 16, 32) for s in (0, 1, 2)}),
+    ("table3_dk.py", "", {(None, dk, None, s) for dk in (8, 4) for s in (0, 1, 2)}),
+    ("table3_heads.py", "d_model=256,seeds=1", {(h, 256 // h, 256 // h, 0) for h in (1, 2, 4, 8, 16, 32)}),
+    ("table3_dk.py", "d_model=256,seeds=1", {(None, dk, None, 0) for dk in (16, 8)}),
 ])
-def test_table3_sweeps(name, expected):
-    spec = os.path.join(REPO, "configs", name) + ":seeds=2"
+def test_table3_sweeps(name, arg, expected):
+    spec = os.path.join(REPO, "configs", name) + (f":{arg}" if arg else "")
     points = sweep.sweep_points(spec)
     got = {(p.overrides.get("model.num_heads"), p.overrides["model.qk_dim"], p.overrides.get("model.v_dim"),
             p.overrides["seed"]) for p in points}
@@ -151,4 +153,6 @@ def test_table3_sweeps(name, expected):
     config = sweep.load_config_module(os.path.join(REPO, "configs", name)).get_config("seed=1")
     assert config.seed == 1 and config.model.num_heads == 8 and config.model.v_dim == 16
     assert config.model.qk_dim == 16  # both default to h = 8, d_k = d_model / 8 at CPU scale (d_model 128)
-    assert config.train.num_steps == 400 and config.eval.split_examples == 500 and not config.model.qk_layernorm
+    assert config.train.num_steps == 2400 and config.eval.split_examples == 0 and not config.model.qk_layernorm
+    wide = sweep.load_config_module(os.path.join(REPO, "configs", name)).get_config("d_model=256")
+    assert wide.model.d_model == 256 and wide.model.d_ff == 1024 and wide.model.qk_dim == 32
