@@ -27,12 +27,24 @@ def test_tsv_and_prefix_specs_read_the_same_pairs(tmp_path):
     got_tsv, counts = read(tsv)
     got_prefix, _ = read(str(tmp_path / "c"))
     assert got_tsv == pairs and got_prefix == pairs
-    assert counts == {"lines": 2, "skipped_empty": 0, "skipped_invalid_utf8": 0, "skipped_bad_fields": 0}
+    assert counts == {"lines": 2, "skipped_empty": 0, "skipped_invalid_utf8": 0, "skipped_bad_fields": 0,
+                      "bom_stripped": 0, "crlf_lines": 0}
 
 
-def test_crlf_line_endings_are_stripped(tmp_path):
-    tsv = write(tmp_path / "c.tsv", [b"uno\tone\r", b"dos\ttwo\r"])
-    assert read(tsv)[0] == [("uno", "one"), ("dos", "two")]
+def test_crlf_line_endings_are_stripped_and_counted(tmp_path):
+    tsv = write(tmp_path / "c.tsv", [b"uno\tone\r", b"dos\ttwo\r", b"tres\tthree"])
+    pairs, counts = read(tsv)
+    assert pairs == [("uno", "one"), ("dos", "two"), ("tres", "three")] and counts["crlf_lines"] == 2
+
+
+def test_byte_order_mark_is_dropped_and_counted(tmp_path):
+    tsv = write(tmp_path / "c.tsv", [b"\xef\xbb\xbfuno\tone", "dos\ttwo"])
+    write(tmp_path / "c.es", [b"\xef\xbb\xbfuno", "dos"])
+    write(tmp_path / "c.en.gz", [b"\xef\xbb\xbfone", "two"])
+    for spec, files in ((tsv, 1), (str(tmp_path / "c"), 2)):
+        pairs, counts = read(spec)
+        assert pairs == [("uno", "one"), ("dos", "two")] and counts["bom_stripped"] == files
+    assert text_files.file_identity(tsv, "es", "en", field="f")[0][3:] == ("bom",)
 
 
 @pytest.mark.parametrize("kind, lines", [
@@ -64,10 +76,10 @@ def test_mismatched_line_counts_always_raise(tmp_path):
 
 
 def test_missing_files_name_the_path_and_field(tmp_path):
-    with pytest.raises(FileNotFoundError, match="data.train_files.*nope.tsv"):
+    with pytest.raises(data.DataError, match="data.train_files.*nope.tsv"):
         read(str(tmp_path / "nope.tsv"), field="data.train_files")
     write(tmp_path / "c.es", ["uno"])
-    with pytest.raises(FileNotFoundError, match=r"c\.en"):
+    with pytest.raises(data.DataError, match=r"c\.en"):
         read(str(tmp_path / "c"))
 
 
