@@ -8,8 +8,10 @@ search by default), writes hypotheses, and reports sacreBLEU/chrF with their sig
 per-layer, per-head attention entropy / max-logit / sink tables; attention heatmaps for --examples. Results go
 to <workdir>/eval/<split>_step<N>/ (results.json, attention.txt, hypotheses, heatmaps/).
 """
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
+
+from engine import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config file (configs/*.py[:args]).",
                                           lock_config=True)
@@ -27,22 +29,37 @@ def main(argv):
     import os
     import sys
 
+    from engine import checkpoint as ckpt_lib
     from engine import config as config_lib
     from engine import runtime
+    from engine.errors import CheckpointError
+
+    # Every argument is checked before anything is built or written (the workdir is not created).
+    splits = ("train", "validation", "test") if _CONFIG.value.task == "translation" else ("validation",)
+    if _SPLIT.value is not None and _SPLIT.value not in splits:
+        raise cli.UsageError(f"--split={_SPLIT.value}: expected one of {splits}"
+                             f"{cli.did_you_mean(_SPLIT.value, splits)}")
+    try:
+        examples = tuple(int(x) for x in _EXAMPLES.value if x.strip())
+    except ValueError:
+        raise cli.UsageError(f"--examples={','.join(_EXAMPLES.value)}: expected comma-separated integers") from None
+    ckpt_dir = os.path.join(_WORKDIR.value, "checkpoints")
+    if not os.path.isdir(ckpt_dir):
+        raise CheckpointError(f"no checkpoints/ in --workdir={_WORKDIR.value}; train first with train.py")
+    intact, damaged, aside = ckpt_lib.inventory(ckpt_dir)
+    if not (intact or damaged or aside):
+        raise CheckpointError(f"no checkpoint in {ckpt_dir} (it is empty); train first with train.py")
+    if not intact or (_STEP.value is not None and _STEP.value not in intact):
+        what = f"no checkpoint at --step={_STEP.value}" if _STEP.value is not None else "no intact checkpoint"
+        if _STEP.value in damaged:
+            what = f"checkpoint step {_STEP.value} is damaged"
+        raise CheckpointError(f"{what} in {ckpt_dir}; {ckpt_lib.describe_inventory(ckpt_dir)}")
 
     runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
     runtime.enable_compilation_cache()
     log = runtime.setup_logging(os.path.join(_WORKDIR.value, "eval.log"))
-    if not os.path.isdir(os.path.join(_WORKDIR.value, "checkpoints")):
-        log.error("no checkpoints/ in --workdir=%s; train first with train.py", _WORKDIR.value)
-        sys.exit(1)
     from engine import trainer
 
-    try:
-        examples = tuple(int(x) for x in _EXAMPLES.value if x.strip())
-    except ValueError:
-        log.error("--examples=%s: expected comma-separated integers", ",".join(_EXAMPLES.value))
-        sys.exit(1)
     try:
         r = trainer.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value,
                                         heatmap_examples=examples)
@@ -64,4 +81,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

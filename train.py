@@ -5,8 +5,10 @@
 
 A rerun with the same --workdir resumes from its latest checkpoint. See engine/trainer.py.
 """
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
+
+from engine import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:args]).",
                                           lock_config=True)
@@ -48,4 +50,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)
