@@ -452,7 +452,8 @@ class TranslationData:
 
     def _normalized(self) -> list[str]:
         """A line counting what reading the text files changed (BOMs dropped, CRLF endings), if anything."""
-        splits_read = [s for s in splits.SPLITS if s in self.stats]
+        c = self.config
+        splits_read = [s for s in splits.SPLITS if s in self.stats and (s == "train" or c[f"{s}_files"])]
         bom = sum(self.stats[s].get("bom_stripped", 0) for s in splits_read)
         crlf = sum(self.stats[s].get("crlf_lines", 0) for s in splits_read)
         if not bom and not crlf:
