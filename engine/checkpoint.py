@@ -19,11 +19,13 @@ directory Orbax lists). Steps are only moved once an older one restored, so a pr
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import logging
 import os
 import re
 import signal
+import sys
 import time
 from typing import Any, Mapping, Optional
 
@@ -220,16 +222,11 @@ class Checkpointer:
         for s in steps:
             problem = step_problem(self.step_dir(s))
             if problem is None:
-                try:
-                    self._check_structure(s, abstract_state)
-                    state, data_state = self._read(s, abstract_state)
-                except CheckpointError:
-                    raise
-                except Exception as e:  # noqa: BLE001  any read failure marks this step damaged; see above
-                    problem = f"reading it failed: {_one_line(e)}"
+                restored, problem = self._attempt(s, abstract_state)
             if problem is not None:
                 failed.append((s, problem))
                 continue
+            state, data_state = restored
             for bad, why in failed:
                 moved = self._set_aside(bad)
                 log.warning("checkpoint step %d at %s cannot be restored (%s); moved it to %s and resumed from "
@@ -246,15 +243,37 @@ class Checkpointer:
         if problem is not None:
             raise CheckpointError(f"checkpoint step {step} at {self.step_dir(step)} is damaged: {problem}; "
                                   f"{describe_inventory(self.directory)}")
+        restored, problem = self._attempt(step, abstract_state)
+        if problem is not None:
+            raise CheckpointError(f"checkpoint step {step} at {self.step_dir(step)} is damaged: {problem}; "
+                                  f"{describe_inventory(self.directory)}")
+        return (*restored, step)
+
+    def _attempt(self, step: int, abstract_state: Any) -> tuple[Optional[tuple[Any, Any]], Optional[str]]:
+        """((state, data_state), None), or (None, what failed) when reading the step fails; a checkpoint of
+        another model config raises CheckpointError (see ``_check_structure``).
+
+        Orbax reads the arrays in concurrent coroutines; when one fails, the others' errors surface later as
+        "Exception ignored in <coroutine>" tracebacks on stderr. Those are dropped here (the first error is
+        the one reported), and any other unraisable error still reaches the previous hook.
+        """
+        self._check_structure(step, abstract_state)
+        previous = sys.unraisablehook
+
+        def hook(unraisable) -> None:
+            code = getattr(unraisable.object, "cr_code", None)
+            if code is None or "orbax" not in code.co_filename:
+                previous(unraisable)
+
+        sys.unraisablehook = hook
         try:
-            self._check_structure(step, abstract_state)
-            state, data_state = self._read(step, abstract_state)
-        except CheckpointError:
-            raise
-        except Exception as e:  # noqa: BLE001  reported as a damaged step, with the cause chained
-            raise CheckpointError(f"checkpoint step {step} at {self.step_dir(step)} is damaged: reading it failed: "
-                                  f"{_one_line(e)}; {describe_inventory(self.directory)}") from e
-        return state, data_state, step
+            try:
+                return self._read(step, abstract_state), None
+            except Exception as e:  # noqa: BLE001  any read failure marks the step damaged (see the module doc)
+                return None, f"reading it failed: {_one_line(e)}"
+        finally:
+            gc.collect()
+            sys.unraisablehook = previous
 
     def _read(self, step: int, abstract_state: Any) -> tuple[Any, Any]:
         restored = self.manager.restore(
