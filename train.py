@@ -3,7 +3,8 @@
     python train.py --config=configs/translation.py [--workdir=runs/my-run] [--config.model.num_heads=4]
     python train.py --config=configs/translation.py:heads=4,qk_dim=128
 
-A rerun with the same --workdir resumes from its latest checkpoint. See engine/trainer.py.
+A rerun with the same --workdir resumes from its latest checkpoint that restores (damaged steps are moved to
+<workdir>/checkpoints_damaged/). Mistakes are one ERROR line and exit code 1 (engine/cli.py). See engine/trainer.py.
 """
 from absl import flags
 from ml_collections import config_flags

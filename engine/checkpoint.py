@@ -10,7 +10,8 @@ metadata (``custom_metadata["config"]``), so a checkpoint of another model confi
 that differ.
 
 Damage: a step whose files are incomplete or unreadable (an item directory or ``state/_METADATA`` /
-``state/manifest.ocdbt`` / ``data/metadata`` missing, or a JSON file garbled) is never the latest step. Restoring
+``state/manifest.ocdbt`` / ``data/metadata`` missing, or a JSON file garbled) is never the latest step; a
+truncated array file shows only when it is read. Restoring
 the latest step falls back to the newest step that restores, logs one line per step it skipped (step, path,
 what failed) and moves each skipped step into ``<checkpoints>_damaged/`` (renamed, never deleted; outside the
 directory Orbax lists). Steps are only moved once an older one restored, so a problem that hits every step
@@ -77,7 +78,10 @@ def step_problem(step_dir: str) -> Optional[str]:
     for rel in ("state", "data"):
         if not os.path.isdir(os.path.join(step_dir, rel)):
             return f"item directory {rel}/ is missing"
-    for rel in ("state/_METADATA", "state/manifest.ocdbt", "data/metadata"):
+    needed = ["state/_METADATA", "data/metadata"]
+    if any(n.startswith("ocdbt.process_") for n in os.listdir(os.path.join(step_dir, "state"))):
+        needed.append("state/manifest.ocdbt")  # the root of the OCDBT database the arrays live in
+    for rel in needed:
         if not os.path.isfile(os.path.join(step_dir, rel)):
             return f"{rel} is missing"
     for rel in ("state/_METADATA", "data/metadata"):
@@ -257,7 +261,9 @@ class Checkpointer:
         "Exception ignored in <coroutine>" tracebacks on stderr. Those are dropped here (the first error is
         the one reported), and any other unraisable error still reaches the previous hook.
         """
-        self._check_structure(step, abstract_state)
+        problem = self._check_structure(step, abstract_state)
+        if problem is not None:
+            return None, problem
         previous = sys.unraisablehook
 
         def hook(unraisable) -> None:
@@ -291,10 +297,14 @@ class Checkpointer:
         config = (meta.get("custom_metadata") or {}).get("config") if isinstance(meta, dict) else None
         return config if isinstance(config, dict) else None
 
-    def _check_structure(self, step: int, abstract_state: Any) -> None:
+    def _check_structure(self, step: int, abstract_state: Any) -> Optional[str]:
         """Raise CheckpointError when the parameters saved at ``step`` (Orbax metadata: paths, shapes, dtypes)
-        differ from ``abstract_state``'s; the state's ``params`` are compared when both have them."""
-        saved = ocp.StandardCheckpointHandler().metadata(epath.Path(self.step_dir(step)) / "state")
+        differ from ``abstract_state``'s; the state's ``params`` are compared when both have them. Returns what
+        failed when the metadata cannot be read, else None."""
+        try:
+            saved = ocp.StandardCheckpointHandler().metadata(epath.Path(self.step_dir(step)) / "state")
+        except Exception as e:  # noqa: BLE001  unreadable metadata: a damaged step
+            return f"reading its metadata failed: {_one_line(e)}"
         saved = getattr(saved, "tree", saved)
         wanted = abstract_state
         if isinstance(saved, Mapping) and isinstance(wanted, Mapping) and "params" in saved and "params" in wanted:
@@ -303,7 +313,7 @@ class Checkpointer:
         diffs = [f"{k}: {_fmt(have.get(k))} in the checkpoint, {_fmt(want.get(k))} now"
                  for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
         if not diffs:
-            return
+            return None
         msg = f"checkpoint step {step} in {self.directory} was written by another model config"
         fields = self._config_diffs(step)
         if fields:
