@@ -133,12 +133,14 @@ def check_translation_sources(cfg: ml_collections.ConfigDict) -> None:
 
 
 def _check_tfds_splits(builder, cfg) -> None:
+    """Every split a ``*_split`` field names exists (TFDS split expressions: "train[:5%]+validation")."""
     available = sorted(builder.info.splits)
     for split in splits.SPLITS:
-        name = cfg[f"{split}_split"]
-        if name not in builder.info.splits:
-            raise DataError(f"data.{split}_split={name!r}: {builder.info.full_name} has no such split; available: "
-                            f"{available}{did_you_mean(name, available)}")
+        expression = cfg[f"{split}_split"]
+        for name in (part.split("[", 1)[0].strip() for part in expression.split("+")):
+            if name not in available:
+                raise DataError(f"data.{split}_split={expression!r}: {builder.info.full_name} has no split {name!r};"
+                                f" available: {available}{did_you_mean(name, available)}")
 
 
 # ------------------------------------------------------------------------------------------------ corpora
