@@ -20,6 +20,7 @@ directory Orbax lists). Steps are only moved once an older one restored, so a pr
 from __future__ import annotations
 
 import base64
+import contextlib
 import gc
 import json
 import logging
@@ -217,8 +218,12 @@ class Checkpointer:
         damaged ones. Raises CheckpointError for a missing or damaged ``step``, when no step restores, and for
         a checkpoint of another model config (found from Orbax's metadata before any array is read).
         """
-        if step is not None:
-            return self._restore_step(int(step), abstract_state)
+        with _quiet_abandoned_reads():
+            if step is not None:
+                return self._restore_step(int(step), abstract_state)
+            return self._restore_latest(abstract_state)
+
+    def _restore_latest(self, abstract_state: Any) -> tuple[Any, Any, int]:
         steps = sorted(self.manager.all_steps(), reverse=True)
         if not steps:
             raise CheckpointError(f"no checkpoint in {self.directory}; {describe_inventory(self.directory)}")
@@ -255,31 +260,14 @@ class Checkpointer:
 
     def _attempt(self, step: int, abstract_state: Any) -> tuple[Optional[tuple[Any, Any]], Optional[str]]:
         """((state, data_state), None), or (None, what failed) when reading the step fails; a checkpoint of
-        another model config raises CheckpointError (see ``_check_structure``).
-
-        Orbax reads the arrays in concurrent coroutines; when one fails, the others' errors surface later as
-        "Exception ignored in <coroutine>" tracebacks on stderr. Those are dropped here (the first error is
-        the one reported), and any other unraisable error still reaches the previous hook.
-        """
+        another model config raises CheckpointError (see ``_check_structure``)."""
         problem = self._check_structure(step, abstract_state)
         if problem is not None:
             return None, problem
-        previous = sys.unraisablehook
-
-        def hook(unraisable) -> None:
-            code = getattr(unraisable.object, "cr_code", None)
-            if code is None or "orbax" not in code.co_filename:
-                previous(unraisable)
-
-        sys.unraisablehook = hook
         try:
-            try:
-                return self._read(step, abstract_state), None
-            except Exception as e:  # noqa: BLE001  any read failure marks the step damaged (see the module doc)
-                return None, f"reading it failed: {_one_line(e)}"
-        finally:
-            gc.collect()
-            sys.unraisablehook = previous
+            return self._read(step, abstract_state), None
+        except Exception as e:  # noqa: BLE001  any read failure marks the step damaged (see the module doc)
+            return None, f"reading it failed: {_one_line(e)}"
 
     def _read(self, step: int, abstract_state: Any) -> tuple[Any, Any]:
         restored = self.manager.restore(
@@ -355,6 +343,31 @@ class Checkpointer:
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+@contextlib.contextmanager
+def _quiet_abandoned_reads():
+    """Drop the noise a failed Orbax read leaves: Orbax reads arrays in concurrent coroutines, and when one read
+    fails the others' errors surface as "Exception ignored in <coroutine>" tracebacks, and TensorStore reads
+    still in flight print "RuntimeError: Event loop is closed" when they complete. The first error is the one
+    reported; every other error still reaches the previous hooks."""
+    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
+
+    def unraisable_hook(unraisable) -> None:
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is None or "orbax" not in code.co_filename:
+            previous_unraisable(unraisable)
+
+    def except_hook(kind, value, tb) -> None:
+        if not (kind is RuntimeError and str(value) == "Event loop is closed"):
+            previous_except(kind, value, tb)
+
+    sys.unraisablehook, sys.excepthook = unraisable_hook, except_hook
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook, sys.excepthook = previous_unraisable, previous_except
 
 
 def _fmt(entry: Optional[tuple[tuple[int, ...], str]]) -> str:
