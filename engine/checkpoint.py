@@ -347,27 +347,27 @@ class Checkpointer:
 
 @contextlib.contextmanager
 def _quiet_abandoned_reads():
-    """Drop the noise a failed Orbax read leaves: Orbax reads arrays in concurrent coroutines, and when one read
-    fails the others' errors surface as "Exception ignored in <coroutine>" tracebacks, and TensorStore reads
-    still in flight print "RuntimeError: Event loop is closed" when they complete. The first error is the one
-    reported; every other error still reaches the previous hooks."""
-    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
+    """Drop the noise a failed Orbax read leaves on stderr: Orbax reads arrays in concurrent coroutines, and when
+    one read fails the others' errors surface as "Exception ignored in <coroutine>" tracebacks, and TensorStore
+    reads still in flight report "RuntimeError: Event loop is closed" when they complete (both through
+    ``sys.unraisablehook``). The first error is the one reported; any other unraisable error still reaches the
+    previous hook."""
+    previous = sys.unraisablehook
 
-    def unraisable_hook(unraisable) -> None:
+    def hook(unraisable) -> None:
         code = getattr(unraisable.object, "cr_code", None)
-        if code is None or "orbax" not in code.co_filename:
-            previous_unraisable(unraisable)
+        if code is not None and "orbax" in code.co_filename:
+            return
+        if unraisable.exc_type is RuntimeError and str(unraisable.exc_value) == "Event loop is closed":
+            return
+        previous(unraisable)
 
-    def except_hook(kind, value, tb) -> None:
-        if not (kind is RuntimeError and str(value) == "Event loop is closed"):
-            previous_except(kind, value, tb)
-
-    sys.unraisablehook, sys.excepthook = unraisable_hook, except_hook
+    sys.unraisablehook = hook
     try:
         yield
     finally:
         gc.collect()
-        sys.unraisablehook, sys.excepthook = previous_unraisable, previous_except
+        sys.unraisablehook = previous
 
 
 def _fmt(entry: Optional[tuple[tuple[int, ...], str]]) -> str:
