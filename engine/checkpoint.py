@@ -20,8 +20,6 @@ directory Orbax lists). Steps are only moved once an older one restored, so a pr
 from __future__ import annotations
 
 import base64
-import contextlib
-import gc
 import json
 import logging
 import os
@@ -29,7 +27,7 @@ import re
 import signal
 import sys
 import time
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import jax
 import numpy as np
@@ -218,10 +216,9 @@ class Checkpointer:
         damaged ones. Raises CheckpointError for a missing or damaged ``step``, when no step restores, and for
         a checkpoint of another model config (found from Orbax's metadata before any array is read).
         """
-        with _quiet_abandoned_reads():
-            if step is not None:
-                return self._restore_step(int(step), abstract_state)
-            return self._restore_latest(abstract_state)
+        if step is not None:
+            return self._restore_step(int(step), abstract_state)
+        return self._restore_latest(abstract_state)
 
     def _restore_latest(self, abstract_state: Any) -> tuple[Any, Any, int]:
         steps = sorted(self.manager.all_steps(), reverse=True)
@@ -264,10 +261,14 @@ class Checkpointer:
         problem = self._check_structure(step, abstract_state)
         if problem is not None:
             return None, problem
+        remove_filter = _filter_abandoned_read_noise()
         try:
-            return self._read(step, abstract_state), None
+            restored = self._read(step, abstract_state)
         except Exception as e:  # noqa: BLE001  any read failure marks the step damaged (see the module doc)
+            # The filter stays: the abandoned reads finish, and are collected, at any later time.
             return None, f"reading it failed: {_one_line(e)}"
+        remove_filter()
+        return restored, None
 
     def _read(self, step: int, abstract_state: Any) -> tuple[Any, Any]:
         restored = self.manager.restore(
@@ -345,14 +346,15 @@ class Checkpointer:
         self.manager.close()
 
 
-@contextlib.contextmanager
-def _quiet_abandoned_reads():
-    """Drop the noise a failed Orbax read leaves on stderr: Orbax reads arrays in concurrent coroutines, and when
-    one read fails the others' errors surface as "Exception ignored in <coroutine>" tracebacks, and TensorStore
-    reads still in flight report "RuntimeError: Event loop is closed" when they complete (both through
-    ``sys.unraisablehook``). The first error is the one reported; any other unraisable error still reaches the
-    previous hook."""
+def _filter_abandoned_read_noise() -> Callable[[], None]:
+    """Install a ``sys.unraisablehook`` that drops the noise of a failed Orbax read, and return a function that
+    removes it again. Orbax reads arrays in concurrent coroutines: when one read fails, the others' errors
+    surface as "Exception ignored in <coroutine>" tracebacks whenever those coroutines are collected, and
+    TensorStore reads still in flight report "RuntimeError: Event loop is closed" when they complete. The first
+    error is the one reported; every other unraisable error still reaches the previous hook."""
     previous = sys.unraisablehook
+    if getattr(previous, "drops_abandoned_reads", False):
+        return lambda: None
 
     def hook(unraisable) -> None:
         code = getattr(unraisable.object, "cr_code", None)
@@ -362,12 +364,13 @@ def _quiet_abandoned_reads():
             return
         previous(unraisable)
 
+    hook.drops_abandoned_reads = True
     sys.unraisablehook = hook
-    try:
-        yield
-    finally:
-        gc.collect()
+
+    def remove() -> None:
         sys.unraisablehook = previous
+
+    return remove
 
 
 def _fmt(entry: Optional[tuple[tuple[int, ...], str]]) -> str:
