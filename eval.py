@@ -10,8 +10,10 @@ interactive explorer pages for --examples. Results go to <workdir>/eval/<split>_
 attention.txt, hypotheses, heatmaps/). With --diagnose it runs the attention doctor instead and writes
 <workdir>/eval/diagnose_step<N>/report.md and report.json.
 """
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
+
+from engine import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config file (configs/*.py[:args]).",
                                           lock_config=True)
@@ -30,39 +32,44 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
     del argv
     import os
-    import sys
 
-    from engine import config as config_lib
+    from engine import checkpoint as ckpt_lib
     from engine import runtime
+    from engine.errors import CheckpointError
 
-    runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
-    runtime.enable_compilation_cache()
-    log = runtime.setup_logging(os.path.join(_WORKDIR.value, "eval.log"))
-    if not os.path.isdir(os.path.join(_WORKDIR.value, "checkpoints")):
-        log.error("no checkpoints/ in --workdir=%s; train first with train.py", _WORKDIR.value)
-        sys.exit(1)
-    from engine import restore
-
+    # Every argument is checked before anything is built or written (the workdir is not created).
+    splits = ("validation",) if _CONFIG.value.task == "lm" else ("train", "validation", "test")
+    if _SPLIT.value is not None and _SPLIT.value not in splits:
+        raise cli.UsageError(f"--split={_SPLIT.value}: expected one of {splits}"
+                             f"{cli.did_you_mean(_SPLIT.value, splits)}")
     try:
         examples = tuple(int(x) for x in _EXAMPLES.value if x.strip())
     except ValueError:
-        log.error("--examples=%s: expected comma-separated integers", ",".join(_EXAMPLES.value))
-        sys.exit(1)
+        raise cli.UsageError(f"--examples={','.join(_EXAMPLES.value)}: expected comma-separated integers") from None
+    ckpt_dir = os.path.join(_WORKDIR.value, "checkpoints")
+    if not os.path.isdir(ckpt_dir):
+        raise CheckpointError(f"no checkpoints/ in --workdir={_WORKDIR.value}; train first with train.py")
+    intact, damaged, aside = ckpt_lib.inventory(ckpt_dir)
+    if not (intact or damaged or aside):
+        raise CheckpointError(f"no checkpoint in {ckpt_dir} (it is empty); train first with train.py")
+    if not intact or (_STEP.value is not None and _STEP.value not in intact):
+        what = f"no checkpoint at --step={_STEP.value}" if _STEP.value is not None else "no intact checkpoint"
+        if _STEP.value in damaged:
+            what = f"checkpoint step {_STEP.value} is damaged"
+        raise CheckpointError(f"{what} in {ckpt_dir}; {ckpt_lib.describe_inventory(ckpt_dir)}")
+
+    runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
+    runtime.enable_compilation_cache()
+    runtime.setup_logging(os.path.join(_WORKDIR.value, "eval.log"))
+    from engine import restore
+
     if _DIAGNOSE.value:
-        try:
-            d = restore.diagnose_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value)
-        except config_lib.ConfigError as e:
-            log.error("%s", e)
-            sys.exit(1)
+        d = restore.diagnose_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value)
         print(f"attention doctor, checkpoint step {d['step']}: {d['summary']}\nreport: "
               f"{os.path.join(d['out_dir'], 'report.md')}")
         return
-    try:
-        r = restore.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value,
-                                        heatmap_examples=examples)
-    except config_lib.ConfigError as e:
-        log.error("%s", e)
-        sys.exit(1)
+    r = restore.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value,
+                                    heatmap_examples=examples)
     split = r["split"]
     lines = [f"checkpoint step {r['step']}, split {split}"]
     for key in (f"{split}/loss", f"{split}/perplexity", f"{split}/accuracy", f"{split}/sequence_accuracy",
@@ -78,4 +85,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -3,11 +3,14 @@
     python train.py --config=configs/translation.py [--workdir=runs/my-run] [--config.model.num_heads=4]
     python train.py --config=configs/translation.py:heads=4,qk_dim=128
 
-A rerun with the same --workdir resumes from its latest checkpoint. This is ``engine.run`` with a workdir and
-the default hooks (engine/loop.py, engine/hooks.py).
+This is ``engine.run`` with a workdir and the default hooks (engine/loop.py, engine/hooks.py). A rerun with the
+same --workdir resumes from its latest checkpoint that restores (damaged steps are moved to
+<workdir>/checkpoints_damaged/). Mistakes are one ERROR line and exit code 1 (engine/cli.py).
 """
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
+
+from engine import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:args]).",
                                           lock_config=True)
@@ -20,7 +23,6 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
     del argv
     import os
-    import sys
 
     from engine import config as config_lib
     from engine import runtime
@@ -34,13 +36,8 @@ def main(argv):
     log.info("workdir: %s", os.path.abspath(workdir))
 
     from engine import loop
-    from engine.steps import NonFiniteError
 
-    try:
-        final = loop.run(config, workdir)
-    except (NonFiniteError, config_lib.ConfigError) as e:
-        log.error("%s", e)
-        sys.exit(1)
+    final = loop.run(config, workdir)
     summary = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in final.items()
                         if isinstance(v, (int, float, str)) and not k.endswith("signature"))
     log.info("done: %s", summary)
@@ -50,4 +47,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

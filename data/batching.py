@@ -16,6 +16,7 @@ import dataclasses
 
 import numpy as np
 
+from data.errors import DataError
 from data.tokenizer import EOS_ID
 
 # Packing keeps this many rows open; an example goes into the first open row with room on both sides.
@@ -108,7 +109,7 @@ def bucket_lengths(boundaries, max_src: int, max_tgt: int) -> list[int]:
     top = max(max_src, max_tgt)
     bad = [b for b in boundaries if not isinstance(b, (int, np.integer)) or b <= 0]
     if bad:
-        raise ValueError(f"bucket_boundaries must be positive ints; got {tuple(boundaries)}")
+        raise DataError(f"bucket_boundaries must be positive ints; got {tuple(boundaries)}")
     return sorted({int(b) for b in boundaries if b < top} | {top})
 
 

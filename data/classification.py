@@ -23,6 +23,7 @@ import numpy as np
 
 from data import loader, splits
 from data.builders import bible_es_en
+from data.errors import DataError
 from data.tokenizer import EOS_ID, Tokenizer, cached_tokenizer, tokenizer_key
 
 LABELS = ("testament", "book_group")
@@ -58,16 +59,16 @@ def default_classification_config() -> ml_collections.ConfigDict:
 
 
 def validate_classification_config(cfg: ml_collections.ConfigDict) -> None:
-    """ValueError naming the field for an impossible setting."""
+    """DataError naming the field for an impossible setting."""
     if cfg.label not in LABELS:
-        raise ValueError(f"config.data.label={cfg.label!r}; expected one of {LABELS}")
+        raise DataError(f"config.data.label={cfg.label!r}; expected one of {LABELS}")
     if cfg.language not in bible_es_en.LANGUAGES:
-        raise ValueError(f"config.data.language={cfg.language!r}; expected one of {bible_es_en.LANGUAGES}")
+        raise DataError(f"config.data.language={cfg.language!r}; expected one of {bible_es_en.LANGUAGES}")
     for name in ("vocab_size", "max_len", "batch_size", "eval_batch_size"):
         if not isinstance(cfg[name], int) or cfg[name] <= 0:
-            raise ValueError(f"config.data.{name}={cfg[name]!r}; expected a positive int")
+            raise DataError(f"config.data.{name}={cfg[name]!r}; expected a positive int")
     if cfg.max_len < 2:
-        raise ValueError(f"config.data.max_len={cfg.max_len}; expected >= 2 (a token and EOS)")
+        raise DataError(f"config.data.max_len={cfg.max_len}; expected >= 2 (a token and EOS)")
 
 
 def label_of(book: str, label: str) -> int:
@@ -152,7 +153,7 @@ class ClassificationData:
 
     def _check_split(self, split: str) -> None:
         if split not in splits.SPLITS:
-            raise ValueError(f"split must be one of {splits.SPLITS}; got {split!r}")
+            raise DataError(f"split must be one of {splits.SPLITS}; got {split!r}")
 
     def describe(self) -> str:
         counts = {s: np.bincount(self.labels[s], minlength=self.num_classes).tolist() for s in splits.SPLITS}
@@ -175,7 +176,7 @@ def build_classification(cfg: ml_collections.ConfigDict, *, workdir: str | None,
     multiple = loader.resolve_batch_multiple(cfg.batch_multiple)
     for name in ("batch_size", "eval_batch_size"):
         if cfg[name] % multiple or cfg[name] % process_count:
-            raise ValueError(f"config.data.{name}={cfg[name]} must be divisible by {multiple} (batch_multiple, "
+            raise DataError(f"config.data.{name}={cfg[name]} must be divisible by {multiple} (batch_multiple, "
                              f"default the device count) and by the {process_count} processes")
     rows = bible_es_en.read_pairs(bible_es_en.CORPUS_PATH)
     lang = bible_es_en.LANGUAGES.index(cfg.language)

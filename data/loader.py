@@ -20,6 +20,8 @@ from typing import Any
 
 import grain
 
+from data.errors import DataError
+
 Batch = dict[str, Any]
 
 
@@ -32,8 +34,8 @@ class EpochBatches(grain.IterDataset):
         self._make = make
         self._fingerprint = fingerprint
         if not plan(0):
-            raise ValueError("the training split yields no complete batch; lower batch_size / batch_tokens or "
-                             "use more data")
+            raise DataError("the training split yields no complete batch; lower batch_size / batch_tokens or "
+                            "use more data")
 
     def __iter__(self) -> "_EpochBatchesIterator":
         return _EpochBatchesIterator(self._plan, self._make, self._fingerprint)
@@ -68,12 +70,12 @@ class _EpochBatchesIterator(grain.DatasetIterator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         if state.get("fingerprint") != self._fingerprint:
-            raise ValueError(f"data iterator state was saved with fingerprint {state.get('fingerprint')!r}, but "
-                             f"this pipeline has {self._fingerprint!r}: the data config or seed changed, so the "
-                             f"saved position does not identify the same batches")
+            raise DataError(f"data iterator state was saved with fingerprint {state.get('fingerprint')!r}, but "
+                            f"this pipeline has {self._fingerprint!r}: the data config or seed changed, so the "
+                            f"saved position does not identify the same batches")
         epoch, batch = int(state["epoch"]), int(state["batch"])
         if epoch < 0 or batch < 0:
-            raise ValueError(f"invalid data iterator state {state}")
+            raise DataError(f"invalid data iterator state {state}")
         self._epoch, self._batch = epoch, batch
 
     def __str__(self) -> str:
@@ -83,7 +85,7 @@ class _EpochBatchesIterator(grain.DatasetIterator):
 def resolve_batch_multiple(batch_multiple: int) -> int:
     """What global batch sizes must divide by: `batch_multiple`, or the number of devices when it is 0."""
     if batch_multiple < 0:
-        raise ValueError(f"batch_multiple must be >= 0 (0 = device count); got {batch_multiple}")
+        raise DataError(f"batch_multiple must be >= 0 (0 = device count); got {batch_multiple}")
     if batch_multiple:
         return batch_multiple
     import jax  # only here: the data package itself does not need jax

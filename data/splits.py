@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 
+from data.errors import DataError
+
 SPLITS = ("train", "validation", "test")
 
 
@@ -21,8 +23,8 @@ def unit_hash(key: str, salt: str) -> float:
 def assign_split(key: str, *, salt: str, validation_fraction: float, test_fraction: float) -> str:
     """'test' if the key's hash < test_fraction, else 'validation' if < test + validation, else 'train'."""
     if not (0.0 <= test_fraction and 0.0 <= validation_fraction and test_fraction + validation_fraction < 1.0):
-        raise ValueError(f"split fractions must be >= 0 and sum to < 1; got validation={validation_fraction}, "
-                         f"test={test_fraction}")
+        raise DataError(f"split fractions must be >= 0 and sum to < 1; got validation={validation_fraction}, "
+                        f"test={test_fraction}")
     u = unit_hash(key, salt)
     if u < test_fraction:
         return "test"

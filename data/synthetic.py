@@ -31,6 +31,7 @@ import ml_collections
 import numpy as np
 
 from data import loader
+from data.errors import DataError, did_you_mean
 from data.tokenizer import BOS_ID, EOS_ID
 
 SEP_ID = 4
@@ -147,44 +148,45 @@ _GENERATORS = {
 
 
 def validate_synthetic_config(cfg: ml_collections.ConfigDict) -> None:
-    """Raises ValueError naming the first impossible setting or unknown field."""
+    """Raises DataError naming the first impossible setting or unknown field."""
     unknown = sorted(set(cfg.keys()) - set(default_synthetic_config().keys()))
     if unknown:
-        raise ValueError(f"unknown synthetic data config field(s) {unknown}; the fields are those of "
-                         f"data.default_synthetic_config(): {sorted(default_synthetic_config().keys())}")
+        raise DataError(f"unknown synthetic data config field(s) {unknown}; the fields are those of "
+                        f"data.default_synthetic_config(): {sorted(default_synthetic_config().keys())}")
     if cfg.task not in TASKS:
-        raise ValueError(f"synthetic task must be one of {TASKS}; got {cfg.task!r}")
+        raise DataError(f"data.task={cfg.task!r}; expected one of {TASKS}{did_you_mean(cfg.task, TASKS)}")
     n_task = cfg.vocab_size - FIRST_TOKEN
     if n_task < 2:
-        raise ValueError(f"vocab_size must be >= {FIRST_TOKEN + 2} (ids < {FIRST_TOKEN} are reserved); "
-                         f"got {cfg.vocab_size}")
+        raise DataError(f"vocab_size must be >= {FIRST_TOKEN + 2} (ids < {FIRST_TOKEN} are reserved); "
+                        f"got {cfg.vocab_size}")
     if cfg.seq_len < 4 or cfg.batch_size < 1:
-        raise ValueError(f"need seq_len >= 4 and batch_size >= 1; got {cfg.seq_len}, {cfg.batch_size}")
+        raise DataError(f"need seq_len >= 4 and batch_size >= 1; got {cfg.seq_len}, {cfg.batch_size}")
     if cfg.task in ("copy", "reverse", "sort"):
         if not 1 <= cfg.min_items <= cfg.max_items:
-            raise ValueError(f"need 1 <= min_items <= max_items; got {cfg.min_items}, {cfg.max_items}")
+            raise DataError(f"need 1 <= min_items <= max_items; got {cfg.min_items}, {cfg.max_items}")
         if 2 * cfg.max_items + 2 > cfg.seq_len:
-            raise ValueError(f"{cfg.task}: 2 * max_items + 2 = {2 * cfg.max_items + 2} exceeds seq_len "
-                             f"{cfg.seq_len}")
+            raise DataError(f"{cfg.task}: 2 * max_items + 2 = {2 * cfg.max_items + 2} exceeds seq_len "
+                            f"{cfg.seq_len}")
     if cfg.task == "mqar":
         if cfg.mqar_num_kv_pairs < 1 or 4 * cfg.mqar_num_kv_pairs > cfg.seq_len:
-            raise ValueError(f"mqar: need 1 <= mqar_num_kv_pairs and 4 * mqar_num_kv_pairs <= seq_len; got "
-                             f"{cfg.mqar_num_kv_pairs} pairs, seq_len {cfg.seq_len}")
+            raise DataError(f"mqar: need 1 <= mqar_num_kv_pairs and 4 * mqar_num_kv_pairs <= seq_len; got "
+                            f"{cfg.mqar_num_kv_pairs} pairs, seq_len {cfg.seq_len}")
         if n_task // 2 < cfg.mqar_num_kv_pairs:
-            raise ValueError(f"mqar: vocab_size {cfg.vocab_size} leaves {n_task // 2} keys; need at least "
-                             f"mqar_num_kv_pairs = {cfg.mqar_num_kv_pairs}")
+            raise DataError(f"mqar: vocab_size {cfg.vocab_size} leaves {n_task // 2} keys; need at least "
+                            f"mqar_num_kv_pairs = {cfg.mqar_num_kv_pairs}")
         if cfg.mqar_power_a <= 0:
-            raise ValueError(f"mqar_power_a must be > 0; got {cfg.mqar_power_a}")
+            raise DataError(f"mqar_power_a must be > 0; got {cfg.mqar_power_a}")
     if cfg.task == "induction":
         m = cfg.induction_segment_len
         if m < 2 or 2 * m > cfg.seq_len:
-            raise ValueError(f"induction: need 2 <= induction_segment_len and 2 * it <= seq_len; got {m}, "
-                             f"seq_len {cfg.seq_len}")
+            raise DataError(f"induction: need 2 <= induction_segment_len and 2 * it <= seq_len; got {m}, "
+                            f"seq_len {cfg.seq_len}")
         if n_task <= m:
-            raise ValueError(f"induction: vocab_size {cfg.vocab_size} leaves {n_task} task tokens; need more "
-                             f"than induction_segment_len = {m}")
+            raise DataError(f"induction: vocab_size {cfg.vocab_size} leaves {n_task} task tokens; need more "
+                            f"than induction_segment_len = {m}")
         if cfg.induction_layout not in INDUCTION_LAYOUTS:
-            raise ValueError(f"induction_layout must be one of {INDUCTION_LAYOUTS}; got {cfg.induction_layout!r}")
+            raise DataError(f"data.induction_layout={cfg.induction_layout!r}; expected one of {INDUCTION_LAYOUTS}"
+                            f"{did_you_mean(cfg.induction_layout, INDUCTION_LAYOUTS)}")
 
 
 @dataclasses.dataclass
@@ -242,10 +244,10 @@ def build_synthetic(cfg: ml_collections.ConfigDict, *, seed: int, process_index:
     validate_synthetic_config(cfg)
     multiple = loader.resolve_batch_multiple(cfg.batch_multiple)
     if cfg.batch_size % multiple:
-        raise ValueError(f"batch_size {cfg.batch_size} must be divisible by batch_multiple {multiple} "
-                         f"(the device count, so every device gets the same number of rows)")
+        raise DataError(f"batch_size {cfg.batch_size} must be divisible by batch_multiple {multiple} "
+                        f"(the device count, so every device gets the same number of rows)")
     if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index {process_index} out of range for process_count {process_count}")
+        raise DataError(f"process_index {process_index} out of range for process_count {process_count}")
     if cfg.batch_size % process_count:
-        raise ValueError(f"batch_size {cfg.batch_size} must divide by process_count {process_count}")
+        raise DataError(f"batch_size {cfg.batch_size} must divide by process_count {process_count}")
     return SyntheticData(ml_collections.ConfigDict(cfg.to_dict()), seed, process_index, process_count, multiple)

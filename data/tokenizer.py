@@ -16,12 +16,15 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
+
+from data.errors import DataError
 
 PAD_ID = 0
 EOS_ID = 1
@@ -84,12 +87,12 @@ def train_tokenizer(texts: Iterable[str], model_path: str, *, vocab_size: int, m
     host of a multi-host job trains the same model. `max_sentences` caps the sentences sampled for training.
     """
     if model_type not in MODEL_TYPES:
-        raise ValueError(f"spm_model_type must be one of {MODEL_TYPES}; got {model_type!r}")
+        raise DataError(f"data.spm_model_type={model_type!r}; expected one of {MODEL_TYPES}")
     if vocab_size <= NUM_SPECIAL_IDS:
-        raise ValueError(f"vocab_size must be > {NUM_SPECIAL_IDS} (the special ids); got {vocab_size}")
+        raise DataError(f"data.vocab_size={vocab_size}; expected > {NUM_SPECIAL_IDS} (the special ids)")
     sentences = [t for t in texts if t]
     if not sentences:
-        raise ValueError("cannot train a tokenizer on an empty training split")
+        raise DataError("cannot train a tokenizer on an empty training split")
     spm.set_random_generator_seed(seed)
     proto = io.BytesIO()
     try:
@@ -98,8 +101,14 @@ def train_tokenizer(texts: Iterable[str], model_path: str, *, vocab_size: int, m
             pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID, character_coverage=character_coverage,
             input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=1, minloglevel=2)
     except RuntimeError as e:
-        raise ValueError(f"SentencePiece training failed for vocab_size={vocab_size}, model_type={model_type!r} "
-                         f"on {len(sentences)} sentences: {e}") from e
+        most = re.search(r"Vocabulary size too high .*value <= (\d+)", str(e))
+        if most:
+            raise DataError(f"data.vocab_size={vocab_size} is too large for the training split: SentencePiece "
+                            f"({model_type}) can make at most {most.group(1)} pieces from its {len(sentences)} "
+                            f"sentences; set data.vocab_size <= {most.group(1)} or use more data") from None
+        raise DataError(f"SentencePiece training failed for data.vocab_size={vocab_size}, "
+                        f"data.spm_model_type={model_type!r} on {len(sentences)} sentences: "
+                        f"{' '.join(str(e).split())}") from e
     os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
     _atomic_write(model_path, proto.getvalue())
     return Tokenizer(model_path)
@@ -116,7 +125,7 @@ def cached_tokenizer(key: str, name: str, texts_fn, *, cache_dir: str, workdir: 
     """The tokenizer `name` for `key`: from `workdir` if the run already has it, else from the cache, else
     trained on `texts_fn()` (only called when training). Copies it into `workdir/tokenizer/`.
 
-    Returns (tokenizer, trained_now). Raises ValueError if `workdir` holds a tokenizer with another key.
+    Returns (tokenizer, trained_now). Raises DataError if `workdir` holds a tokenizer with another key.
     """
     cache_path = os.path.join(cache_dir, "tokenizers", key, f"{name}.model")
     if workdir:
@@ -127,9 +136,9 @@ def cached_tokenizer(key: str, name: str, texts_fn, *, cache_dir: str, workdir: 
             with open(meta_path) as f:
                 meta = json.load(f)
             if meta.get("key") != key:
-                raise ValueError(f"{run_path} was trained with other data settings (key {meta.get('key')}, now "
-                                 f"{key}: {json.dumps(meta.get('settings'))}); use a fresh --workdir or the "
-                                 f"original data config")
+                raise DataError(f"{run_path} was trained with other data settings (key {meta.get('key')}, now "
+                                f"{key}: {json.dumps(meta.get('settings'))}); use a fresh --workdir or the "
+                                f"original data config")
             return Tokenizer(run_path), False
     trained = not os.path.exists(cache_path)
     tokenizer = train_tokenizer(texts_fn(), cache_path, **train_kwargs) if trained else Tokenizer(cache_path)

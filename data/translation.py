@@ -30,7 +30,8 @@ import ml_collections
 import numpy as np
 
 from data import batching, loader, splits, text_files
-from data.tokenizer import Tokenizer, cached_tokenizer, tokenizer_key
+from data.errors import DataError, did_you_mean
+from data.tokenizer import MODEL_TYPES, Tokenizer, cached_tokenizer, tokenizer_key
 
 SOURCES = ("bible_es_en", "tfds", "text_files")
 OVERLONG_POLICIES = ("truncate", "drop")
@@ -84,34 +85,62 @@ def default_cache_dir() -> str:
 
 
 def validate_translation_config(cfg: ml_collections.ConfigDict) -> None:
-    """Raises ValueError naming the first impossible setting or unknown field."""
+    """Raises DataError naming the first impossible setting or unknown field (no file is opened)."""
     unknown = sorted(set(cfg.keys()) - set(default_translation_config().keys()))
     if unknown:
-        raise ValueError(f"unknown data config field(s) {unknown}; the fields are those of "
-                         f"data.default_translation_config(): {sorted(default_translation_config().keys())}")
-    if cfg.source not in SOURCES:
-        raise ValueError(f"data.source must be one of {SOURCES}; got {cfg.source!r}")
+        raise DataError(f"unknown data config field(s) {unknown}; the fields are those of "
+                        f"data.default_translation_config(): {sorted(default_translation_config().keys())}")
+    for name, value, allowed in (("source", cfg.source, SOURCES), ("overlong", cfg.overlong, OVERLONG_POLICIES),
+                                 ("on_bad_line", cfg.on_bad_line, text_files.BAD_LINE_POLICIES),
+                                 ("spm_model_type", cfg.spm_model_type, MODEL_TYPES)):
+        if value not in allowed:
+            raise DataError(f"data.{name}={value!r}; expected one of {allowed}{did_you_mean(value, allowed)}")
     if cfg.source_lang == cfg.target_lang:
-        raise ValueError(f"source_lang and target_lang must differ; both are {cfg.source_lang!r}")
+        raise DataError(f"data.source_lang and data.target_lang must differ; both are {cfg.source_lang!r}")
     if cfg.source == "bible_es_en" and {cfg.source_lang, cfg.target_lang} != {"es", "en"}:
-        raise ValueError(f"bible_es_en has languages 'es' and 'en'; got source_lang={cfg.source_lang!r}, "
-                         f"target_lang={cfg.target_lang!r}")
+        raise DataError(f"bible_es_en has languages 'es' and 'en'; got data.source_lang={cfg.source_lang!r}, "
+                        f"data.target_lang={cfg.target_lang!r}")
     if cfg.source == "tfds" and not cfg.tfds_name:
-        raise ValueError("source='tfds' needs tfds_name, e.g. 'wmt14_translate/de-en'")
+        raise DataError("data.source='tfds' needs data.tfds_name, e.g. 'wmt14_translate/de-en'")
     if cfg.source == "text_files" and not cfg.train_files:
-        raise ValueError("source='text_files' needs train_files (a .tsv file or a PREFIX with PREFIX.<lang> files)")
-    if cfg.overlong not in OVERLONG_POLICIES:
-        raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}; got {cfg.overlong!r}")
-    if cfg.on_bad_line not in text_files.BAD_LINE_POLICIES:
-        raise ValueError(f"on_bad_line must be one of {text_files.BAD_LINE_POLICIES}; got {cfg.on_bad_line!r}")
+        raise DataError("data.source='text_files' needs data.train_files (a .tsv file or a PREFIX with "
+                        "PREFIX.<lang> files)")
     for name in ("max_source_len", "max_target_len"):
         if cfg[name] < 2:
-            raise ValueError(f"{name} must be >= 2 (one token plus EOS); got {cfg[name]}")
+            raise DataError(f"data.{name}={cfg[name]}; expected >= 2 (one token plus EOS)")
     for name in ("batch_size", "batch_tokens", "eval_batch_size", "vocab_size", "spm_max_sentences"):
         if cfg[name] < 1:
-            raise ValueError(f"{name} must be >= 1; got {cfg[name]}")
+            raise DataError(f"data.{name}={cfg[name]}; expected >= 1")
     if cfg.prefetch < 0:
-        raise ValueError(f"prefetch must be >= 0; got {cfg.prefetch}")
+        raise DataError(f"data.prefetch={cfg.prefetch}; expected >= 0")
+
+
+def check_translation_sources(cfg: ml_collections.ConfigDict) -> None:
+    """Raises DataError unless every source the config names can be opened: the train, validation and test
+    files (text_files), or the TFDS dataset and its three splits (tfds: prepared, or tfds_download set)."""
+    if cfg.source == "text_files":
+        for split in splits.SPLITS:
+            spec = cfg[f"{split}_files"]
+            if spec:
+                text_files.resolve_files(spec, cfg.source_lang, cfg.target_lang, field=f"data.{split}_files")
+        return
+    if cfg.source == "tfds":
+        import tensorflow_datasets as tfds
+
+        builder = _tfds_builder(cfg, tfds, prepare=False)
+        if builder.is_prepared():
+            _check_tfds_splits(builder, cfg)
+
+
+def _check_tfds_splits(builder, cfg) -> None:
+    """Every split a ``*_split`` field names exists (TFDS split expressions: "train[:5%]+validation")."""
+    available = sorted(builder.info.splits)
+    for split in splits.SPLITS:
+        expression = cfg[f"{split}_split"]
+        for name in (part.split("[", 1)[0].strip() for part in expression.split("+")):
+            if name not in available:
+                raise DataError(f"data.{split}_split={expression!r}: {builder.info.full_name} has no split {name!r};"
+                                f" available: {available}{did_you_mean(name, available)}")
 
 
 # ------------------------------------------------------------------------------------------------ corpora
@@ -134,21 +163,21 @@ class _TfdsCorpus:
         try:
             source = self._builder.as_data_source(split=name)
         except Exception as e:  # TFDS raises several types for unknown splits
-            raise ValueError(f"{self._builder.info.full_name} has no split {name!r} (config field {split}_split); "
-                             f"available: {sorted(self._builder.info.splits)}") from e
+            raise DataError(f"{self._builder.info.full_name} has no split {name!r} (config field {split}_split); "
+                            f"available: {sorted(self._builder.info.splits)}") from e
         src_lang, tgt_lang = self._cfg.source_lang, self._cfg.target_lang
         pairs, counts = [], collections.Counter(pairs_read=0, skipped_empty=0)
         for start in range(0, len(source), _READ_CHUNK):
             for ex in source.__getitems__(list(range(start, min(len(source), start + _READ_CHUNK)))):
                 if src_lang not in ex or tgt_lang not in ex:
-                    raise ValueError(f"{self._builder.info.full_name} examples have features {sorted(ex)}; "
-                                     f"source_lang={src_lang!r} / target_lang={tgt_lang!r} must be among them")
+                    raise DataError(f"{self._builder.info.full_name} examples have features {sorted(ex)}; "
+                                    f"source_lang={src_lang!r} / target_lang={tgt_lang!r} must be among them")
                 counts["pairs_read"] += 1
                 src, tgt = _text(ex[src_lang]).strip(), _text(ex[tgt_lang]).strip()
                 if not src or not tgt:
                     if self._cfg.on_bad_line == "error":
-                        raise ValueError(f"{self._builder.info.full_name}[{name}] example {counts['pairs_read'] - 1}"
-                                         f" has an empty side (set on_bad_line='skip' to skip and count these)")
+                        raise DataError(f"{self._builder.info.full_name}[{name}] example {counts['pairs_read'] - 1}"
+                                        f" has an empty side (set on_bad_line='skip' to skip and count these)")
                     counts["skipped_empty"] += 1
                     continue
                 pairs.append((src, tgt))
@@ -220,8 +249,9 @@ def _open_corpus(cfg, cache_dir: str):
     return _TfdsCorpus(_tfds_builder(cfg, tfds), cfg)
 
 
-def _tfds_builder(cfg, tfds):
-    """The prepared TFDS builder for cfg.tfds_name, preparing it if allowed; clear errors otherwise."""
+def _tfds_builder(cfg, tfds, *, prepare: bool = True):
+    """The prepared TFDS builder for cfg.tfds_name, preparing it if allowed (and ``prepare``); clear errors
+    otherwise."""
     kwargs = {"data_dir": cfg.tfds_data_dir or None, "file_format": "array_record"}
     try:
         builder = tfds.builder(cfg.tfds_name, **kwargs)
@@ -231,20 +261,20 @@ def _tfds_builder(cfg, tfds):
         try:
             builder = tfds.builder(cfg.tfds_name, **kwargs)
         except tfds.core.registered.DatasetNotFoundError as e:
-            raise ValueError(f"TFDS has no dataset {cfg.tfds_name!r} (data.tfds_name)") from e
-    if builder.is_prepared():
+            raise DataError(f"TFDS has no dataset {cfg.tfds_name!r} (data.tfds_name)") from e
+    if builder.is_prepared() or (cfg.tfds_download and not prepare):
         return builder
     where = builder.data_dir
     if not cfg.tfds_download:
-        raise ValueError(f"TFDS dataset {cfg.tfds_name!r} is not prepared in {where}. Prepare it once, with "
-                         f"network access, in array_record format: set data.tfds_download=True, or run "
-                         f"tfds.builder({cfg.tfds_name!r}, data_dir=..., file_format='array_record')"
-                         f".download_and_prepare()")
+        raise DataError(f"TFDS dataset {cfg.tfds_name!r} is not prepared in {where}. Prepare it once, with "
+                        f"network access, in array_record format: set data.tfds_download=True, or run "
+                        f"tfds.builder({cfg.tfds_name!r}, data_dir=..., file_format='array_record')"
+                        f".download_and_prepare()")
     try:
         builder.download_and_prepare()
     except Exception as e:
-        raise RuntimeError(f"preparing TFDS dataset {cfg.tfds_name!r} in {where} failed; it needs network access "
-                           f"to its sources ({type(e).__name__}: {e})") from e
+        raise DataError(f"preparing TFDS dataset {cfg.tfds_name!r} in {where} failed; it needs network access "
+                        f"to its sources ({type(e).__name__}: {e})") from e
     return builder
 
 
@@ -393,7 +423,7 @@ class TranslationData:
         """All (source text, reference text) pairs of 'validation' or 'test' (or 'train'), in corpus order;
         eval_batches(split) holds the same examples in the same order."""
         if split not in splits.SPLITS:
-            raise ValueError(f"split must be one of {splits.SPLITS}; got {split!r}")
+            raise DataError(f"split must be one of {splits.SPLITS}; got {split!r}")
         if split not in self._examples:
             pairs, counts = self._corpus.read(split)
             self._examples[split] = pairs
@@ -422,6 +452,16 @@ class TranslationData:
             self._eval[split] = batches
         return self._eval[split]
 
+    def _normalized(self) -> list[str]:
+        """A line counting what reading the text files changed (BOMs dropped, CRLF endings), if anything."""
+        c = self.config
+        splits_read = [s for s in splits.SPLITS if s in self.stats and (s == "train" or c[f"{s}_files"])]
+        bom = sum(self.stats[s].get("bom_stripped", 0) for s in splits_read)
+        crlf = sum(self.stats[s].get("crlf_lines", 0) for s in splits_read)
+        if not bom and not crlf:
+            return []
+        return [f"normalized: byte-order mark dropped from {bom} file(s), CRLF line endings on {crlf} line(s)"]
+
     def describe(self) -> str:
         """A few lines for the run log: corpus, tokenizer, counts, batch layout."""
         c = self.config
@@ -434,6 +474,7 @@ class TranslationData:
                  f"tokenizer: {self.stats['tokenizer']['model_type']} vocab {self.vocab_size} "
                  f"({'shared' if c.spm_shared else 'separate'}) at {self.tokenizer.path}",
                  f"batches: {self.stats['batches']}",
+                 *self._normalized(),
                  f"data ready in {self.stats['timing']['total_s']:.1f}s "
                  f"({', '.join(f'{k} {v:.1f}s' for k, v in self.stats['timing'].items() if k != 'total_s')})"]
         return "\n".join(lines)
@@ -444,21 +485,27 @@ def build_translation(cfg: ml_collections.ConfigDict, *, workdir: str, seed: int
     """Reads the corpus named by `cfg` (see `default_translation_config`), trains or reuses its SentencePiece
     model (training split only), encodes the training split and sets up batching for this host."""
     validate_translation_config(cfg)
+    check_translation_sources(cfg)
     cfg = ml_collections.ConfigDict(cfg.to_dict())
     if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index {process_index} out of range for process_count {process_count}")
+        raise DataError(f"process_index {process_index} out of range for process_count {process_count}")
     multiple = loader.resolve_batch_multiple(cfg.batch_multiple)
     if multiple % process_count:
-        raise ValueError(f"batch_multiple {multiple} must divide by process_count {process_count}")
+        raise DataError(f"batch_multiple {multiple} must divide by process_count {process_count}")
     for name in ("batch_size", "eval_batch_size"):
         if (cfg.packing or name == "eval_batch_size") and cfg[name] % multiple:
-            raise ValueError(f"{name} {cfg[name]} must be divisible by {multiple} (batch_multiple, default the "
-                             f"device count) so every device gets the same number of rows")
+            raise DataError(f"{name} {cfg[name]} must be divisible by {multiple} (batch_multiple, default the "
+                            f"device count) so every device gets the same number of rows")
     cache_dir = cfg.cache_dir or default_cache_dir()
     timing = {}
     t0 = time.perf_counter()
     corpus = _open_corpus(cfg, cache_dir)
     timing["open_s"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    # Evaluation splits with a source of their own are read now, so a bad one fails before training starts.
+    eval_reads = {split: corpus.read(split) for split in ("validation", "test")
+                  if cfg.source != "text_files" or cfg[f"{split}_files"]}
+    timing["read_eval_s"] = time.perf_counter() - t
 
     train_texts: dict = {}
 
@@ -517,6 +564,9 @@ def build_translation(cfg: ml_collections.ConfigDict, *, workdir: str, seed: int
              "timing": timing}
     data = TranslationData(cfg, tgt_tok, src_tok, stats, seed, process_index, process_count, multiple,
                            corpus, encoded, train_ids, fingerprint)
+    for split, (pairs, counts) in eval_reads.items():
+        data._examples[split] = pairs
+        stats[split] = dict(counts)
     t = time.perf_counter()
     plan0 = data.plan(0)
     timing["plan_epoch_s"] = time.perf_counter() - t
@@ -530,8 +580,8 @@ def build_translation(cfg: ml_collections.ConfigDict, *, workdir: str, seed: int
                         "fill_target": round(used_tgt / max(cap_tgt, 1), 3),
                         "examples_per_epoch": sum(len(_spec_ids(s, cfg.packing)) for s in plan0)}
     if not plan0:
-        raise ValueError(f"the training split ({len(train_ids)} examples) fills no complete batch; lower "
-                         f"batch_size / batch_tokens or use more data")
+        raise DataError(f"the training split ({len(train_ids)} examples) fills no complete batch; lower "
+                        f"batch_size / batch_tokens or use more data")
     timing["total_s"] = time.perf_counter() - t0
     return data
 

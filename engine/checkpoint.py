@@ -1,25 +1,47 @@
-"""Checkpoints (Orbax ``CheckpointManager``) and clean stops on SIGTERM / SIGINT.
+"""Checkpoints (Orbax ``CheckpointManager``) that survive damage, and clean stops on SIGTERM / SIGINT.
 
 A checkpoint step directory ``<workdir>/checkpoints/<step>/`` holds two items:
 - ``state``: the train state pytree (params, optimizer state, step, RNG key, NaN-guard flags), saved with
   ``StandardSave`` and restored with ``StandardRestore`` onto the shardings of the running job;
 - ``data``: the data iterator's state (JSON), so a resumed run sees exactly the batches an uninterrupted one
   would.
+When the Checkpointer is given the run's config, every step also records it (flattened) in Orbax's step
+metadata (``custom_metadata["config"]``), so a checkpoint of another model config is named with the fields
+that differ.
+
+Damage: a step whose files are incomplete or unreadable (an item directory or ``state/_METADATA`` /
+``state/manifest.ocdbt`` / ``data/metadata`` missing, or a JSON file garbled) is never the latest step; a
+truncated array file shows only when it is read. Restoring
+the latest step falls back to the newest step that restores, logs one line per step it skipped (step, path,
+what failed) and moves each skipped step into ``<checkpoints>_damaged/`` (renamed, never deleted; outside the
+directory Orbax lists). Steps are only moved once an older one restored, so a problem that hits every step
+(for instance a changed optimizer) moves nothing and raises CheckpointError naming each step's failure.
 """
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
+import re
 import signal
+import sys
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
+
+from engine.errors import CheckpointError
 
 log = logging.getLogger("attnlab")
+
+_STEP_NAME = re.compile(r"^(0|[1-9]\d*)$")  # Orbax's standard step names (no prefix, no padding)
+_SET_ASIDE_NAME = re.compile(r"^(0|[1-9]\d*)(-\d+)?$")
+_CONFIG_SECTIONS = ("task", "model.", "data.")  # config fields that decide what a checkpoint holds
+_SHOWN = 3  # differing parameters / fields shown in a message
 
 
 def _encode_data_state(state: Any) -> Any:
@@ -34,49 +56,287 @@ def _decode_data_state(state: Any) -> Any:
     return state
 
 
-class Checkpointer:
-    """Periodic and final checkpoints of (train state, data iterator state) under ``directory``."""
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    """``Type: message`` of the innermost explicit cause of ``e`` (TensorStore's error, not Orbax's wrapper)."""
+    seen = {id(e)}
+    while e.__cause__ is not None and id(e.__cause__) not in seen:
+        e = e.__cause__
+        seen.add(id(e))
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
 
-    def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True):
+
+def _read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def step_problem(step_dir: str) -> Optional[str]:
+    """What makes the step directory unusable, found without reading arrays (missing item directories or
+    metadata files, garbled JSON), or None when its files look complete."""
+    for rel in ("state", "data"):
+        if not os.path.isdir(os.path.join(step_dir, rel)):
+            return f"item directory {rel}/ is missing"
+    needed = ["state/_METADATA", "data/metadata"]
+    if any(n.startswith("ocdbt.process_") for n in os.listdir(os.path.join(step_dir, "state"))):
+        needed.append("state/manifest.ocdbt")  # the root of the OCDBT database the arrays live in
+    for rel in needed:
+        if not os.path.isfile(os.path.join(step_dir, rel)):
+            return f"{rel} is missing"
+    for rel in ("state/_METADATA", "data/metadata"):
+        try:
+            _read_json(os.path.join(step_dir, rel))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            return f"{rel} is not valid JSON ({_one_line(e, 120)})"
+    return None
+
+
+def set_aside_directory(directory: str) -> str:
+    """Where damaged steps of the checkpoint directory ``directory`` are moved: ``<directory>_damaged``."""
+    return os.path.abspath(directory).rstrip(os.sep) + "_damaged"
+
+
+def inventory(directory: str) -> tuple[list[int], dict[int, str], list[str]]:
+    """(steps that look complete, {damaged step: what is wrong}, set-aside step directories) of a checkpoint
+    directory, sorted; reads only file names and JSON metadata, creates nothing."""
+    intact, damaged = [], {}
+    if os.path.isdir(directory):
+        for name in os.listdir(directory):
+            path = os.path.join(directory, name)
+            if _STEP_NAME.match(name) and os.path.isdir(path):
+                problem = step_problem(path)
+                if problem is None:
+                    intact.append(int(name))
+                else:
+                    damaged[int(name)] = problem
+    aside_dir = set_aside_directory(directory)
+    aside = sorted((n for n in os.listdir(aside_dir) if _SET_ASIDE_NAME.match(n)),
+                   key=lambda n: tuple(int(x) for x in n.split("-"))) if os.path.isdir(aside_dir) else []
+    return sorted(intact), dict(sorted(damaged.items())), [os.path.join(aside_dir, n) for n in aside]
+
+
+def describe_inventory(directory: str) -> str:
+    """"steps: [10, 20]; damaged: 30 (what is wrong); set aside earlier: <paths>" for error messages."""
+    intact, damaged, aside = inventory(directory)
+    parts = [f"steps: {intact}" if intact else "steps: none intact"]
+    if damaged:
+        parts.append("damaged: " + ", ".join(f"{s} ({p})" for s, p in damaged.items()))
+    if aside:
+        parts.append(f"set aside earlier: {', '.join(aside)}")
+    return "; ".join(parts)
+
+
+def _path_key(path) -> str:
+    """"params/decoder/layers/0/..." for a pytree key path (dict keys, sequence indices and attributes alike)."""
+    parts = []
+    for k in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return "/".join(parts)
+
+
+def _shapes(tree: Any) -> dict[str, tuple[tuple[int, ...], str]]:
+    return {_path_key(p): (tuple(getattr(x, "shape", ())), str(np.dtype(x.dtype)) if hasattr(x, "dtype") else "")
+            for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def flatten_config(config: Any) -> dict[str, Any]:
+    """{"model.num_heads": 4, ...}: the JSON-able leaves of a (Config)Dict, keyed by dotted path."""
+    config = config.to_dict() if hasattr(config, "to_dict") else config
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(f"{prefix}{k}.", v)
+        else:
+            out[prefix[:-1]] = list(value) if isinstance(value, tuple) else value
+
+    walk("", config)
+    return json.loads(json.dumps(out, default=str))
+
+
+class Checkpointer:
+    """Periodic and final checkpoints of (train state, data iterator state) under ``directory``.
+
+    config: the run's config (a ConfigDict or dict), recorded with every step so a mismatching checkpoint is
+    named with the config fields that differ.
+    """
+
+    def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True,
+                 config: Optional[Any] = None):
         self.directory = os.path.abspath(directory)
+        self.config = flatten_config(config) if config is not None else None
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save
         )
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data"))
 
+    def step_dir(self, step: int) -> str:
+        return os.path.join(self.directory, str(int(step)))
+
     def latest_step(self) -> Optional[int]:
-        return self.manager.latest_step()
+        """The newest step whose files look complete (see ``step_problem``), or None."""
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            if step_problem(self.step_dir(step)) is None:
+                return step
+        return None
 
     def all_steps(self) -> list[int]:
         return list(self.manager.all_steps())
 
     def save(self, step: int, state: Any, data_state: Any) -> None:
-        """Save (asynchronously when enabled) at ``step``; a step already saved is left as it is."""
+        """Save (asynchronously when enabled) at ``step``; a step already saved is left as it is, unless its
+        files are damaged: then they are moved aside first."""
         if step in self.manager.all_steps():
-            return
+            problem = step_problem(self.step_dir(step)) if os.path.isdir(self.step_dir(step)) else None
+            if problem is None:  # saved, or still being written asynchronously
+                return
+            moved = self._set_aside(step)
+            log.warning("checkpoint step %d at %s is damaged (%s); moved it to %s and saving step %d again",
+                        step, self.step_dir(step), problem, moved, step)
         self.manager.save(
             int(step),
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state),
                 data=ocp.args.JsonSave(_encode_data_state(data_state)),
             ),
+            custom_metadata={"config": self.config} if self.config is not None else None,
         )
 
     def restore(self, abstract_state: Any, step: Optional[int] = None) -> tuple[Any, Any, int]:
-        """(state, data_state, step) at ``step`` (default: latest) onto the shardings of ``abstract_state``.
+        """(state, data_state, step) at ``step`` onto the shardings of ``abstract_state``.
 
-        abstract_state: a pytree of ``jax.ShapeDtypeStruct`` with ``sharding`` set, matching the saved state.
+        abstract_state: a pytree of ``jax.ShapeDtypeStruct`` (with ``sharding`` set to restore sharded),
+        matching the saved state. step None: the latest step that restores, skipping (and moving aside) newer
+        damaged ones. Raises CheckpointError for a missing or damaged ``step``, when no step restores, and for
+        a checkpoint of another model config (found from Orbax's metadata before any array is read).
         """
-        step = self.latest_step() if step is None else int(step)
-        if step is None:
-            raise ValueError(f"no checkpoint found in {self.directory}")
+        if step is not None:
+            return self._restore_step(int(step), abstract_state)
+        return self._restore_latest(abstract_state)
+
+    def _restore_latest(self, abstract_state: Any) -> tuple[Any, Any, int]:
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        if not steps:
+            raise CheckpointError(f"no checkpoint in {self.directory}; {describe_inventory(self.directory)}")
+        failed: list[tuple[int, str]] = []
+        for s in steps:
+            problem = step_problem(self.step_dir(s))
+            if problem is None:
+                restored, problem = self._attempt(s, abstract_state)
+            if problem is not None:
+                failed.append((s, problem))
+                continue
+            state, data_state = restored
+            for bad, why in failed:
+                moved = self._set_aside(bad)
+                log.warning("checkpoint step %d at %s cannot be restored (%s); moved it to %s and resumed from "
+                            "step %d", bad, self.step_dir(bad), why, moved, s)
+            return state, data_state, s
+        raise CheckpointError(f"no checkpoint in {self.directory} restores (nothing was moved): "
+                              + "; ".join(f"step {s}: {why}" for s, why in failed))
+
+    def _restore_step(self, step: int, abstract_state: Any) -> tuple[Any, Any, int]:
         if step not in self.manager.all_steps():
-            raise ValueError(f"no checkpoint at step {step} in {self.directory}; have {self.all_steps()}")
+            raise CheckpointError(f"no checkpoint at step {step} in {self.directory}; "
+                                  f"{describe_inventory(self.directory)}")
+        problem = step_problem(self.step_dir(step))
+        if problem is not None:
+            raise CheckpointError(f"checkpoint step {step} at {self.step_dir(step)} is damaged: {problem}; "
+                                  f"{describe_inventory(self.directory)}")
+        restored, problem = self._attempt(step, abstract_state)
+        if problem is not None:
+            raise CheckpointError(f"checkpoint step {step} at {self.step_dir(step)} is damaged: {problem}; "
+                                  f"{describe_inventory(self.directory)}")
+        return (*restored, step)
+
+    def _attempt(self, step: int, abstract_state: Any) -> tuple[Optional[tuple[Any, Any]], Optional[str]]:
+        """((state, data_state), None), or (None, what failed) when reading the step fails; a checkpoint of
+        another model config raises CheckpointError (see ``_check_structure``)."""
+        problem = self._check_structure(step, abstract_state)
+        if problem is not None:
+            return None, problem
+        remove_filter = _filter_abandoned_read_noise()
+        try:
+            restored = self._read(step, abstract_state)
+        except Exception as e:  # noqa: BLE001  any read failure marks the step damaged (see the module doc)
+            # The filter stays: the abandoned reads finish, and are collected, at any later time.
+            return None, f"reading it failed: {_one_line(e)}"
+        remove_filter()
+        return restored, None
+
+    def _read(self, step: int, abstract_state: Any) -> tuple[Any, Any]:
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()),
         )
-        return restored["state"], _decode_data_state(restored["data"]), step
+        return restored["state"], _decode_data_state(restored["data"])
+
+    def saved_config(self, step: int) -> Optional[dict[str, Any]]:
+        """The flattened config recorded with ``step`` (None for checkpoints saved without one)."""
+        try:
+            meta = _read_json(os.path.join(self.step_dir(step), "_CHECKPOINT_METADATA"))
+        except (OSError, ValueError):
+            return None
+        config = (meta.get("custom_metadata") or {}).get("config") if isinstance(meta, dict) else None
+        return config if isinstance(config, dict) else None
+
+    def _check_structure(self, step: int, abstract_state: Any) -> Optional[str]:
+        """Raise CheckpointError when the parameters saved at ``step`` (Orbax metadata: paths, shapes, dtypes)
+        differ from ``abstract_state``'s; the state's ``params`` are compared when both have them. Returns what
+        failed when the metadata cannot be read, else None."""
+        try:
+            saved = ocp.StandardCheckpointHandler().metadata(epath.Path(self.step_dir(step)) / "state")
+        except Exception as e:  # noqa: BLE001  unreadable metadata: a damaged step
+            return f"reading its metadata failed: {_one_line(e)}"
+        saved = getattr(saved, "tree", saved)
+        wanted = abstract_state
+        if isinstance(saved, Mapping) and isinstance(wanted, Mapping) and "params" in saved and "params" in wanted:
+            saved, wanted = {"params": saved["params"]}, {"params": wanted["params"]}
+        have, want = _shapes(saved), _shapes(wanted)
+        diffs = [f"{k}: {_fmt(have.get(k))} in the checkpoint, {_fmt(want.get(k))} now"
+                 for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
+        if not diffs:
+            return None
+        msg = f"checkpoint step {step} in {self.directory} was written by another model config"
+        fields = self._config_diffs(step)
+        if fields:
+            msg += f"; config fields that differ: {', '.join(fields[:_SHOWN])}"
+            msg += f" (+{len(fields) - _SHOWN} more)" if len(fields) > _SHOWN else ""
+        msg += f"; {len(diffs)} parameter(s) differ: {'; '.join(diffs[:_SHOWN])}"
+        msg += f" (+{len(diffs) - _SHOWN} more)" if len(diffs) > _SHOWN else ""
+        raise CheckpointError(msg + ". Use the config the run was trained with, or a fresh --workdir.")
+
+    def _config_diffs(self, step: int) -> list[str]:
+        saved = self.saved_config(step)
+        if saved is None or self.config is None:
+            return []
+        keys = sorted(k for k in set(saved) | set(self.config) if k.startswith(_CONFIG_SECTIONS))
+        return [f"{k}={saved.get(k)!r} in the checkpoint, {self.config.get(k)!r} now" for k in keys
+                if saved.get(k) != self.config.get(k)]
+
+    def _set_aside(self, step: int) -> str:
+        """Move a damaged step directory out of Orbax's listing into ``<checkpoints>_damaged/<step>[-n]``."""
+        aside_dir = set_aside_directory(self.directory)
+        target = os.path.join(aside_dir, str(step))
+        n = 0
+        while os.path.exists(target):
+            n += 1
+            target = os.path.join(aside_dir, f"{step}-{n}")
+        if jax.process_index() == 0:
+            os.makedirs(aside_dir, exist_ok=True)
+            os.rename(self.step_dir(step), target)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"attnlab_set_aside_{step}")
+        self.manager.reload()
+        return target
 
     def wait(self) -> None:
         self.manager.wait_until_finished()
@@ -84,6 +344,40 @@ class Checkpointer:
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def _filter_abandoned_read_noise() -> Callable[[], None]:
+    """Install a ``sys.unraisablehook`` that drops the noise of a failed Orbax read, and return a function that
+    removes it again. Orbax reads arrays in concurrent coroutines: when one read fails, the others' errors
+    surface as "Exception ignored in <coroutine>" tracebacks whenever those coroutines are collected, and
+    TensorStore reads still in flight report "RuntimeError: Event loop is closed" when they complete. The first
+    error is the one reported; every other unraisable error still reaches the previous hook."""
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_abandoned_reads", False):
+        return lambda: None
+
+    def hook(unraisable) -> None:
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is not None and "orbax" in code.co_filename:
+            return
+        if unraisable.exc_type is RuntimeError and str(unraisable.exc_value) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook.drops_abandoned_reads = True
+    sys.unraisablehook = hook
+
+    def remove() -> None:
+        sys.unraisablehook = previous
+
+    return remove
+
+
+def _fmt(entry: Optional[tuple[tuple[int, ...], str]]) -> str:
+    if entry is None:
+        return "absent"
+    shape, dtype = entry
+    return f"{list(shape)} {dtype}"
 
 
 class StopRequest:

@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 import ml_collections
 
+from engine.errors import ConfigError  # noqa: F401  (raised here; callers catch it as engine.config.ConfigError)
+
 SCHEDULES = ("rsqrt", "cosine", "constant")
 OPTIMIZERS = ("adam", "adamw")
 DECODERS = ("greedy", "beam")
@@ -82,10 +84,6 @@ def default_workdir(config_path: str, config: ml_collections.ConfigDict) -> str:
     """``./runs/<config-name>-<run name or timestamp>``."""
     suffix = config.get("name") or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return os.path.join("runs", f"{config_name(config_path)}-{suffix}")
-
-
-class ConfigError(ValueError):
-    """An impossible or unknown config setting; the message names the field."""
 
 
 def _need(cond: bool, message: str) -> None:

@@ -61,16 +61,19 @@ def _every(step: int, every: int) -> bool:
 
 
 class Checkpointing(Hook):
-    """Restores the latest checkpoint of ``<workdir>/checkpoints`` at start (train state and data iterator),
-    saves every ``every`` steps and when training ends (unless it ended on a non-finite loss: the last good
-    checkpoint stays the latest)."""
+    """Restores the newest checkpoint of ``<workdir>/checkpoints`` that restores at start (train state and
+    data iterator; damaged steps are moved aside, see ``engine.checkpoint``), saves every ``every`` steps and
+    when training ends (unless it ended on a non-finite loss: the last good checkpoint stays the latest).
+    ``config`` is recorded with every step, so a checkpoint of another config is named with the fields that
+    differ."""
 
-    def __init__(self, directory: str, every: int, *, keep: int = 3, async_save: bool = True):
+    def __init__(self, directory: str, every: int, *, keep: int = 3, async_save: bool = True, config=None):
         self.every = int(every)
-        self.ckpt = ckpt_lib.Checkpointer(directory, max_to_keep=int(keep), async_save=bool(async_save))
+        self.ckpt = ckpt_lib.Checkpointer(directory, max_to_keep=int(keep), async_save=bool(async_save),
+                                          config=config)
 
     def start(self, run):
-        if self.ckpt.latest_step() is None:
+        if not self.ckpt.all_steps():  # steps that exist but all fail to restore raise CheckpointError
             return
         state, data_state, step = self.ckpt.restore(abstract_state(run.setup, run.init))
         run.state, run.step = state, step
@@ -207,7 +210,7 @@ def default_hooks(config, workdir: Optional[str]) -> list[Hook]:
     if workdir is not None:
         hooks.append(ProgressBar())
         hooks.append(Checkpointing(os.path.join(workdir, "checkpoints"), t.checkpoint_every,
-                                   keep=t.keep_checkpoints, async_save=t.async_checkpoint))
+                                   keep=t.keep_checkpoints, async_save=t.async_checkpoint, config=config))
     if t.stats_every > 0:
         hooks.append(AttentionStatistics(t.stats_every, config.health))
     hooks.append(Evaluation(t.eval_every, at_end=config.eval.at_end))

@@ -27,7 +27,8 @@ from engine import sharding as sharding_lib
 from engine import writer as writer_lib
 from engine.hooks import AttentionStatistics, Checkpointing, Hook, default_hooks
 from engine.state import Setup, build
-from engine.steps import NonFiniteError, make_train_step, non_finite_message, to_device
+from engine.errors import NonFiniteError
+from engine.steps import make_train_step, non_finite_message, to_device
 from engine.tasks import Task, get_task
 
 log = logging.getLogger("attnlab")

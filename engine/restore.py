@@ -34,7 +34,7 @@ def restore_run(config: ml_collections.ConfigDict, workdir: str, *, step: Option
     if hasattr(data, "describe"):
         log.info("%s", data.describe())
     setup, init = build(config, task, mesh, data.vocab_size)
-    ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False)
+    ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False, config=config)
     try:
         state, _, step = ckpt.restore(abstract_state(setup, init), step)
     finally:

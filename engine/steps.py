@@ -21,10 +21,6 @@ from engine import sharding as sharding_lib
 from engine.state import Setup
 
 
-class NonFiniteError(RuntimeError):
-    """Raised when the loss or a gradient became NaN/Inf; the message names the step and the quantity."""
-
-
 def dropout_key(state_rng: jax.Array, step: jax.Array) -> jax.Array:
     """The dropout key of a train step: a function of the run's RNG and the step only (exact resumes)."""
     return jax.random.fold_in(jax.random.wrap_key_data(state_rng), step)

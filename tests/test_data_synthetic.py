@@ -102,7 +102,8 @@ def test_hosts_split_the_global_batch():
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (dict(task="addition"), "task must be one of"),
+    (dict(task="addition"), "data.task='addition'; expected one of"),
+    (dict(task="revers"), "did you mean 'reverse'"),
     (dict(task="copy", max_items=40, seq_len=64), "exceeds seq_len"),
     (dict(task="mqar", mqar_num_kv_pairs=20, seq_len=64), "4 \\* mqar_num_kv_pairs"),
     (dict(task="mqar", vocab_size=12, mqar_num_kv_pairs=8), "leaves 3 keys"),
@@ -112,5 +113,5 @@ def test_hosts_split_the_global_batch():
     (dict(num_pairs=3), "unknown synthetic data config field"),
 ])
 def test_config_errors(overrides, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(data.DataError, match=match):
         make(**{"task": "copy", **overrides})

@@ -1,5 +1,7 @@
-"""Bring-your-own corpora: file specs, bad input (empty, non-UTF-8, malformed, mismatched, missing, overlong)."""
+"""Bring-your-own corpora: file specs, bad input (empty, non-UTF-8, malformed, mismatched, missing, overlong),
+BOM / CRLF normalization, and the start-up checks of data.check_config."""
 import gzip
+import os
 
 import pytest
 
@@ -27,12 +29,24 @@ def test_tsv_and_prefix_specs_read_the_same_pairs(tmp_path):
     got_tsv, counts = read(tsv)
     got_prefix, _ = read(str(tmp_path / "c"))
     assert got_tsv == pairs and got_prefix == pairs
-    assert counts == {"lines": 2, "skipped_empty": 0, "skipped_invalid_utf8": 0, "skipped_bad_fields": 0}
+    assert counts == {"lines": 2, "skipped_empty": 0, "skipped_invalid_utf8": 0, "skipped_bad_fields": 0,
+                      "bom_stripped": 0, "crlf_lines": 0}
 
 
-def test_crlf_line_endings_are_stripped(tmp_path):
-    tsv = write(tmp_path / "c.tsv", [b"uno\tone\r", b"dos\ttwo\r"])
-    assert read(tsv)[0] == [("uno", "one"), ("dos", "two")]
+def test_crlf_line_endings_are_stripped_and_counted(tmp_path):
+    tsv = write(tmp_path / "c.tsv", [b"uno\tone\r", b"dos\ttwo\r", b"tres\tthree"])
+    pairs, counts = read(tsv)
+    assert pairs == [("uno", "one"), ("dos", "two"), ("tres", "three")] and counts["crlf_lines"] == 2
+
+
+def test_byte_order_mark_is_dropped_and_counted(tmp_path):
+    tsv = write(tmp_path / "c.tsv", [b"\xef\xbb\xbfuno\tone", "dos\ttwo"])
+    write(tmp_path / "c.es", [b"\xef\xbb\xbfuno", "dos"])
+    write(tmp_path / "c.en.gz", [b"\xef\xbb\xbfone", "two"])
+    for spec, files in ((tsv, 1), (str(tmp_path / "c"), 2)):
+        pairs, counts = read(spec)
+        assert pairs == [("uno", "one"), ("dos", "two")] and counts["bom_stripped"] == files
+    assert text_files.file_identity(tsv, "es", "en", field="f")[0][3:] == ("bom",)
 
 
 @pytest.mark.parametrize("kind, lines", [
@@ -64,10 +78,10 @@ def test_mismatched_line_counts_always_raise(tmp_path):
 
 
 def test_missing_files_name_the_path_and_field(tmp_path):
-    with pytest.raises(FileNotFoundError, match="data.train_files.*nope.tsv"):
+    with pytest.raises(data.DataError, match="data.train_files.*nope.tsv"):
         read(str(tmp_path / "nope.tsv"), field="data.train_files")
     write(tmp_path / "c.es", ["uno"])
-    with pytest.raises(FileNotFoundError, match=r"c\.en"):
+    with pytest.raises(data.DataError, match=r"c\.en"):
         read(str(tmp_path / "c"))
 
 
@@ -118,3 +132,42 @@ def test_pipeline_reports_skipped_lines_and_errors_on_request(tmp_path):
     with pytest.raises(ValueError, match=r"c\.tsv:41: empty sentence"):
         data.build_translation(text_cfg(tmp_path, tsv, on_bad_line="error", cache_dir=str(tmp_path / "c2")),
                                workdir="", seed=0)
+
+
+def test_check_config_names_missing_sources_and_bad_options(tmp_path):
+    tsv = write(tmp_path / "c.tsv", ["uno\tone"])
+    data.check_config(text_cfg(tmp_path, tsv))
+    with pytest.raises(data.DataError, match=r"^data.validation_files: TSV file '.*val.tsv' does not exist$"):
+        data.check_config(text_cfg(tmp_path, tsv, validation_files=str(tmp_path / "val.tsv")))
+    with pytest.raises(data.DataError, match=r"^data.test_files: neither '.*t.es' nor"):
+        data.check_config(text_cfg(tmp_path, tsv, test_files=str(tmp_path / "t")))
+    with pytest.raises(data.DataError, match=r"^data.source='textfiles'; expected one of .*did you mean 'text_files'"):
+        data.check_config(text_cfg(tmp_path, tsv, source="textfiles"))
+    with pytest.raises(data.DataError, match=r"^data.on_bad_line='skp'; expected one of .*did you mean 'skip'"):
+        data.check_config(text_cfg(tmp_path, tsv, on_bad_line="skp"))
+    synthetic = data.default_synthetic_config()
+    synthetic.task = "copyy"
+    with pytest.raises(data.DataError, match=r"^data.task='copyy'; expected one of .*did you mean 'copy'"):
+        data.check_config(synthetic)
+
+
+def test_bad_evaluation_file_fails_before_the_tokenizer_is_trained(tmp_path):
+    train = write(tmp_path / "train.tsv", [f"frase {i}\tsentence {i}" for i in range(40)])
+    val = write(tmp_path / "val.tsv", ["uno\tone", "dos two"])
+    with pytest.raises(data.DataError, match=r"val\.tsv:2: expected 2 tab-separated fields"):
+        data.build_translation(text_cfg(tmp_path, train, validation_files=val, on_bad_line="error"), workdir="",
+                               seed=0)
+    assert not os.path.exists(tmp_path / "cache" / "tokenizers")
+
+
+def test_describe_counts_what_reading_normalized(tmp_path):
+    lines = [b"\xef\xbb\xbffrase 0\tsentence 0\r"] + [f"frase {i}\tsentence {i}\r".encode() for i in range(1, 40)]
+    tsv = write(tmp_path / "c.tsv", lines)
+    val = write(tmp_path / "v.tsv", ["uno\tone\r"])
+    ds = data.build_translation(text_cfg(tmp_path, tsv, validation_files=val, test_fraction=0.0), workdir="",
+                                seed=0)
+    assert ds.stats["train"]["bom_stripped"] == 1 and ds.stats["train"]["crlf_lines"] == 40
+    assert ds.examples("validation") == [("uno", "one")]
+    assert "normalized: byte-order mark dropped from 1 file(s), CRLF line endings on 41 line(s)" in ds.describe()
+    plain = write(tmp_path / "p.tsv", [f"frase {i}\tsentence {i}" for i in range(40)])
+    assert "normalized" not in data.build_translation(text_cfg(tmp_path, plain), workdir="", seed=0).describe()

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+import data
 from data import tokenizer as tok
 from data.builders import bible_es_en
 
@@ -70,7 +71,9 @@ def test_cache_reuses_and_workdir_pins(tmp_path, sentences):
 def test_bad_settings_are_clear(tmp_path, sentences):
     with pytest.raises(ValueError, match="spm_model_type"):
         tok.train_tokenizer(sentences, str(tmp_path / "x.model"), vocab_size=300, model_type="word_piece")
-    with pytest.raises(ValueError, match="failed for vocab_size=100000.*Vocabulary size too high"):
+    with pytest.raises(data.DataError, match=r"^data.vocab_size=100000 is too large for the training split: "
+                                             r"SentencePiece \(bpe\) can make at most \d+ pieces from its \d+ "
+                                             r"sentences; set data.vocab_size <= \d+"):
         tok.train_tokenizer(SAMPLE, str(tmp_path / "x.model"), vocab_size=100000)
     with pytest.raises(ValueError, match="empty training split"):
         tok.train_tokenizer([], str(tmp_path / "x.model"), vocab_size=300)

@@ -198,3 +198,20 @@ def test_bible_source_through_tfds_builder(tmp_path, monkeypatch):
     for split in ("validation", "test"):  # source_lang="en": pairs come back as (en, es)
         assert {bible_es_en.chapter_split(*by_ref[p]) for p in ds.examples(split)} == {split}
     assert next(ds.train_iter())["inputs"].shape == (8, 128)
+
+
+def test_tfds_split_fields_are_checked_against_the_dataset_splits():
+    from data import translation
+
+    class Builder:
+        class info:
+            full_name = "stub/1.0.0"
+            splits = {"train": None, "validation": None, "test": None}
+
+    cfg = data.default_translation_config()
+    cfg.validation_split = "train[:5%]+validation"  # TFDS split expressions name existing splits
+    translation._check_tfds_splits(Builder, cfg)
+    cfg.test_split = "tset"
+    with pytest.raises(data.DataError, match=r"^data.test_split='tset': stub/1.0.0 has no split 'tset'; available: "
+                                             r"\['test', 'train', 'validation'\]; did you mean 'test'\?$"):
+        translation._check_tfds_splits(Builder, cfg)
