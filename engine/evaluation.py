@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import flax.nnx as nnx
 import jax

@@ -170,7 +170,6 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     mesh = sharding_lib.make_mesh(config.mesh)
     if workdir is not None:
         os.makedirs(workdir, exist_ok=True)
-        _save_config(config, workdir)
     data = task.build_data(workdir, jax.process_index(), jax.process_count())
     if hasattr(data, "describe"):
         log.info("%s", data.describe())
@@ -191,6 +190,8 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
         resumed = r.state is not None
         if not resumed:
             r.state = init()
+        if workdir is not None:  # after a restore, so a run refused for another config keeps its config.json
+            _save_config(config, workdir)
         n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(r.state["params"])))
         log.info("model: %s, %.2fM parameters; mesh %s", type(setup.model(r.state["params"])).__name__,
                  n_params / 1e6, dict(mesh.shape))
