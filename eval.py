@@ -37,7 +37,7 @@ def main(argv):
 
     runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
     runtime.enable_compilation_cache()
-    log = runtime.setup_logging(os.path.join(_WORKDIR.value, "eval.log"))
+    log = runtime.setup_logging(runtime.process_logfile(os.path.join(_WORKDIR.value, "eval.log")))
     if not os.path.isdir(os.path.join(_WORKDIR.value, "checkpoints")):
         log.error("no checkpoints/ in --workdir=%s; train first with train.py", _WORKDIR.value)
         sys.exit(1)
