@@ -60,7 +60,7 @@ def main(argv):
 
     runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
     runtime.enable_compilation_cache()
-    runtime.setup_logging(os.path.join(_WORKDIR.value, "eval.log"))
+    runtime.setup_logging(runtime.process_logfile(os.path.join(_WORKDIR.value, "eval.log")))
     from engine import restore
 
     if _DIAGNOSE.value:

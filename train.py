@@ -32,7 +32,7 @@ def main(argv):
     config = _CONFIG.value
     workdir = _WORKDIR.value or config_lib.default_workdir(config_flags.get_config_filename(flags.FLAGS["config"]),
                                                            config)
-    log = runtime.setup_logging(os.path.join(workdir, "train.log"))
+    log = runtime.setup_logging(runtime.process_logfile(os.path.join(workdir, "train.log")))
     log.info("workdir: %s", os.path.abspath(workdir))
 
     from engine import loop

@@ -17,7 +17,6 @@ import io
 import json
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 
@@ -144,9 +143,11 @@ def cached_tokenizer(key: str, name: str, texts_fn, *, cache_dir: str, workdir: 
     tokenizer = train_tokenizer(texts_fn(), cache_path, **train_kwargs) if trained else Tokenizer(cache_path)
     if workdir:
         os.makedirs(run_dir, exist_ok=True)
-        shutil.copyfile(cache_path, run_path + ".tmp")
-        os.replace(run_path + ".tmp", run_path)
+        # Metadata first, each file through its own temporary name: concurrent callers (several hosts on one
+        # workdir) never collide, and whoever sees the model also finds its metadata.
         _atomic_write(meta_path, json.dumps({"key": key, "settings": train_kwargs}, indent=2).encode())
+        with open(cache_path, "rb") as f:
+            _atomic_write(run_path, f.read())
         tokenizer = Tokenizer(run_path)
     return tokenizer, trained
 

@@ -156,19 +156,23 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
 
     mesh = config.mesh
     _need(isinstance(mesh.model, int) and mesh.model >= 1, f"config.mesh.model={mesh.model!r}; expected an int >= 1")
+    context = mesh.get("context", 1)
+    _need(isinstance(context, int) and context >= 1, f"config.mesh.context={context!r}; expected an int >= 1")
+    inner = mesh.model * context
     if mesh.data == -1:
         _need(
-            num_devices % mesh.model == 0,
-            f"config.mesh.model={mesh.model} does not divide the {num_devices} available devices",
+            num_devices % inner == 0,
+            f"config.mesh.{'model' if context == 1 else 'context'}={mesh.model if context == 1 else context}"
+            f"{'' if context == 1 else f' x model={mesh.model}'} does not divide the {num_devices} available devices",
         )
-        data_axis = num_devices // mesh.model
+        data_axis = num_devices // inner
     else:
         _need(isinstance(mesh.data, int) and mesh.data >= 1, f"config.mesh.data={mesh.data!r}; expected -1 or >= 1")
         data_axis = mesh.data
         _need(
-            data_axis * mesh.model <= num_devices,
-            f"config.mesh data={mesh.data} x model={mesh.model} needs {data_axis * mesh.model} devices; "
-            f"{num_devices} available",
+            data_axis * inner <= num_devices,
+            f"config.mesh data={mesh.data} x context={context} x model={mesh.model} needs {data_axis * inner} "
+            f"devices; {num_devices} available",
         )
     if mesh.model > 1:
         _need(
@@ -177,6 +181,16 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
             f"num_kv_heads={num_kv} to shard attention heads",
         )
         _need(m.d_ff % mesh.model == 0, f"config.mesh.model={mesh.model} must divide config.model.d_ff={m.d_ff}")
+    if context > 1:
+        _need(config.task == "lm", f"config.mesh.context={context} (sequence sharding) needs task 'lm' (a decoder "
+              f"over one sequence); config.task={config.task!r}")
+        _need(m.attention_impl == "ring", f"config.mesh.context={context} needs config.model.attention_impl='ring' "
+              f"(ring attention over the context axis); got {m.attention_impl!r}")
+        _need(not m.get("attention_dropout_rate", 0.0), f"config.model.attention_dropout_rate="
+              f"{m.get('attention_dropout_rate')!r}: ring attention (config.mesh.context={context}) has no dropout")
+        seq_len = config.data.get("seq_len", 0)
+        _need(seq_len % context == 0, f"config.data.seq_len={seq_len} is not divisible by config.mesh.context="
+              f"{context} (each device holds seq_len / context tokens)")
     batch = config.data.get("batch_size")
     if batch:
         _need(
@@ -253,6 +267,7 @@ def base_config() -> ml_collections.ConfigDict:
     m = c.mesh = ml_collections.ConfigDict()
     m.data = -1  # data-parallel devices; -1 = all devices not used by the model axis.
     m.model = 1  # tensor-parallel devices (shards heads and the MLP).
+    m.context = 1  # context-parallel devices (shard the sequence; needs model.attention_impl="ring", task lm).
     m.rules = ()  # extra (regex, spec) sharding rules, tried before the built-in ones; see engine/sharding.py.
 
     h = c.health = ml_collections.ConfigDict()

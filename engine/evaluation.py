@@ -5,6 +5,10 @@
 - Translation: decoding (greedy or beam search) of a split's sources, scored with sacreBLEU's BLEU and chrF
   against the raw references (signatures logged); sample translations; attention heatmaps (``reference``
   backend weights) for a few fixed examples, as PNG files in ``<workdir>/heatmaps/`` and W&B images.
+
+With several hosts, each host decodes its share of the decoding batches with its own full copy of the
+parameters, the hypotheses are gathered, and every host scores the full set; only the lead process writes
+files.
 """
 from __future__ import annotations
 
@@ -63,8 +67,13 @@ def host_local(tree):
         return tree
     from jax.experimental import multihost_utils
 
-    full = multihost_utils.process_allgather(tree, tiled=True)
-    return jax.device_put(full, jax.local_devices()[0])
+    def is_key(x) -> bool:
+        return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+    raw = jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)  # gathers take no key dtype
+    full = jax.device_put(multihost_utils.process_allgather(raw, tiled=True), jax.local_devices()[0])
+    return jax.tree.map(lambda x, f: jax.random.wrap_key_data(f, impl=jax.random.key_impl(x)) if is_key(x) else f,
+                        tree, full)
 
 
 class Evaluator:
@@ -84,6 +93,22 @@ class Evaluator:
         self.eval_step = make_eval_step(setup, per_position=self.per_position)
         self._ref_graphdef = None
         self._eval_batches: dict[str, list] = {}
+        self._local: tuple = (None, None)  # (params, their host-local copy)
+        self._local_rest = None
+
+    def local_params(self, params):
+        """``host_local(params)`` (a collective with several hosts: every host calls it), kept for the last
+        ``params`` so an evaluation round gathers them once; also makes ``self.local_rest``."""
+        if self._local_rest is None:
+            self._local_rest = host_local(self.setup.rest)
+        if self._local[0] is not params:
+            self._local = (params, host_local(params))
+        return self._local[1]
+
+    @property
+    def local_rest(self):
+        """The host-local copy of the model's non-parameter state (after a ``local_params`` call)."""
+        return self._local_rest
 
     # ---------------------------------------------------------------------------------------- loss
     def batches(self, split: str) -> list:
@@ -134,18 +159,23 @@ class Evaluator:
         return [list(ids)[: max_len - 1] + [cfg.eos_id] for ids in self.data.tokenizer.encode_batch(list(targets))]
 
     def translate(self, params, sources: Sequence[str], *, decode: Optional[str] = None) -> list[str]:
-        """Decode ``sources`` with the config's decoder; returns detokenized hypotheses in input order."""
+        """Decode ``sources`` with the config's decoder; returns detokenized hypotheses in input order.
+
+        Sentences are decoded in batches of ``eval.decode_batch_size`` in length order; with several hosts
+        (each calls it with the same ``sources``) host p decodes batches p, p + hosts, ... (the same batches as
+        one host, so the same hypotheses) and all hosts return all hypotheses."""
         e = self.config.eval
         decode = decode or e.decode
         cfg = self.setup.model_cfg
-        model = nnx.merge(self.setup.graphdef, host_local(params), host_local(self.setup.rest))
+        model = nnx.merge(self.setup.graphdef, self.local_params(params), self.local_rest)
         ids = self.encode_sources(sources)
         order = np.argsort([len(x) for x in ids], kind="stable")
         bucket = int(e.length_bucket)
         bs = int(e.decode_batch_size)
+        chunks = [order[start : start + bs] for start in range(0, len(order), bs)]
+        hosts, me = jax.process_count(), jax.process_index()
         out: list[Optional[str]] = [None] * len(ids)
-        for start in range(0, len(order), bs):
-            chunk = order[start : start + bs]
+        for chunk in chunks[me::hosts]:
             src_len = min(round_up(max(len(ids[i]) for i in chunk), bucket), cfg.max_len)
             arr = np.zeros((bs, src_len), np.int32)
             for row, i in enumerate(chunk):
@@ -161,6 +191,15 @@ class Evaluator:
             tokens = np.asarray(jax.device_get(tokens))
             for row, i in enumerate(chunk):
                 out[i] = self.data.tokenizer.decode(cut_at_eos(tokens[row], cfg.eos_id, cfg.pad_id))
+        if hosts > 1:
+            from engine.runtime import allgather_strings
+
+            def decoded_by(p: int) -> list[int]:
+                return [i for chunk in chunks[p::hosts] for i in chunk]
+
+            for p, hyps in enumerate(allgather_strings([out[i] for i in decoded_by(me)])):
+                for i, h in zip(decoded_by(p), hyps):
+                    out[i] = h
         return [o if o is not None else "" for o in out]
 
     def bleu(self, params, split: str, step: int, *, limit: int = 0, decode: Optional[str] = None,
@@ -206,7 +245,7 @@ class Evaluator:
 
         if self._ref_graphdef is None:
             self._ref_graphdef = reference_graphdef(self.setup)
-        return nnx.merge(self._ref_graphdef, host_local(params), host_local(self.setup.rest))
+        return nnx.merge(self._ref_graphdef, self.local_params(params), self.local_rest)
 
     def attention_stats(self, params, pairs: Sequence[tuple[str, str]]) -> tuple[dict, list, list]:
         """Teacher-forced attention statistics with weights for (source, reference) pairs.
@@ -227,7 +266,10 @@ class Evaluator:
         path. Needs a workdir."""
         examples = list(self.data.examples(split))
         indices = list(indices) or list(range(min(int(self.config.eval.heatmap_examples), len(examples))))
-        if not indices or self.workdir is None or jax.process_index() != 0:
+        if not indices or self.workdir is None:
+            return {}
+        self.local_params(params)  # a collective: every host takes part, the lead draws.
+        if jax.process_index() != 0:
             return {}
         bad = [i for i in indices if not 0 <= i < len(examples)]
         if bad:
@@ -262,7 +304,10 @@ class Evaluator:
     # ---------------------------------------------------------------------------------------- all
     def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
         """One evaluation round of the task's evaluators; returns the scalar results."""
-        results = self.task.evaluate(self, params, step, final=final)
+        try:
+            results = self.task.evaluate(self, params, step, final=final)
+        finally:
+            self._local = (None, None)
         log.info("eval step %d: %s", step, _fmt(results))
         return results
 def _fmt(results: Mapping[str, Any]) -> str:

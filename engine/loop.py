@@ -5,6 +5,10 @@ progress bar); reproductions, sweeps, tests and notebooks call it in-process, wi
 (without one nothing is written to disk). Around the jit-compiled train step everything is a hook
 (``engine.hooks``); the metrics of the train step stay on the device and are pulled every
 ``train.log_every`` steps, the only host sync.
+
+With several hosts every process runs the same loop on its slice of each batch; only the lead process
+(index 0) writes the config, the tokenizer copy, metrics, outputs, heatmaps and the W&B run, and the others
+read what it wrote after a barrier (``engine.runtime``).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from engine import checkpoint as ckpt_lib
 from engine import config as config_lib
 from engine import evaluation
 from engine import metrics as metrics_lib
+from engine import runtime
 from engine import sharding as sharding_lib
 from engine import writer as writer_lib
 from engine.hooks import AttentionStatistics, Checkpointing, Hook, default_hooks
@@ -168,9 +173,10 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     task = get_task(config)
     config_lib.validate(config, jax.device_count(), available_backends(), task)
     mesh = sharding_lib.make_mesh(config.mesh)
-    if workdir is not None:
+    lead = runtime.is_lead()
+    if workdir is not None and lead:
         os.makedirs(workdir, exist_ok=True)
-    data = task.build_data(workdir, jax.process_index(), jax.process_count())
+    data = build_data(task, workdir)
     if hasattr(data, "describe"):
         log.info("%s", data.describe())
     setup, init = build(config, task, mesh, data.vocab_size)
@@ -182,8 +188,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
             evaluator=evaluation.Evaluator(setup, data, logger, workdir), train_iter=data.train_iter(),
             hooks=all_hooks, num_steps=int(t.num_steps),
             deadline=t_start + 60.0 * float(t.max_minutes) if t.max_minutes > 0 else None,
-            peak_flops=float(t.peak_flops) or metrics_lib.measure_peak_flops(mesh, config.model.dtype),
-            lead=jax.process_index() == 0)
+            peak_flops=float(t.peak_flops) or _peak_flops(mesh, config.model.dtype), lead=lead)
     try:
         for h in all_hooks:
             h.start(r)
@@ -226,6 +231,27 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
         logger.close()
 
 
+def build_data(task: Task, workdir: Optional[str]) -> Any:
+    """``task.build_data`` for this process. With several hosts and a workdir the lead builds first (it writes
+    the tokenizer copy into the workdir) and the others build after a barrier, reading it."""
+    if workdir is None or jax.process_count() == 1:
+        return task.build_data(workdir, jax.process_index(), jax.process_count())
+    data = task.build_data(workdir, 0, jax.process_count()) if runtime.is_lead() else None
+    runtime.barrier("attnlab:data")
+    if data is None:
+        data = task.build_data(workdir, jax.process_index(), jax.process_count())
+    return data
+
+
+def _peak_flops(mesh, dtype: str) -> float:
+    """Measured peak FLOP/s of the mesh: with several hosts, of this host's devices times the host count (no
+    collective, so hosts that have it cached and hosts that measure cannot wait on each other)."""
+    if jax.process_count() == 1:
+        return metrics_lib.measure_peak_flops(mesh, dtype)
+    local = jax.sharding.Mesh(np.asarray(jax.local_devices()), ("all",))
+    return metrics_lib.measure_peak_flops(local, dtype) * jax.process_count()
+
+
 def _jsonable(x: Any) -> Any:
     if isinstance(x, Mapping):
         return {str(k): _jsonable(v) for k, v in x.items()}
@@ -239,7 +265,5 @@ def _jsonable(x: Any) -> Any:
 
 
 def _save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-    if jax.process_index() != 0:
-        return
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=1, sort_keys=True))

@@ -75,8 +75,9 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
                      for b in batches]
         summary = jax.tree.map(lambda *xs: np.mean(np.stack(xs), axis=0), *summaries)
         tables = "\n\n".join(metrics_lib.format_table(summary, f) for f in metrics_lib.FIELDS)
-        with open(os.path.join(out_dir, "attention.txt"), "w") as f:
-            f.write(tables + "\n")
+        if jax.process_index() == 0:  # several hosts: the lead writes shared files
+            with open(os.path.join(out_dir, "attention.txt"), "w") as f:
+                f.write(tables + "\n")
         results["attention"] = jax.tree.map(lambda a: np.round(a, 5).tolist(), summary)
         logger.log(step, {k: v for k, v in results.items() if isinstance(v, float)}
                    | metrics_lib.flatten_summary(summary))
@@ -84,8 +85,9 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
             images = ev.heatmaps(params, step, split, indices=heatmap_examples)
             logger.log_images(step, images)
             results["heatmaps"] = sorted(images.values())
-        with open(os.path.join(out_dir, "results.json"), "w") as f:
-            json.dump(results, f, indent=1)
+        if jax.process_index() == 0:
+            with open(os.path.join(out_dir, "results.json"), "w") as f:
+                json.dump(results, f, indent=1)
         results["tables"] = tables
         results["out_dir"] = out_dir
         return results

@@ -1,9 +1,16 @@
-"""Process set-up for the entry points: logging, multi-host initialization."""
+"""Process set-up for the entry points (logging, multi-host initialization) and the few multi-host
+primitives the engine uses: ``is_lead``, ``barrier``, ``allgather_strings``.
+
+Multi-host rule: only the lead process (index 0) writes shared files (config, tokenizer copy, metrics,
+outputs, heatmaps, W&B); the other processes read what it wrote after a ``barrier``. Checkpoints are written
+collectively by Orbax.
+"""
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from typing import Sequence
 
 
 def multi_process_launch() -> bool:
@@ -61,7 +68,8 @@ def maybe_initialize_distributed(mode: str) -> bool:
     mode: "yes" (always), "no" (never) or "auto" (when the environment shows a multi-process launch: a
     coordinator address, SLURM, Open MPI, or a Cloud TPU pod). Returns whether it initialized.
     A manual launch sets ``JAX_COORDINATOR_ADDRESS=host:port``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``
-    on every host; cluster launchers (SLURM, Open MPI, TPU pods) are detected by JAX itself.
+    on every host; cluster launchers (SLURM, Open MPI, TPU pods) are detected by JAX itself. CPU processes
+    talk through gloo (``$JAX_CPU_COLLECTIVES_IMPLEMENTATION`` overrides it).
     """
     if mode not in ("auto", "yes", "no"):
         raise ValueError(f"--distributed={mode!r}; expected auto, yes or no")
@@ -78,8 +86,60 @@ def maybe_initialize_distributed(mode: str) -> bool:
                 kwargs[arg] = int(os.environ[env])
             except ValueError:
                 raise ValueError(f"${env}={os.environ[env]!r}; expected an integer") from None
+    jax.config.update("jax_cpu_collectives_implementation",
+                      os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION") or "gloo")
     jax.distributed.initialize(**kwargs)
     return True
+
+
+def is_lead() -> bool:
+    """Whether this is the process that writes shared files (process 0)."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+def process_logfile(path: str) -> str:
+    """``path`` for the lead process; ``<stem>.p<i><ext>`` for process i > 0, so hosts never share a log."""
+    import jax
+
+    if jax.process_index() == 0:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.p{jax.process_index()}{ext}"
+
+
+def barrier(name: str) -> None:
+    """Wait until every process reached ``barrier(name)`` (no-op with one process)."""
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def allgather_strings(strings: Sequence[str]) -> list[list[str]]:
+    """Every process's ``strings`` (lists of any length), in process order, on every process."""
+    import jax
+    import numpy as np
+
+    if jax.process_count() == 1:
+        return [list(strings)]
+    from jax.experimental import multihost_utils
+
+    encoded = [s.encode("utf-8") for s in strings]
+    sizes = np.asarray([len(encoded), max((len(b) for b in encoded), default=0)], np.int32)
+    rows, width = np.asarray(multihost_utils.process_allgather(sizes)).reshape(-1, 2).max(axis=0)
+    lengths = np.full((max(rows, 1),), -1, np.int32)
+    buf = np.zeros((max(rows, 1), max(width, 1)), np.uint8)
+    for i, b in enumerate(encoded):
+        lengths[i] = len(b)
+        buf[i, : len(b)] = np.frombuffer(b, np.uint8)
+    all_lengths = np.asarray(multihost_utils.process_allgather(lengths))
+    all_bufs = np.asarray(multihost_utils.process_allgather(buf))
+    return [[bytes(all_bufs[p, i, :n]).decode("utf-8") for i, n in enumerate(all_lengths[p]) if n >= 0]
+            for p in range(all_lengths.shape[0])]
 
 
 def enable_compilation_cache(path: str | None = None) -> str:

@@ -1,11 +1,14 @@
 """Device mesh and shardings from ``config.mesh``.
 
-The mesh has two axes: ``data`` (batch parallelism; ``config.mesh.data = -1`` takes every device not used by
-the model axis) and ``model`` (``config.mesh.model``, default 1: tensor parallelism that shards attention
-heads and the MLP hidden dimension). Batches are split along ``data``; parameters and optimizer state follow
+The mesh has the axes ``data`` (batch parallelism; ``config.mesh.data = -1`` takes every device not used by
+the other axes), ``context`` when ``config.mesh.context > 1`` (context parallelism: the sequence dimension of
+every batch array is split over it and the ``ring`` attention backend passes K/V blocks around it) and
+``model`` (``config.mesh.model``, default 1: tensor parallelism that shards attention heads and the MLP hidden
+dimension). Batches are split along ``data`` (and ``context``); parameters and optimizer state follow
 ``config.mesh.rules`` — ``(regex, spec)`` pairs matched against the ``/``-joined parameter path, the first
 match wins, ``spec`` naming a mesh axis (or None) per array dimension. Parameters no rule matches are
-replicated. With several hosts, every host builds the same global mesh and feeds its own slice of the batch.
+replicated. With several hosts, every host builds the same global mesh and feeds its own slice of the batch
+(whole sequences: the context and model axes stay within a host).
 """
 from __future__ import annotations
 
@@ -17,28 +20,48 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-DATA, MODEL = "data", "model"
+DATA, CONTEXT, MODEL = "data", "context", "model"
 
 
 def make_mesh(mesh_cfg: ml_collections.ConfigDict, devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A ``(data, model)`` mesh over ``devices`` (default: all devices of all hosts).
+    """A ``(data, model)`` mesh, or ``(data, context, model)`` when ``mesh_cfg.context > 1``, over ``devices``
+    (default: all devices of all hosts, in process order).
 
-    On one host, an explicit ``data * model`` smaller than the device count uses the first devices only.
+    On one host, an explicit ``data * context * model`` smaller than the device count uses the first devices
+    only. With several hosts, ``context * model`` must divide each host's device count, so every host holds
+    whole sequences of its rows.
     """
     devices = list(jax.devices() if devices is None else devices)
-    model = int(mesh_cfg.model)
-    if mesh_cfg.data != -1 and jax.process_count() == 1 and 0 < mesh_cfg.data * model < len(devices):
-        devices = devices[: mesh_cfg.data * model]
-    if model < 1 or len(devices) % model:
-        raise ValueError(f"config.mesh.model={model} does not divide the {len(devices)} available devices")
-    data = len(devices) // model if mesh_cfg.data == -1 else int(mesh_cfg.data)
-    if data * model != len(devices):
-        raise ValueError(f"config.mesh data={mesh_cfg.data} x model={model} != {len(devices)} available devices")
-    return Mesh(np.asarray(devices).reshape(data, model), (DATA, MODEL))
+    model, context = int(mesh_cfg.model), int(mesh_cfg.get("context", 1))
+    inner = model * context
+    if mesh_cfg.data != -1 and jax.process_count() == 1 and 0 < mesh_cfg.data * inner < len(devices):
+        devices = devices[: mesh_cfg.data * inner]
+    if model < 1 or context < 1 or len(devices) % inner:
+        raise ValueError(f"config.mesh context={context} x model={model} does not divide the {len(devices)} "
+                         "available devices")
+    if jax.process_count() > 1 and jax.local_device_count() % inner:
+        raise ValueError(f"config.mesh context={context} x model={model} does not divide the "
+                         f"{jax.local_device_count()} devices of each host; the context and model axes must stay "
+                         "within a host")
+    data = len(devices) // inner if mesh_cfg.data == -1 else int(mesh_cfg.data)
+    if data * inner != len(devices):
+        raise ValueError(f"config.mesh data={mesh_cfg.data} x context={context} x model={model} != {len(devices)} "
+                         "available devices")
+    if context == 1:
+        return Mesh(np.asarray(devices).reshape(data, model), (DATA, MODEL))
+    return Mesh(np.asarray(devices).reshape(data, context, model), (DATA, CONTEXT, MODEL))
 
 
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Leading (batch) dimension split over ``data``."""
+def context_size(mesh: Mesh) -> int:
+    """Devices on the ``context`` (sequence) axis; 1 when the mesh has none."""
+    return int(dict(mesh.shape).get(CONTEXT, 1))
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 1) -> NamedSharding:
+    """Leading (batch) dimension split over ``data``; with a context axis, the second (sequence) dimension of
+    arrays with ``ndim >= 2`` split over ``context``."""
+    if ndim >= 2 and context_size(mesh) > 1:
+        return NamedSharding(mesh, P(DATA, CONTEXT))
     return NamedSharding(mesh, P(DATA))
 
 
@@ -47,12 +70,13 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def shard_batch(batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-    """This host's part of the batch -> global arrays split over ``data``.
+    """This host's part of the batch -> global arrays split over ``data`` (and the sequence over ``context``).
 
-    Raises ValueError when the local batch does not split evenly over this host's data-parallel devices.
+    Raises ValueError when the local batch does not split evenly over this host's data-parallel devices, or a
+    sequence over the context axis.
     """
-    sharding = batch_sharding(mesh)
     local_data = mesh.devices.shape[0] // jax.process_count() or 1
+    context = context_size(mesh)
     out = {}
     for k, v in batch.items():
         v = np.asarray(v)
@@ -61,7 +85,10 @@ def shard_batch(batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Ar
                 f"batch[{k!r}] has {v.shape[0]} rows, not divisible by the {local_data} data-parallel devices "
                 "of this host; make the batch size (or token budget buckets) a multiple of it"
             )
-        out[k] = jax.make_array_from_process_local_data(sharding, v)
+        if v.ndim >= 2 and v.shape[1] % context:
+            raise ValueError(f"batch[{k!r}] has sequence length {v.shape[1]}, not divisible by the {context} "
+                             "devices of the context axis (config.mesh.context)")
+        out[k] = jax.make_array_from_process_local_data(batch_sharding(mesh, v.ndim), v)
     return out
 
 
@@ -95,7 +122,7 @@ def spec_for(path: str, shape: tuple[int, ...], mesh: Mesh, rules: Sequence[tupl
 
 def tree_shardings(tree: Any, mesh: Mesh, rules: Sequence[tuple[str, Sequence[Any]]]) -> Any:
     """NamedShardings for every array leaf of ``tree`` (params or optimizer state, which mirrors them)."""
-    active = rules if mesh.shape[MODEL] > 1 else ()
+    active = rules if dict(mesh.shape).get(MODEL, 1) > 1 else ()
 
     def one(path, leaf):
         shape = tuple(getattr(leaf, "shape", ()))

@@ -70,6 +70,13 @@ def make_optimizer(t: ml_collections.ConfigDict, abstract_params: Any) -> tuple[
     return tx, schedule
 
 
+def ring_options(mesh: Mesh) -> dict[str, Any]:
+    """The ``ring`` backend's options on the run's mesh: the sequence over ``context``, the batch over ``data``
+    and the heads over ``model`` (as the parameter rules shard them)."""
+    return {"mesh": mesh, "axis": sharding_lib.CONTEXT, "batch_axis": sharding_lib.DATA,
+            "head_axis": sharding_lib.MODEL if mesh.shape[sharding_lib.MODEL] > 1 else None}
+
+
 @dataclasses.dataclass
 class Setup:
     """Everything built once per run."""
@@ -93,6 +100,8 @@ def build(config: ml_collections.ConfigDict, task, mesh: Mesh, vocab_size: int) 
     """Model, optimizer and state shardings; returns (setup, init) where ``init()`` makes the initial
     (sharded) train state."""
     cfg = model_config(config, vocab_size)
+    if cfg.attention_impl == "ring" and sharding_lib.context_size(mesh) > 1:
+        cfg = cfg.replace(attention_options=dict(cfg.attention_options, **ring_options(mesh)))
     seed = int(config.seed)
 
     def init_model():

@@ -95,7 +95,8 @@ def test_config_files_load_and_validate():
             except ValueError as e:  # a config without a runlocal argument
                 assert "unknown config arg" in str(e) and arg in ("runlocal", "quick")
                 continue
-            config_lib.validate(c, 1, attention.available_backends())
+            devices = c.mesh.get("context", 1) * c.mesh.model  # a context-parallel config needs its ring
+            config_lib.validate(c, devices, attention.available_backends())
 
 
 # ------------------------------------------------------------------------------------------------ optim

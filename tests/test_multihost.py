@@ -1,0 +1,208 @@
+"""Multi-host training as two CPU processes of two devices each (gloo collectives, one shared workdir):
+train -> checkpoint -> SIGTERM to one process -> rerun both -> resume -> final evaluation, compared with one
+process of four devices running the same config.
+
+Every child process runs ``train.py`` in its own process group with a time limit; on a timeout the whole
+group is killed and the test fails with the logs' tails, so the test never hangs.
+"""
+import glob
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from data.builders import bible_es_en
+from engine import writer as writer_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 8
+KILL_AT_BATCH = 5  # process 1 gets SIGTERM when it fetches the batch of step 6: all stop after step 6
+TIMEOUT_S = 240  # per launch
+
+CONFIG = '''
+import ml_collections
+
+import data
+from engine import config as config_lib
+
+
+def get_config():
+    c = config_lib.base_config()
+    c.task = "translation"
+    c.data = data.default_translation_config()
+    c.data.update(source="text_files", train_files={corpus!r}, cache_dir={cache!r}, vocab_size=200,
+                  max_source_len=24, max_target_len=24, batch_size=8, eval_batch_size=8, batch_multiple=4,
+                  validation_fraction=0.05, test_fraction=0.05, prefetch=0)
+    c.model = ml_collections.ConfigDict(dict(
+        d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1, num_decoder_layers=1, dropout_rate=0.1,
+        attention_dropout_rate=0.0, norm="pre", position="sinusoidal", max_len=32, dtype="float32",
+        attention_impl="auto"))
+    c.train.update(learning_rate=3e-3, warmup_steps=4, num_steps={steps}, log_every=1, stats_every=0,
+                   checkpoint_every=4, eval_every=0, async_checkpoint=False, peak_flops=1e12)
+    c.eval.update(decode="greedy", decode_batch_size=4, length_bucket=32, max_decode_extra=4, num_samples=1,
+                  heatmap_examples=1, at_end=True)
+    c.wandb.mode = "offline"
+    return c
+'''
+
+# train.py, with process SIGTERM_PROCESS sending itself SIGTERM when it fetches training batch SIGTERM_AT, and
+# every greedy hypothesis prefixed with its source's first 3 tokens (a model of 8 steps says the same thing to
+# every sentence; the prefix makes a hypothesis gathered into the wrong place show).
+LAUNCHER = '''
+import os
+import runpy
+import signal
+import sys
+
+sys.path.insert(0, {repo!r})
+import jax.numpy as jnp
+import models
+
+decode = models.greedy_decode
+models.greedy_decode = lambda model, inputs, **kw: jnp.concatenate([inputs[:, :3], decode(model, inputs, **kw)], 1)
+at, who = int(os.environ.get("SIGTERM_AT", "-1")), int(os.environ.get("SIGTERM_PROCESS", "-1"))
+if at >= 0:
+    from engine import tasks
+
+    class KillAt:
+        def __init__(self, inner):
+            self.inner, self.count = inner, 0
+
+        def __next__(self):
+            if self.count == at:
+                os.kill(os.getpid(), signal.SIGTERM)
+            self.count += 1
+            return next(self.inner)
+
+        def get_state(self):
+            return self.inner.get_state()
+
+        def set_state(self, state):
+            self.inner.set_state(state)
+
+    build = tasks.TranslationTask.build_data
+
+    def build_data(self, workdir, process_index, process_count):
+        d = build(self, workdir, process_index, process_count)
+        if process_index == who:
+            make = d.train_iter
+            d.train_iter = lambda: KillAt(make())
+        return d
+
+    tasks.TranslationTask.build_data = build_data
+sys.argv = [os.path.join({repo!r}, "train.py")] + sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def launch(tmp, workdir: str, *, processes: int, devices: int, env_extra=None) -> list[tuple[int, str]]:
+    """Run ``processes`` copies of the launcher (``devices`` CPU devices each) on ``workdir``; returns
+    (exit code, log text) per process. Fails the test, killing every process group, after TIMEOUT_S."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               PYTHONPATH=REPO, WANDB_MODE="offline", WANDB_SILENT="true",
+               JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), OMP_NUM_THREADS="1", **(env_extra or {}))
+    if processes > 1:
+        env.update(JAX_COORDINATOR_ADDRESS=f"localhost:{free_port()}", JAX_NUM_PROCESSES=str(processes))
+    procs, logs = [], []
+    launch_id = len(glob.glob(str(tmp / "*-p0.out")))
+    for i in range(processes):
+        log_path = tmp / f"launch{launch_id}-p{i}.out"
+        logs.append(log_path)
+        procs.append(subprocess.Popen(
+            [sys.executable, str(tmp / "launch.py"), f"--config={tmp / 'tiny.py'}", f"--workdir={workdir}"],
+            env=dict(env, JAX_PROCESS_ID=str(i)), cwd=REPO, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
+            start_new_session=True))
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        for p in procs:
+            p.wait(timeout=max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        tails = "\n".join(f"--- {path.name}\n" + path.read_text()[-3000:] for path in logs)
+        pytest.fail(f"launch on {workdir} did not finish within {TIMEOUT_S}s\n{tails}")
+    return [(p.returncode, path.read_text()) for p, path in zip(procs, logs)]
+
+
+def losses(workdir: str) -> dict[int, float]:
+    return {r["step"]: r["train/loss"] for r in writer_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+            if "train/loss" in r and "event" not in r}
+
+
+def assert_ok(results):
+    for code, text in results:
+        assert code == 0, text[-4000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("multihost")
+    rows = bible_es_en.read_pairs(bible_es_en.CORPUS_PATH)[:300]
+    corpus = tmp / "pairs.tsv"
+    corpus.write_text("".join(f"{r[3]}\t{r[4]}\n" for r in rows), encoding="utf-8")
+    (tmp / "tiny.py").write_text(CONFIG.format(corpus=str(corpus), cache=str(tmp / "cache"), steps=STEPS))
+    (tmp / "launch.py").write_text(LAUNCHER.format(repo=REPO))
+    one, two = str(tmp / "one_process"), str(tmp / "two_processes")
+    single = launch(tmp, one, processes=1, devices=4)
+    assert_ok(single)
+    first = launch(tmp, two, processes=2, devices=2, env_extra=dict(SIGTERM_AT=str(KILL_AT_BATCH),
+                                                                       SIGTERM_PROCESS="1"))
+    assert_ok(first)
+    second = launch(tmp, two, processes=2, devices=2)
+    assert_ok(second)
+    return one, two, first, second
+
+
+def test_sigterm_to_one_process_stops_both_at_the_same_checkpoint(runs):
+    _, two, first, _ = runs
+    events = [r for r in writer_lib.read_jsonl(os.path.join(two, "metrics.jsonl")) if r.get("event") == "train_end"]
+    assert [(e["step"], e["reason"]) for e in events] == [(KILL_AT_BATCH + 1, "SIGTERM"), (STEPS, "num_steps")]
+    assert "SIGTERM received" in first[1][1]
+    assert sorted(int(d) for d in os.listdir(os.path.join(two, "checkpoints")) if d.isdigit()) == [4, 6, 8]
+    assert "resumed from" in open(os.path.join(two, "train.log")).read()
+    assert "resumed from" in open(os.path.join(two, "train.p1.log")).read()
+
+
+def test_loss_curve_equals_one_process_of_four_devices(runs):
+    one, two, _, _ = runs
+    a, b = losses(one), losses(two)
+    assert sorted(a) == sorted(b) == list(range(1, STEPS + 1))
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), step
+
+
+def test_evaluation_outputs_equal_one_process(runs):
+    one, two, _, _ = runs
+    out_one = open(os.path.join(one, "outputs", f"test_step{STEPS}.txt"), encoding="utf-8").read()
+    out_two = open(os.path.join(two, "outputs", f"test_step{STEPS}.txt"), encoding="utf-8").read()
+    assert out_two == out_one and len(set(out_one.splitlines())) > 8
+    bleu = [[r for r in writer_lib.read_jsonl(os.path.join(w, "metrics.jsonl")) if r.get("event") == "bleu"]
+            for w in (one, two)]
+    assert [(r["bleu"], r["chrf"], r["sentences"]) for r in bleu[0]] == \
+        [(r["bleu"], r["chrf"], r["sentences"]) for r in bleu[1]]
+    assert sorted(os.listdir(os.path.join(two, "heatmaps"))) == sorted(os.listdir(os.path.join(one, "heatmaps")))
+
+
+def test_only_the_lead_writes_shared_files(runs):
+    _, two, _, _ = runs
+    assert sorted(glob.glob(os.path.join(two, "*.jsonl"))) == [os.path.join(two, "metrics.jsonl")]
+    assert sorted(os.listdir(os.path.join(two, "tokenizer"))) == ["shared.json", "shared.model"]
+    assert os.path.exists(os.path.join(two, "config.json"))
+    run_id = open(os.path.join(two, "wandb_run_id")).read().strip()
+    offline = glob.glob(os.path.join(two, "wandb", "offline-run-*"))
+    assert len(offline) == 2 and {d.rsplit("-", 1)[1] for d in offline} == {run_id}  # one run, two launches
+    starts = [r for r in writer_lib.read_jsonl(os.path.join(two, "metrics.jsonl")) if r.get("event") == "start"]
+    assert [s["resumed"] for s in starts] == [False, True]
