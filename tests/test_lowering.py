@@ -321,3 +321,51 @@ def test_train_step_lowers_for_cuda_in_bfloat16(task, attention_impl):
     # bfloat16 compute inside; parameters, optimizer state and metrics stay float32 at the boundary.
     assert "xbf16>" in exported.mlir_module()
     assert not any(a.dtype == jnp.bfloat16 for a in (*exported.in_avals, *exported.out_avals))
+
+
+# ------------------------------------------------------------------------------------------------ GPU check script
+def _gpu_check_module():
+    spec = importlib.util.spec_from_file_location("gpu_check_pallas",
+                                                  os.path.join(REPO, "scripts", "gpu_check_pallas.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_script_cpu_parts(tmp_path):
+    """scripts/gpu_check_pallas.py imports; its arguments, synthetic batches and reports work on CPU (the
+    train step itself: ``--dry-run``)."""
+    import numpy as np
+
+    gc = _gpu_check_module()
+    opts = gc.parse_args(["--dry-run", "--out", str(tmp_path)])
+    assert (opts.phases, opts.train_impls, opts.train_steps) == (["train"], ["xla"], 2)
+    assert gc.parse_args([]).phases == list(gc.PHASES) and gc.parse_args([]).train_impls == ["pallas", "cudnn", "xla"]
+    with pytest.raises(SystemExit):
+        gc.parse_args(["--train-steps", "0"])
+
+    batch = gc.synthetic_batch(4, 64, 48, vocab_size=100, seed=1)
+    assert {k: v.shape for k, v in batch.items()} == {
+        **{k: (4, 64) for k in ("inputs", "inputs_segmentation", "inputs_position")},
+        **{k: (4, 48) for k in ("targets", "targets_segmentation", "targets_position")}}
+    assert all(v.dtype == np.int32 for v in batch.values())
+    for side, length in (("inputs", 64), ("targets", 48)):
+        seg, pos, tok = batch[f"{side}_segmentation"], batch[f"{side}_position"], batch[side]
+        assert np.all((tok == 0) == (seg == 0)) and tok.max() < 100 and tok[seg > 0].min() >= 4
+        assert 0.85 < np.mean(seg > 0) < 1.0 and seg.max() >= 2  # packed, with trailing padding
+        for row in range(4):  # positions restart at 0 in every segment
+            starts = np.flatnonzero(np.diff(np.concatenate([[0], seg[row]])) != 0)
+            assert np.all(pos[row, starts[seg[row, starts] > 0]] == 0)
+
+    rows = [dict(config="translation_wmt14", attention_impl=impl, dtype="bfloat16", batch="128x256+256",
+                 tokens_per_step=61000, devices=1, device_kind="NVIDIA H200", compile_s=30.0, steps=20,
+                 step_ms=ms, tokens_per_s=61000 / ms * 1e3, model_tflops=20.0, tflops_per_s=20.0 / ms * 1e3,
+                 mfu=20.0 / ms * 1e3 / 989.0, loss=10.3, status="ok") for impl, ms in (("pallas", 80.0), ("xla", 95.0))]
+    rows.append(dict(rows[0], attention_impl="cudnn", status="error: RuntimeError('x')"))
+    for key in ("step_ms", "tokens_per_s", "tflops_per_s", "mfu", "loss", "compile_s", "steps", "model_tflops"):
+        del rows[-1][key]
+    text = gc.summarize([], [], {"tests": 0}, 16384, rows, 989.0)
+    assert "| pallas | 80.0 | 762,500 | 250.0 | 25.3% | 30 | 10.300 | ok |" in text
+    assert "| cudnn | - | - | - | - | - | - | error: RuntimeError('x') |" in text
+    gc.write_csv(rows, str(tmp_path / "train_bench.csv"))
+    assert (tmp_path / "train_bench.csv").read_text().splitlines()[0].startswith("config,attention_impl,")
