@@ -60,8 +60,8 @@ KERNEL_TARGET = {"cuda": TRITON, "tpu": MOSAIC}
 # ------------------------------------------------------------------------------------------------ helpers
 @contextlib.contextmanager
 def target_platform(platform: str):
-    """Trace as if on ``platform`` ("cuda" or "tpu"): what the attention registry and jax's cuDNN and Triton
-    lowerings ask about the device answers as on an H200 or a TPU."""
+    """Trace as if on ``platform`` ("cuda" or "tpu"): ``jax.default_backend()`` (what the attention registry
+    asks) names it, and jax's cuDNN checks find an H200's cuDNN 9.10 and compute capability 9.0."""
     from jax._src.cudnn import fused_attention_stablehlo as cudnn_lib
 
     name = "gpu" if platform == "cuda" else platform
@@ -78,7 +78,9 @@ def _abstract_device(platform: str):
     """jax >= 0.11 lowers Pallas Triton kernels only for a known GPU: an abstract H200 (harmless on 0.10)."""
     if platform != "cuda":
         return contextlib.nullcontext()
-    return jax.sharding.use_abstract_mesh(AbstractMesh((1, 1), ("data", "model"), abstract_device=H200))
+    auto = (jax.sharding.AxisType.Auto,) * 2
+    return jax.sharding.use_abstract_mesh(AbstractMesh((1, 1), ("data", "model"), axis_types=auto,
+                                                       abstract_device=H200))
 
 
 def export(fn, platform: str, *args) -> jax.export.Exported:
