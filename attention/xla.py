@@ -88,6 +88,9 @@ def _supports_cudnn(request: Request) -> Optional[str]:
         return f"dtype {jnp.dtype(request.dtype).name} (cuDNN attention takes float16 or bfloat16)"
     if request.qk_dim != request.v_dim:
         return "a value head dim different from the query/key head dim"
+    if request.qk_dim > 256 or request.qk_dim % 8:
+        return (f"head dim {request.qk_dim} (cuDNN flash attention takes multiples of 8 up to 256 on Hopper "
+                "and later, up to 128 before)")
     return None
 
 

@@ -1,23 +1,33 @@
-"""The GPU check of the ``pallas`` backend: compiled-kernel tests, then the benchmark against cuDNN, XLA and JAX's
-own (deprecated) Pallas ``mha``, then a block-size sweep. One command, sized for one device call (~8 minutes).
+"""The GPU check of the ``pallas`` backend: compiled-kernel tests, a bf16 train-step benchmark of the WMT base
+config, the attention benchmark against cuDNN, XLA and JAX's own (deprecated) Pallas ``mha``, then a block-size
+sweep. One command, sized for one device call (at most 9 minutes), on the accelerator image's jax 0.11 without pip:
 
-    PYTHONUNBUFFERED=1 python3 scripts/gpu_check_pallas.py --out OUTDIR 2>&1 | tee OUTDIR/log.txt
+    mkdir -p $OUT && PYTHONPATH=. PYTHONUNBUFFERED=1 timeout 540 python3 scripts/gpu_check_pallas.py --out $OUT \
+        2>&1 | tee $OUT/log.txt
+    python3 scripts/gpu_check_pallas.py --dry-run --out /tmp/gpu_check   # CPU: tiny train step, same reports
 
 Phases, in priority order (``--phases`` picks some; each is skipped when ``--budget`` seconds would run out):
 
 1. ``tests``: ``tests/test_pallas.py`` without the interpreted classes, i.e. the compiled Triton kernel against the
    float64 reference (pytest ``--noconftest``: the project conftest pins JAX to the CPU).
-2. ``bench``: ``scripts/bench_attention.py`` (its ``main``, in this process) in bf16 for head dims 64 and 128,
+2. ``train``: the whole jitted train step of ``configs/translation_wmt14.py`` (Transformer base, bf16 compute,
+   float32 params, batch 128 x 256 packed tokens per side) on synthetic packed batches of the config's shapes, with
+   ``attention_impl`` = pallas, cudnn and xla: tokens/s (real source + target tokens) and MFU against the H200's
+   dense bf16 peak (``--peak-tflops``, 989 TFLOP/s). Model FLOPs: 3 x XLA's count of the forward pass with
+   ``attention_impl="xla"`` (the kernels' custom calls carry no FLOP count), the same for all three.
+3. ``bench``: ``scripts/bench_attention.py`` (its ``main``, in this process) in bf16 for head dims 64 and 128,
    causal and not, at T = 1k, 4k, 16k with B·T = 16k tokens and 16 heads: ``pallas``, ``cudnn``, ``xla`` and
    ``mha``; forward and forward+backward TFLOP/s.
-3. ``stats``: the same grid for ``pallas`` with ``return_stats=True`` (the statistics' cost).
-4. ``suite``: the shared cross-backend suite ``tests/test_attention.py -k pallas`` on the compiled kernel.
-5. ``sweep``: forward and backward block sizes of ``pallas`` at T = 4k (causal), to choose the GPU defaults.
+4. ``stats``: the same grid for ``pallas`` with ``return_stats=True`` (the statistics' cost).
+5. ``suite``: the shared cross-backend suite ``tests/test_attention.py -k pallas`` on the compiled kernel.
+6. ``sweep``: forward and backward block sizes of ``pallas`` at T = 4k (causal), to choose the GPU defaults.
 
-Writes into ``--out``: ``bench_all.csv`` (every benchmark row, with its configuration), ``sweep.csv``,
-``summary.md`` (the tables: TFLOP/s per backend, pallas / cuDNN time ratio, statistics overhead) and the pytest
-logs: six files at most, so that all of them come back from a device call. Needs only jax (with CUDA), numpy,
-pytest and hypothesis; the repository is put on ``PYTHONPATH``.
+Writes into ``--out``: ``train_bench.csv`` (tokens/s, MFU, step time per backend), ``bench_all.csv`` (every
+attention benchmark row, with its configuration), ``sweep.csv``, ``summary.md`` (the tables: train step per
+backend, TFLOP/s per backend, pallas / cuDNN time ratio, statistics overhead) and the pytest logs: seven files at
+most, so that all of them come back from a device call. Needs jax (with CUDA), numpy, pytest and hypothesis, and
+for the train phase flax, optax, orbax-checkpoint and ml_collections (the data pipeline's grain and
+sentencepiece are not needed: the batches are synthetic); the repository is put on ``PYTHONPATH``.
 """
 from __future__ import annotations
 
@@ -35,8 +45,10 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PHASES = ("tests", "bench", "stats", "suite", "sweep")
+PHASES = ("tests", "train", "bench", "stats", "suite", "sweep")
 HEADS = 16
+H200_BF16_DENSE_TFLOPS = 989.0  # NVIDIA H200 SXM datasheet: 1,979 TFLOP/s bf16 with 2:4 sparsity, half dense
+TRAIN_IMPLS = ("pallas", "cudnn", "xla")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,7 +61,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=16384, help="batch x sequence length of each benchmark call")
     p.add_argument("--sweep-seq-len", type=int, default=4096)
     p.add_argument("--repeats", type=int, default=10)
-    return p.parse_args(argv)
+    p.add_argument("--train-impls", nargs="+", choices=TRAIN_IMPLS, default=list(TRAIN_IMPLS))
+    p.add_argument("--train-steps", type=int, default=20, help="timed train steps per backend (after 2 warm-up)")
+    p.add_argument("--train-budget", type=float, default=240.0, help="seconds for the whole train phase")
+    p.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS,
+                   help="device peak for MFU (default: H200 dense bf16)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="CPU check of this script: the train phase only, on the runlocal-sized WMT config (rows of "
+                        "32 tokens) with attention_impl=xla for 2 steps; writes the same report files")
+    opts = p.parse_args(argv)
+    if opts.dry_run:
+        opts.phases, opts.train_impls, opts.train_steps = ["train"], ["xla"], 2
+    for name in ("train_steps", "repeats"):
+        if getattr(opts, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(opts, name)}")
+    return opts
 
 
 class Clock:
@@ -188,6 +214,131 @@ def sweep(clock: Clock, opts) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------------------------------------ train step
+def load_wmt_config(runlocal: bool):
+    """configs/translation_wmt14.py (base, or its runlocal size). Without grain/sentencepiece (not needed for
+    synthetic batches) the config's ``import data`` gets a stand-in that provides the empty data section."""
+    import types
+
+    import ml_collections
+
+    try:
+        import data  # noqa: F401
+    except ImportError as err:
+        log(f"data pipeline unavailable ({err!r}); using a stand-in data section for the config")
+        sys.modules["data"] = types.SimpleNamespace(default_translation_config=ml_collections.ConfigDict)
+    path = os.path.join(REPO, "configs", "translation_wmt14.py")
+    spec = importlib.util.spec_from_file_location("translation_wmt14", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config("runlocal" if runlocal else None)
+    config.model.dtype = "bfloat16"
+    if runlocal:  # CPU-sized: a few seconds of compile
+        config.data.update(max_source_len=32, max_target_len=32, vocab_size=512)
+        config.model.max_len = 32
+    return config
+
+
+def synthetic_batch(batch_size: int, source_len: int, target_len: int, vocab_size: int, seed: int = 0,
+                    mean_len: int = 28, fill: float = 0.94) -> dict:
+    """Packed translation rows like the pipeline's: sentences of random length (mean ``mean_len``) packed until
+    about ``fill`` of each row holds tokens; the rest is padding (segment 0). Keys and dtypes of a real batch:
+    inputs/targets [B, L] int32 token ids (>= 4), *_segmentation (1, 2, ... per sentence), *_position (restarting
+    at 0 in each sentence)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for side, length in (("inputs", source_len), ("targets", target_len)):
+        tokens = rng.integers(4, vocab_size, size=(batch_size, length), dtype=np.int64).astype(np.int32)
+        seg = np.zeros((batch_size, length), np.int32)
+        pos = np.zeros((batch_size, length), np.int32)
+        budget = max(1, int(round(fill * length)))
+        for row in range(batch_size):
+            start, segment = 0, 1
+            while start < budget:
+                n = int(min(budget - start, max(2, rng.poisson(mean_len))))
+                seg[row, start:start + n] = segment
+                pos[row, start:start + n] = np.arange(n)
+                start, segment = start + n, segment + 1
+        out[side] = np.where(seg > 0, tokens, 0).astype(np.int32)
+        out[f"{side}_segmentation"] = seg
+        out[f"{side}_position"] = pos
+    return out
+
+
+def engine_train_step(config, batch: dict):
+    """The engine's jitted train step for ``config`` on all devices: (step(state, batch) -> (state, metrics),
+    initial state, the batch on the devices, model FLOPs of one step from the forward with the xla backend).
+    The only code of this script that knows the engine's layout."""
+    import jax
+
+    from engine import metrics, sharding, trainer
+
+    mesh = sharding.make_mesh(config.mesh)
+    vocab = int(config.data.vocab_size)
+    setup, init = trainer.build(config, mesh, vocab)
+    device_batch = trainer.to_device(batch, mesh)
+    xla_config = config.copy_and_resolve_references()
+    xla_config.model.attention_impl = "xla"
+    xla_setup, xla_init = trainer.build(xla_config, mesh, vocab)
+    params = jax.eval_shape(xla_init)["params"]
+    abstract_batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
+    fwd = lambda p, b: trainer.forward(xla_setup.model(p), b, config.task, deterministic=True)  # noqa: E731
+    flops = 3.0 * metrics.forward_flops(fwd, params, abstract_batch)
+    return trainer.make_train_step(setup), init(), device_batch, flops
+
+
+def train_bench(opts, clock: Clock) -> list[dict]:
+    """Train-step time, tokens/s and MFU per attention backend on the WMT base config in bf16."""
+    import jax
+    import numpy as np
+
+    config = load_wmt_config(runlocal=opts.dry_run)
+    d = config.data
+    batch = synthetic_batch(int(d.batch_size), int(d.max_source_len), int(d.max_target_len), int(d.vocab_size))
+    tokens = int(np.sum(batch["inputs_segmentation"] > 0) + np.sum(batch["targets_segmentation"] > 0))
+    peak = opts.peak_tflops * 1e12 * jax.device_count()
+    rows = []
+    phase_end = min(clock.left(), opts.train_budget)
+    phase_clock = Clock(phase_end)
+    for i, impl in enumerate(opts.train_impls):
+        if phase_clock.left() < 20:
+            log(f"train budget spent: skipping {opts.train_impls[i:]}")
+            break
+        row = dict(config="translation_wmt14" + (":runlocal" if opts.dry_run else ""), attention_impl=impl,
+                   dtype=config.model.dtype, batch=f"{d.batch_size}x{d.max_source_len}+{d.max_target_len}",
+                   tokens_per_step=tokens, devices=jax.device_count(), device_kind=jax.devices()[0].device_kind)
+        try:
+            cfg = config.copy_and_resolve_references()
+            cfg.model.attention_impl = impl
+            t0 = time.perf_counter()
+            step, state, device_batch, flops = engine_train_step(cfg, batch)
+            for _ in range(2):  # compile + one more warm-up
+                state, metrics = step(state, device_batch)
+            jax.block_until_ready(metrics)
+            row["compile_s"] = time.perf_counter() - t0
+            times = []
+            for _ in range(opts.train_steps):
+                if phase_clock.left() < 5:
+                    break
+                t1 = time.perf_counter()
+                state, metrics = step(state, device_batch)
+                jax.block_until_ready(metrics)
+                times.append(time.perf_counter() - t1)
+            step_s = float(np.median(times))
+            loss = float(metrics["loss_sum"]) / max(float(metrics["weight_sum"]), 1.0)
+            row.update(steps=len(times), step_ms=1e3 * step_s, tokens_per_s=tokens / step_s, model_tflops=flops / 1e12,
+                       tflops_per_s=flops / step_s / 1e12, mfu=flops / step_s / peak, loss=loss,
+                       status="ok" if np.isfinite(loss) else "non-finite loss")
+            del state, device_batch
+        except Exception as err:  # keep the other backends; the log and the CSV show what failed
+            row["status"] = f"error: {err!r}"[:300]
+        log(f"train {row}")
+        rows.append(row)
+    return rows
+
+
 def write_csv(rows: list[dict], path: str) -> None:
     fields = list(dict.fromkeys(key for row in rows for key in row))
     with open(path, "w", newline="") as f:
@@ -196,11 +347,26 @@ def write_csv(rows: list[dict], path: str) -> None:
         writer.writerows(rows)
 
 
-def summarize(rows: list[dict], sweep_rows: list[dict], test_codes: dict, tokens: int) -> str:
-    """Markdown tables: TFLOP/s per backend, pallas / cuDNN time, and the statistics' cost."""
+def summarize(rows: list[dict], sweep_rows: list[dict], test_codes: dict, tokens: int,
+              train_rows: list[dict] = (), peak_tflops: float = H200_BF16_DENSE_TFLOPS) -> str:
+    """Markdown tables: train step per backend, TFLOP/s per backend, pallas / cuDNN time, and the statistics'
+    cost."""
     lines = ["# pallas GPU check", ""]
     lines += [f"- {name}: pytest exit code {code}" for name, code in test_codes.items()]
     lines.append("")
+    if train_rows:
+        first = train_rows[0]
+        lines += [f"## train step: {first['config']}, {first['dtype']}, batch {first['batch']} "
+                  f"({first['tokens_per_step']} real tokens), {first['devices']} x {first['device_kind']}", "",
+                  f"MFU against {peak_tflops:g} TFLOP/s per device.", "",
+                  "| attention_impl | step ms | tokens/s | TFLOP/s | MFU | compile s | loss | status |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in train_rows:
+            get = lambda key, spec: format(r[key], spec) if key in r else "-"  # noqa: E731
+            lines.append(f"| {r['attention_impl']} | {get('step_ms', '.1f')} | {get('tokens_per_s', ',.0f')} | "
+                         f"{get('tflops_per_s', '.1f')} | {get('mfu', '.1%')} | {get('compile_s', '.0f')} | "
+                         f"{get('loss', '.3f')} | {r['status']} |")
+        lines.append("")
     plain = {(r["head_dim"], r["causal"], r["seq_len"], r["backend"]): r for r in rows if not r["stats"]}
     with_stats = {(r["head_dim"], r["causal"], r["seq_len"]): r
                   for r in rows if r["stats"] and r["backend"] == "pallas"}
@@ -209,7 +375,7 @@ def summarize(rows: list[dict], sweep_rows: list[dict], test_codes: dict, tokens
     def fmt(x, spec=".1f"):
         return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
-    for pass_name, field in (("forward", "fwd"), ("forward+backward", "fwdbwd")):
+    for pass_name, field in (("forward", "fwd"), ("forward+backward", "fwdbwd")) if rows else ():
         lines += [f"## {pass_name} TFLOP/s (bf16, {HEADS} heads, {tokens} tokens per call)", ""]
         head = ["D", "causal", "T", *backends, "pallas/cudnn time", "pallas+stats", "stats cost"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -247,12 +413,15 @@ def main(argv=None) -> None:
     if "tests" in opts.phases:
         test_codes["tests/test_pallas.py (compiled)"] = run_pytest(
             ["-x", "tests/test_pallas.py", "-k", "not Interpret"], os.path.join(opts.out, "pytest_pallas.txt"),
-            timeout=max(30.0, min(180.0, clock.left() - 200)))
+            timeout=max(30.0, min(150.0, clock.left() - 300)))
 
     import jax  # after the test subprocesses, so that they find the GPU memory free
 
     log(f"jax {jax.__version__} on {jax.default_backend()}: {jax.devices()}")
-    rows, sweep_rows = [], []
+    rows, sweep_rows, train_rows = [], [], []
+    if "train" in opts.phases:
+        train_rows = train_bench(opts, clock)
+        write_csv(train_rows, os.path.join(opts.out, "train_bench.csv"))
     if {"bench", "stats"} & set(opts.phases):
         bench = load_bench()
         opts.with_mha = mha_available()
@@ -269,7 +438,7 @@ def main(argv=None) -> None:
     if "sweep" in opts.phases and clock.left() > 30:
         sweep_rows = sweep(clock, opts)
         write_csv(sweep_rows, os.path.join(opts.out, "sweep.csv"))
-    text = summarize(rows, sweep_rows, test_codes, opts.tokens)
+    text = summarize(rows, sweep_rows, test_codes, opts.tokens, train_rows, opts.peak_tflops)
     with open(os.path.join(opts.out, "summary.md"), "w") as f:
         f.write(text)
     print(text, flush=True)
