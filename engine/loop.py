@@ -31,7 +31,7 @@ from engine import runtime
 from engine import sharding as sharding_lib
 from engine import writer as writer_lib
 from engine.hooks import AttentionStatistics, Checkpointing, Hook, default_hooks
-from engine.state import Setup, build
+from engine.state import Setup, build, flops_forward
 from engine.errors import NonFiniteError
 from engine.steps import make_train_step, non_finite_message, to_device
 from engine.tasks import Task, get_task
@@ -90,7 +90,7 @@ class Run:
         if key not in self._flops_cache:
             params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self.state["params"])
             abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
-            fwd = lambda p, b: self.task.forward(self.setup.model(p), b, deterministic=True)  # noqa: E731
+            fwd = flops_forward(self.setup)
             self._flops_cache[key] = 3.0 * metrics_lib.forward_flops(fwd, params, abstract)
         return self._flops_cache[key]
 

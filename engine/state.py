@@ -149,9 +149,18 @@ def abstract_state(setup: Setup, init: Callable[[], dict]) -> dict:
                         setup.state_shardings)
 
 
-def reference_graphdef(setup: Setup) -> Any:
-    """The graph of the same model on the ``reference`` attention backend (full weights in its statistics),
-    to merge with the run's parameters for heatmaps, the explorer and the doctor."""
-    cfg = setup.model_cfg.replace(attention_impl="reference", attention_options={})
+def reference_graphdef(setup: Setup, implementation: str = "reference") -> Any:
+    """The graph of the same model on another attention backend (default ``reference``: full weights in its
+    statistics), to merge with the run's parameters for heatmaps, the explorer and the doctor."""
+    cfg = setup.model_cfg.replace(attention_impl=implementation, attention_options={})
     abstract = nnx.eval_shape(lambda: setup.task.create_model(cfg, nnx.Rngs(params=0, dropout=1)))
     return nnx.split(abstract, nnx.Param, ...)[0]
+
+
+def flops_forward(setup: Setup) -> Callable:
+    """``fwd(params, batch) -> logits`` of the model on the ``xla`` backend, for counting model FLOPs: XLA's
+    cost analysis counts nothing inside Pallas or cuDNN kernels (it reports -1), so MFU is computed from the
+    same model with plain XLA attention."""
+    graphdef = reference_graphdef(setup, "xla")
+    return lambda params, batch: setup.task.forward(nnx.merge(graphdef, params, setup.rest), batch,
+                                                    deterministic=True)

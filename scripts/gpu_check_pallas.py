@@ -273,20 +273,17 @@ def engine_train_step(config, batch: dict):
     The only code of this script that knows the engine's layout."""
     import jax
 
-    from engine import metrics, sharding, trainer
+    from engine import metrics, sharding, state, steps, tasks
 
     mesh = sharding.make_mesh(config.mesh)
     vocab = int(config.data.vocab_size)
-    setup, init = trainer.build(config, mesh, vocab)
-    device_batch = trainer.to_device(batch, mesh)
-    xla_config = config.copy_and_resolve_references()
-    xla_config.model.attention_impl = "xla"
-    xla_setup, xla_init = trainer.build(xla_config, mesh, vocab)
-    params = jax.eval_shape(xla_init)["params"]
+    task = tasks.get_task(config)
+    setup, init = state.build(config, task, mesh, vocab)
+    device_batch = steps.to_device(batch, mesh)
+    params = jax.eval_shape(init)["params"]
     abstract_batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
-    fwd = lambda p, b: trainer.forward(xla_setup.model(p), b, config.task, deterministic=True)  # noqa: E731
-    flops = 3.0 * metrics.forward_flops(fwd, params, abstract_batch)
-    return trainer.make_train_step(setup), init(), device_batch, flops
+    flops = 3.0 * metrics.forward_flops(state.flops_forward(setup), params, abstract_batch)
+    return steps.make_train_step(setup), init(), device_batch, flops
 
 
 def train_bench(opts, clock: Clock) -> list[dict]:

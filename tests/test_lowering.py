@@ -281,9 +281,9 @@ def lower_train_step(task: str, attention_impl: str) -> jax.export.Exported:
     """The whole jitted train step of ``task`` ("translation": configs/translation.py:runlocal; "lm": a small
     synthetic decoder-only config) with ``attention_impl`` and bfloat16 compute, exported for CUDA.
 
-    The only code here that knows the engine's layout (engine.trainer.build / make_train_step /
-    abstract_state, engine.sharding.make_mesh)."""
-    from engine import sharding, trainer
+    The only code here that knows the engine's layout (engine.state.build / abstract_state,
+    engine.steps.make_train_step, engine.tasks.get_task, engine.sharding.make_mesh)."""
+    from engine import sharding, state, steps, tasks
     from engine.config import synthetic_config
 
     if task == "translation":
@@ -303,9 +303,8 @@ def lower_train_step(task: str, attention_impl: str) -> jax.export.Exported:
     batch = {k: jax.ShapeDtypeStruct((B, T), jnp.int32) for k in keys}
     with target_platform("cuda"):
         mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
-        setup, init = trainer.build(config, mesh, vocab_size=512)
-        state = trainer.abstract_state(setup, init)
-        return export(trainer.make_train_step(setup), "cuda", state, batch)
+        setup, init = state.build(config, tasks.get_task(config), mesh, vocab_size=512)
+        return export(steps.make_train_step(setup), "cuda", state.abstract_state(setup, init), batch)
 
 
 @pytest.mark.parametrize("task", ["translation", "lm"])

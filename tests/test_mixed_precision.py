@@ -32,11 +32,11 @@ LOSS_TOL = 0.03
 class TinyRun:
     """The copy task of configs/lm_copy.py (runlocal size) trained for a few steps on one device in ``dtype``.
 
-    The only code here that knows the engine's layout (engine.trainer's build, build_data, make_train_step,
-    make_stats_step, to_device, non_finite_message; engine.sharding.make_mesh)."""
+    The only code here that knows the engine's layout (engine.tasks.get_task, engine.state.build,
+    engine.steps' make_train_step, make_stats_step, to_device, non_finite_message; engine.sharding.make_mesh)."""
 
     def __init__(self, dtype: str, tmp_dir: str, **health):
-        from engine import sharding, trainer
+        from engine import sharding, state, steps, tasks
 
         spec = importlib.util.spec_from_file_location("lm_copy_config", os.path.join(REPO, "configs", "lm_copy.py"))
         module = importlib.util.module_from_spec(spec)
@@ -45,15 +45,15 @@ class TinyRun:
         config.model.dtype = dtype
         config.mesh.update(data=1, model=1)
         config.health.update(health)
-        self.config, self.trainer = config, trainer
+        self.config, self.steps, self.task = config, steps, tasks.get_task(config)
         self.mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
-        data = trainer.build_data(config, tmp_dir)
-        self.setup, init = trainer.build(config, self.mesh, data.vocab_size)
+        data = self.task.build_data(tmp_dir, 0, 1)
+        self.setup, init = state.build(config, self.task, self.mesh, data.vocab_size)
         self.state = init()
-        self.train_step = trainer.make_train_step(self.setup)
-        self.stats_step = trainer.make_stats_step(self.setup, deterministic=True)
+        self.train_step = steps.make_train_step(self.setup)
+        self.stats_step = steps.make_stats_step(self.setup, deterministic=True)
         it = data.train_iter()
-        self.batches = [trainer.to_device(next(it), self.mesh) for _ in range(STEPS)]
+        self.batches = [steps.to_device(next(it), self.mesh) for _ in range(STEPS)]
 
     def losses(self, steps: int) -> np.ndarray:
         out = []
@@ -72,7 +72,7 @@ class TinyRun:
 
     def guard(self) -> tuple[int, int, str]:
         host = jax.device_get({k: self.state[k] for k in ("bad_step", "bad_code", "bad_leaves")})
-        return int(host["bad_step"]), int(host["bad_code"]), self.trainer.non_finite_message(
+        return int(host["bad_step"]), int(host["bad_code"]), self.steps.non_finite_message(
             host, self.setup.leaf_paths, None, "ckpt")
 
     def summary(self) -> dict:
@@ -81,8 +81,7 @@ class TinyRun:
     def model_stats(self) -> list:
         """Every layer's AttentionStats of a forward pass with return_stats=True."""
         model = self.setup.model(self.state["params"])
-        _, stats = self.trainer.forward(model, self.batches[0], self.config.task, deterministic=True,
-                                        return_stats=True)
+        _, stats = self.task.forward(model, self.batches[0], deterministic=True, return_stats=True)
         return [s for layers in stats.values() for s in layers]
 
 
