@@ -61,10 +61,20 @@ class EncoderClassifier(nnx.Module):
             interventions.check(head_shapes(self))
         _check_len(self.cfg, "inputs", inputs.shape[1])
         seg, pos = _segments_and_positions(inputs, inputs_segmentation, inputs_position, self.cfg.pad_id)
-        x = self.embed(inputs) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
+        return self.classify_embedded(self.embed_tokens(inputs), seg, pos, deterministic=deterministic,
+                                      return_stats=return_stats, interventions=interventions)
+
+    def embed_tokens(self, inputs: jax.Array) -> jax.Array:
+        """inputs: [B, S] token ids -> the scaled token embeddings [B, S, d_model] the encoder reads."""
+        return self.embed(inputs) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
+
+    def classify_embedded(self, x: jax.Array, seg: jax.Array, pos: jax.Array, *, deterministic: bool = True,
+                          return_stats: bool = False, interventions: Optional[Interventions] = None):
+        """The model after its token embedding (for gradients with respect to the inputs): x [B, S, d_model],
+        seg [B, S] (0 = padding), pos [B, S] -> logits [B, num_classes] (or (logits, stats dict))."""
+        B = x.shape[0]
         encoded, enc_stats = self.encoder(x, seg, pos, deterministic=deterministic, return_stats=return_stats,
                                           interventions=interventions)
-        B = inputs.shape[0]
         query = jnp.broadcast_to(self.pool_query[...].astype(self.cfg.jnp_dtype), (B, 1, self.cfg.d_model))
         mask = attn.Mask(q_segment_ids=jnp.ones((B, 1), jnp.int32), kv_segment_ids=(seg != 0).astype(jnp.int32))
         pooled, pool_stats = self.pool.attend(self.pool.queries(query), *self.pool.keys_values(encoded), mask,
