@@ -40,6 +40,19 @@ from engine.hooks import Hook  # noqa: E402
 SPEC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "repro_explanation.py")
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results", "explanation")
 MAX_ATTENTION_BINS = (0.0, 0.25, 0.5, 0.75, 1.0001)
+PAPERS = """
+- Jain & Wallace, *Attention is not Explanation*, NAACL 2019 (arXiv:1902.10186): BiLSTM and CNN encoders with
+  additive attention on text classification, QA and NLI; "learned attention weights are frequently uncorrelated
+  with gradient-based measures of feature importance, and one can identify very different attention
+  distributions that nonetheless yield equivalent predictions" (abstract). They report that random permutations
+  of the attention often change the output little, and their adversarial histograms reach JSD up to about
+  0.69 (= ln 2, the maximum; NAACL slides, slideplayer.com/17114161) with the output kept within a small ε.
+- Wiegreffe & Pinter, *Attention is not not Explanation*, EMNLP 2019 (arXiv:1908.04626): a uniform-weights
+  baseline reveals cases where learned attention gives no significant improvement over uniform weights; where
+  attention is not needed for accuracy, Jain & Wallace's manipulations say little about it.
+We did not retrieve the papers' per-dataset table values (mean Kendall τ, the uniform baseline's F1, the
+exact ε), so the comparison here is with these qualitative results, not with table entries.
+"""
 
 
 class KeepModel(Hook):
@@ -88,13 +101,13 @@ def analyse(model: nnx.Module, batch: dict, *, permutations: int, epsilon: float
     pred = jnp.argmax(p0, -1)
 
     # gradient x input of the predicted class's probability, per token embedding
-    def predicted_prob(x):
+    def predicted_prob(x, seg, pos, pred):  # arrays as arguments, not constants XLA would fold
         m = nnx.merge(graphdef, state)
         p = jax.nn.softmax(m.classify_embedded(x, seg, pos), -1)
         return jnp.sum(jnp.take_along_axis(p, pred[:, None], -1))
 
     x = nnx.merge(graphdef, state).embed_tokens(inputs)
-    g = jax.jit(jax.grad(predicted_prob))(x)
+    g = jax.jit(jax.grad(predicted_prob))(x, seg, pos, pred)
     grad_importance = np.abs(np.asarray(jnp.sum(g * x, -1)))
 
     # leave one out: the verse without token t (later tokens move up one position)
@@ -134,8 +147,8 @@ def analyse(model: nnx.Module, batch: dict, *, permutations: int, epsilon: float
 
     # adversarial attention: maximise JSD(alpha, alpha') subject to TVD(output) <= epsilon (penalty)
 
-    def adv_objective(z, state):
-        a = jax.nn.softmax(jnp.where(real, z, -1e9), -1)
+    def adv_objective(z, state, inputs, seg, alpha, p0):
+        a = jax.nn.softmax(jnp.where(seg > 0, z, -1e9), -1)
         iv = models.Interventions(overrides=(models.WeightOverride("pool", 0, "given", value=a[:, None, None, :]),))
         p, _ = probs(state, inputs, seg, iv)
         d_out, d_att = tvd(p, p0), jsd(alpha, a)
@@ -147,14 +160,15 @@ def analyse(model: nnx.Module, batch: dict, *, permutations: int, epsilon: float
     opt_state = opt.init(z)
 
     @jax.jit
-    def adv_step(z, opt_state, state):
-        (_, (d_out, d_att)), grad = jax.value_and_grad(adv_objective, has_aux=True)(z, state)
+    def adv_step(z, opt_state, state, inputs, seg, alpha, p0):
+        (_, (d_out, d_att)), grad = jax.value_and_grad(adv_objective, has_aux=True)(z, state, inputs, seg, alpha,
+                                                                                    p0)
         updates, opt_state = opt.update(grad, opt_state)
         return optax.apply_updates(z, updates), opt_state, d_out, d_att
 
     best = np.zeros(N)
     for _ in range(adv_steps):
-        z, opt_state, d_out, d_att = adv_step(z, opt_state, state)
+        z, opt_state, d_out, d_att = adv_step(z, opt_state, state, inputs, seg, alpha, p0)
         ok = np.asarray(d_out) <= epsilon  # d_out, d_att describe z before this update
         best = np.where(ok, np.maximum(best, np.asarray(d_att)), best)
     return {"alpha_max": alpha_np.max(-1), "length": lengths, "correct": np.asarray(pred) == batch["label"],
@@ -234,6 +248,8 @@ split (which is ordered by book, so both classes appear), per seed:
 - **Uniform baseline (Wiegreffe & Pinter):** the same model trained from scratch with the pooling frozen to
   uniform (`model.uniform_attention_groups=("pool",)`), test accuracy on the whole test split.
 """)
+    r.section("What the papers report")
+    r.text(PAPERS)
     r.section("Accuracy: learned vs uniform pooling attention")
     r.table(["seed", "test accuracy (learned α)", "test accuracy (uniform α)"],
             [[i, accuracy[i], uniform_accuracy[i]] for i in range(a.seeds)]

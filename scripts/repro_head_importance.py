@@ -41,6 +41,14 @@ SPEC = os.path.join(ROOT, "configs", "repro_head_importance.py")
 OUT = os.path.join(ROOT, "docs", "results", "head_importance")
 GROUPS = ("encoder_self", "decoder_self", "cross")
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+PAPER = """
+Michel, Levy & Neubig, *Are Sixteen Heads Really Better than One?*, NeurIPS 2019 (arXiv:1905.10650): on a
+WMT'14 En-Fr Transformer-large (6+6 layers, 16 heads) "a large percentage of attention heads can be removed at
+test time without significantly impacting performance" and "some layers can even be reduced to a single head";
+in the pruning analysis "the self-attention layers can be significantly pruned, while the encoder-decoder
+layers are more dependent on multi-headedness" (abstract, papers.nips.cc). Their importance score is the
+expected |∂L/∂ξ_h| with per-layer l2 normalisation, and they prune by it progressively.
+"""
 
 
 class KeepModel(Hook):
@@ -154,6 +162,8 @@ decoded BLEU set per masked head is too slow on 2 CPU cores; BLEU of the unmaske
 final test evaluation. Importance I_h = mean over batches of |∂NLL/∂ξ_h| at ξ = 1, normalised per layer (l2),
 as in Michel et al.; pruning removes the heads with the lowest normalised importance first.
 """)
+    r.section("What the paper reports")
+    r.text(PAPER)
     r.section("Trained models")
     r.table(["seed", "steps", f"test BLEU ({config.eval.split_examples} sentences)", "validation NLL (measured batches)"],
             [[i, m["steps"], m["bleu"], m["base"]] for i, m in enumerate(runs)], csv_name="models.csv")
