@@ -50,8 +50,10 @@ class Task:
     def create_model(self, cfg: models.TransformerConfig, rngs: nnx.Rngs) -> nnx.Module:
         raise NotImplementedError
 
-    def forward(self, model: nnx.Module, batch: Batch, *, deterministic: bool, return_stats: bool = False):
-        """logits [B, T, V] (or (logits, stats dict))."""
+    def forward(self, model: nnx.Module, batch: Batch, *, deterministic: bool, return_stats: bool = False,
+                interventions: Optional[models.Interventions] = None):
+        """logits [B, T, V] (or (logits, stats dict)); ``interventions``: head masks and attention-weight
+        overrides passed to the model (``models.interventions``)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------------------------------ loss
@@ -130,9 +132,9 @@ class TranslationTask(Task):
     def create_model(self, cfg, rngs):
         return models.EncoderDecoder(cfg, rngs=rngs)
 
-    def forward(self, model, batch, *, deterministic, return_stats=False):
+    def forward(self, model, batch, *, deterministic, return_stats=False, interventions=None):
         return model(
-            batch["inputs"], batch["targets"],
+            batch["inputs"], batch["targets"], interventions=interventions,
             inputs_segmentation=batch["inputs_segmentation"], targets_segmentation=batch["targets_segmentation"],
             inputs_position=batch["inputs_position"], targets_position=batch["targets_position"],
             deterministic=deterministic, return_stats=return_stats,
@@ -205,9 +207,9 @@ class LanguageModelTask(Task):
     def create_model(self, cfg, rngs):
         return models.DecoderOnly(cfg, rngs=rngs)
 
-    def forward(self, model, batch, *, deterministic, return_stats=False):
+    def forward(self, model, batch, *, deterministic, return_stats=False, interventions=None):
         return model(batch["inputs"], segmentation=batch.get("segmentation"), position=batch.get("position"),
-                     deterministic=deterministic, return_stats=return_stats)
+                     deterministic=deterministic, return_stats=return_stats, interventions=interventions)
 
     def real_targets(self, batch):
         w = (batch["targets"] != self.config.model.get("pad_id", 0)).astype(jnp.float32)
@@ -259,9 +261,9 @@ class ClassificationTask(Task):
     def create_model(self, cfg, rngs):
         return models.EncoderClassifier(cfg, self.num_classes, rngs=rngs)
 
-    def forward(self, model, batch, *, deterministic, return_stats=False):
+    def forward(self, model, batch, *, deterministic, return_stats=False, interventions=None):
         out = model(batch["inputs"], inputs_segmentation=batch["inputs_segmentation"], deterministic=deterministic,
-                    return_stats=return_stats)
+                    return_stats=return_stats, interventions=interventions)
         return (out[0][:, None], out[1]) if return_stats else out[:, None]
 
     def targets(self, batch):

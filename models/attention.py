@@ -13,7 +13,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 import attention as attn
+from attention.reference import accumulator_dtype, grouped_logits, grouped_values, masked_softmax
+from attention.stats import stats_from_logits
 from models.config import check_head_groups
+from models.interventions import LayerIntervention
 from models.layers import apply_rope, bias_init, kernel_init
 
 Stats = Optional[attn.AttentionStats]
@@ -57,6 +60,8 @@ class MultiHeadAttention(nnx.Module):
     ``kind``: "softmax" (``attention.attention`` with ``implementation``), "additive" (per-head parameters
     ``w_q``, ``w_k`` [H, Dk, Dk], ``v_a``, ``b`` [H, Dk]), "linear" (no statistics) or "hard" (Gumbel samples
     from the dropout stream when training, a fixed key when deterministic); see ``attention.variants``.
+    ``uniform``: the weights are frozen to uniform over the visible keys (Wiegreffe & Pinter's baseline); the
+    query/key projections then get no gradient.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class MultiHeadAttention(nnx.Module):
         param_dtype=jnp.float32,
         norm_epsilon: float = 1e-6,
         kind: str = "softmax",
+        uniform: bool = False,
         rngs: nnx.Rngs,
     ):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -99,6 +105,7 @@ class MultiHeadAttention(nnx.Module):
             raise ValueError(f"MultiHeadAttention: attention dropout is only implemented for kind='softmax'; "
                              f"got kind={kind!r} with dropout_rate={dropout_rate}")
         self.kind = kind
+        self.uniform = bool(uniform)
         self.num_heads, self.num_kv_heads, self.qk_dim, self.v_dim = num_heads, num_kv_heads, qk_dim, v_dim
         self.scale = 1.0 / math.sqrt(qk_dim) if scale is None else float(scale)
         self.rope_base = rope_base
@@ -167,11 +174,45 @@ class MultiHeadAttention(nnx.Module):
         *,
         deterministic: bool = True,
         return_stats: bool = False,
+        intervention: Optional[LayerIntervention] = None,
     ) -> tuple[jax.Array, Stats]:
         """Attention over projected heads and the output projection.
 
         q: [B, Tq, H, Dk], k: [B, Tk, Hkv, Dk], v: [B, Tk, Hkv, Dv] -> ([B, Tq, d_model], stats or None).
+        ``intervention``: this layer's head mask (each head's output times ``head_mask[h]`` before the output
+        projection) and weight override (see ``models.interventions``).
         """
+        override = None if intervention is None else intervention.override
+        if self.uniform or override is not None:
+            out, stats = self._explicit_weights(q, k, v, mask, override, return_stats)
+        else:
+            out, stats = self._backend(q, k, v, mask, deterministic, return_stats)
+        if intervention is not None and intervention.head_mask is not None:
+            out = out * jnp.asarray(intervention.head_mask, out.dtype)[:, None]
+        return self.out(out), stats
+
+    def _explicit_weights(self, q, k, v, mask: attn.Mask, override, return_stats: bool):
+        """Weights computed here (uniform, or the reference softmax then ``override``) and applied to V:
+        -> ([B, Tq, H, Dv], stats or None: the logits' statistics with the weights actually used)."""
+        if self.kind != "softmax" and not self.uniform:
+            raise ValueError(f"attention weight overrides need attention_kind='softmax'; this layer is "
+                             f"kind={self.kind!r}")
+        B, Tq, H, _ = q.shape
+        visible = jnp.broadcast_to(mask.materialize(B, H, Tq, k.shape[1]), (B, H, Tq, k.shape[1]))
+        if self.uniform:
+            s = jnp.zeros((B, H, Tq, k.shape[1]), accumulator_dtype(q.dtype))
+        else:
+            s = grouped_logits(q, k, self.scale)
+        p = masked_softmax(s, visible)
+        if override is not None:
+            p = override.apply(p, visible)
+        out = grouped_values(p.astype(v.dtype), v).astype(q.dtype)
+        if not return_stats:
+            return out, None
+        return out, stats_from_logits(s, visible).replace(weights=jax.lax.stop_gradient(p))
+
+    def _backend(self, q, k, v, mask: attn.Mask, deterministic: bool, return_stats: bool):
+        """The layer's attention kind on its backend -> ([B, Tq, H, Dv], stats or None)."""
         if self.kind == "softmax":
             dropout_rate, dropout_rng = 0.0, None
             if self.dropout_rate > 0 and not deterministic:
@@ -190,8 +231,7 @@ class MultiHeadAttention(nnx.Module):
         else:  # linear: no statistics exist without the [Tq, Tk] scores
             result = attn.linear_attention(q, k, v, mask)
             result = (result, None) if return_stats else result
-        out, stats = result if return_stats else (result, None)
-        return self.out(out), stats
+        return result if return_stats else (result, None)
 
     def __call__(
         self,

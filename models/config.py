@@ -14,6 +14,7 @@ POSITIONS = ("sinusoidal", "learned", "rope", "none")
 ACTIVATIONS = ("relu", "gelu", "silu")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 ATTENTION_KINDS = ("softmax", "additive", "linear", "hard")
+ATTENTION_GROUPS = ("encoder_self", "decoder_self", "cross", "pool")
 
 
 def _is_int(x: Any) -> bool:
@@ -54,7 +55,9 @@ class TransformerConfig:
     positions, so no KV-cache decoding) or "hard" (straight-through Gumbel: one sampled key per query; samples
     from the dropout stream in training and with a fixed key when deterministic). Variants other than
     "softmax" ignore ``attention_impl``. ``attention_only``: no feed-forward sublayers (attention-only models,
-    Elhage et al. 2021).
+    Elhage et al. 2021). ``uniform_attention_groups``: attention groups ("encoder_self", "decoder_self",
+    "cross", "pool") whose weights are frozen to uniform over the visible keys, in training and evaluation
+    (Wiegreffe & Pinter's uniform baseline; the groups' query/key projections then go unused).
     ``dtype``: computation dtype; ``param_dtype``: parameter dtype.
     """
 
@@ -86,6 +89,7 @@ class TransformerConfig:
     qk_layernorm: bool = False
     attention_kind: str = "softmax"
     attention_only: bool = False
+    uniform_attention_groups: tuple = ()
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 1
@@ -159,6 +163,12 @@ class TransformerConfig:
                 f"TransformerConfig.attention_options must be a dict of backend keyword arguments; got {self.attention_options!r}"
             )
         set_("attention_options", tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in options))
+        groups = self.uniform_attention_groups
+        if isinstance(groups, str) or not isinstance(groups, (tuple, list)) or any(
+                g not in ATTENTION_GROUPS for g in groups):
+            raise ValueError(f"TransformerConfig.uniform_attention_groups must be a list of groups from "
+                             f"{ATTENTION_GROUPS}; got {groups!r}")
+        set_("uniform_attention_groups", tuple(groups))
         for name in ("use_bias", "share_embeddings", "tie_output", "scale_embeddings", "qk_layernorm",
                      "attention_only"):
             if not isinstance(getattr(self, name), bool):

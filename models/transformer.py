@@ -16,6 +16,7 @@ from flax import nnx
 import attention as attn
 from models.attention import MultiHeadAttention
 from models.config import TransformerConfig
+from models.interventions import Interventions, LayerIntervention, at, head_shapes
 from models.layers import MLP, PositionEncoding, make_dropout, make_norm, positions_from_segmentation
 
 StatsList = list[attn.AttentionStats]
@@ -65,17 +66,18 @@ def _segments_and_positions(
     return segmentation, positions
 
 
-def _self_attention(cfg: TransformerConfig, rngs: nnx.Rngs) -> MultiHeadAttention:
-    return _attention(cfg, rngs, rope=cfg.position == "rope")
+def _self_attention(cfg: TransformerConfig, rngs: nnx.Rngs, group: str) -> MultiHeadAttention:
+    return _attention(cfg, rngs, rope=cfg.position == "rope", group=group)
 
 
-def _attention(cfg: TransformerConfig, rngs: nnx.Rngs, *, rope: bool) -> MultiHeadAttention:
+def _attention(cfg: TransformerConfig, rngs: nnx.Rngs, *, rope: bool, group: str) -> MultiHeadAttention:
     return MultiHeadAttention(
         cfg.d_model, cfg.num_heads, num_kv_heads=cfg.num_kv_heads, qk_dim=cfg.qk_dim, v_dim=cfg.v_dim,
         use_bias=cfg.use_bias, scale=cfg.attention_scale, qk_layernorm=cfg.qk_layernorm,
         rope_base=cfg.rope_base if rope else None, dropout_rate=cfg.attention_dropout_rate,
         implementation=cfg.attention_impl, backend_options=cfg.attention_options, dtype=cfg.jnp_dtype,
-        param_dtype=cfg.jnp_param_dtype, norm_epsilon=cfg.norm_epsilon, kind=cfg.attention_kind, rngs=rngs,
+        param_dtype=cfg.jnp_param_dtype, norm_epsilon=cfg.norm_epsilon, kind=cfg.attention_kind,
+        uniform=group in cfg.uniform_attention_groups, rngs=rngs,
     )
 
 
@@ -114,15 +116,16 @@ class EncoderLayer(nnx.Module):
     """Self-attention and feed-forward sublayers. x: [B, S, d_model] -> [B, S, d_model]."""
 
     def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
-        self.self_attention = _self_attention(cfg, rngs)
+        self.self_attention = _self_attention(cfg, rngs, "encoder_self")
         self.attention_block = _Sublayer(cfg, rngs=rngs)
         _feed_forward_sublayer(self, cfg, rngs)
 
-    def __call__(self, x, mask: attn.Mask, positions, *, deterministic: bool, return_stats: bool):
+    def __call__(self, x, mask: attn.Mask, positions, *, deterministic: bool, return_stats: bool,
+                 intervention: Optional[LayerIntervention] = None):
         h = self.attention_block.inputs(x)
         a, stats = self.self_attention.attend(
             self.self_attention.queries(h, positions), *self.self_attention.keys_values(h, positions), mask,
-            deterministic=deterministic, return_stats=return_stats,
+            deterministic=deterministic, return_stats=return_stats, intervention=intervention,
         )
         x = self.attention_block.residual(x, a, deterministic)
         return _feed_forward(self, x, deterministic), stats
@@ -132,35 +135,39 @@ class DecoderLayer(nnx.Module):
     """Causal self-attention, optional cross-attention, feed-forward. y: [B, T, d_model] -> [B, T, d_model]."""
 
     def __init__(self, cfg: TransformerConfig, *, cross_attention: bool, rngs: nnx.Rngs):
-        self.self_attention = _self_attention(cfg, rngs)
+        self.self_attention = _self_attention(cfg, rngs, "decoder_self")
         self.self_block = _Sublayer(cfg, rngs=rngs)
         if cross_attention:
-            self.cross_attention = _attention(cfg, rngs, rope=False)
+            self.cross_attention = _attention(cfg, rngs, rope=False, group="cross")
             self.cross_block = _Sublayer(cfg, rngs=rngs)
         else:
             self.cross_attention, self.cross_block = nnx.data(None), nnx.data(None)
         _feed_forward_sublayer(self, cfg, rngs)
 
-    def _cross_and_mlp(self, y, cross_kv, cross_mask, deterministic, return_stats):
+    def _cross_and_mlp(self, y, cross_kv, cross_mask, deterministic, return_stats, intervention=None):
         cross_stats = None
         if self.cross_attention is not None:
             h = self.cross_block.inputs(y)
             a, cross_stats = self.cross_attention.attend(
                 self.cross_attention.queries(h), *cross_kv, cross_mask,
-                deterministic=deterministic, return_stats=return_stats,
+                deterministic=deterministic, return_stats=return_stats, intervention=intervention,
             )
             y = self.cross_block.residual(y, a, deterministic)
         return _feed_forward(self, y, deterministic), cross_stats
 
-    def __call__(self, y, self_mask, positions, encoded, cross_mask, *, deterministic: bool, return_stats: bool):
+    def __call__(self, y, self_mask, positions, encoded, cross_mask, *, deterministic: bool, return_stats: bool,
+                 self_intervention: Optional[LayerIntervention] = None,
+                 cross_intervention: Optional[LayerIntervention] = None):
         """encoded: [B, S, d_model] or None (decoder-only). Returns (y, self stats, cross stats)."""
         h = self.self_block.inputs(y)
         sa = self.self_attention
         a, self_stats = sa.attend(sa.queries(h, positions), *sa.keys_values(h, positions), self_mask,
-                                  deterministic=deterministic, return_stats=return_stats)
+                                  deterministic=deterministic, return_stats=return_stats,
+                                  intervention=self_intervention)
         y = self.self_block.residual(y, a, deterministic)
         cross_kv = None if self.cross_attention is None else self.cross_attention.keys_values(encoded)
-        y, cross_stats = self._cross_and_mlp(y, cross_kv, cross_mask, deterministic, return_stats)
+        y, cross_stats = self._cross_and_mlp(y, cross_kv, cross_mask, deterministic, return_stats,
+                                             cross_intervention)
         return y, self_stats, cross_stats
 
     def step(self, y, k_cache, v_cache, index, positions, cross_kv, cross_mask, cache_positions):
@@ -189,12 +196,14 @@ class Encoder(nnx.Module):
         self.layers = nnx.List([EncoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_encoder_layers)])
         self.final_norm = make_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else nnx.data(None)
 
-    def __call__(self, x, segmentation, positions, *, deterministic: bool = True, return_stats: bool = False):
+    def __call__(self, x, segmentation, positions, *, deterministic: bool = True, return_stats: bool = False,
+                 interventions: Optional[Interventions] = None):
         x = self.dropout(self.positions(x, positions), deterministic=deterministic)
         mask = attn.Mask(q_segment_ids=segmentation, kv_segment_ids=segmentation)
         stats = []
-        for layer in self.layers:
-            x, s = layer(x, mask, positions, deterministic=deterministic, return_stats=return_stats)
+        for i, layer in enumerate(self.layers):
+            x, s = layer(x, mask, positions, deterministic=deterministic, return_stats=return_stats,
+                         intervention=at(interventions, "encoder_self", i))
             stats.append(s)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -229,14 +238,17 @@ class Decoder(nnx.Module):
         self.final_norm = make_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else nnx.data(None)
 
     def __call__(self, y, segmentation, positions, encoded=None, encoder_segmentation=None, *,
-                 deterministic: bool = True, return_stats: bool = False):
+                 deterministic: bool = True, return_stats: bool = False,
+                 interventions: Optional[Interventions] = None):
         y = self.dropout(self.positions(y, positions), deterministic=deterministic)
         self_mask = attn.Mask(causal=True, q_segment_ids=segmentation, kv_segment_ids=segmentation)
         cross_mask = attn.Mask(q_segment_ids=segmentation, kv_segment_ids=encoder_segmentation)
         self_stats, cross_stats = [], []
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             y, s, c = layer(y, self_mask, positions, encoded, cross_mask,
-                            deterministic=deterministic, return_stats=return_stats)
+                            deterministic=deterministic, return_stats=return_stats,
+                            self_intervention=at(interventions, "decoder_self", i),
+                            cross_intervention=at(interventions, "cross", i))
             self_stats.append(s)
             cross_stats.append(c)
         if self.final_norm is not None:
@@ -327,13 +339,15 @@ class EncoderDecoder(_LanguageModelHead):
         inputs_position: Optional[jax.Array] = None,
         deterministic: bool = True,
         return_stats: bool = False,
+        interventions: Optional[Interventions] = None,
     ) -> Union[jax.Array, tuple[jax.Array, StatsList]]:
         """inputs: [B, S] -> encoded [B, S, d_model] (or (encoded, encoder self-attention stats))."""
         _check_ids("inputs", inputs)
         _check_len(self.cfg, "inputs", inputs.shape[1])
         seg, pos = _segments_and_positions(inputs, inputs_segmentation, inputs_position, self.cfg.pad_id)
         x = self.source_embed(inputs) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
-        encoded, stats = self.encoder(x, seg, pos, deterministic=deterministic, return_stats=return_stats)
+        encoded, stats = self.encoder(x, seg, pos, deterministic=deterministic, return_stats=return_stats,
+                                      interventions=interventions)
         return (encoded, stats) if return_stats else encoded
 
     def decode(
@@ -346,6 +360,7 @@ class EncoderDecoder(_LanguageModelHead):
         targets_position: Optional[jax.Array] = None,
         deterministic: bool = True,
         return_stats: bool = False,
+        interventions: Optional[Interventions] = None,
     ):
         """Teacher-forced decoder. encoded: [B, S, d_model], targets: [B, T] -> logits [B, T, V]
         (or (logits, decoder self stats, cross stats)). ``inputs_segmentation`` masks the source padding."""
@@ -356,7 +371,8 @@ class EncoderDecoder(_LanguageModelHead):
         embed = self._target_embed()
         y = embed(decoder_inputs) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
         y, self_stats, cross_stats = self.decoder(
-            y, seg, pos, encoded, inputs_segmentation, deterministic=deterministic, return_stats=return_stats
+            y, seg, pos, encoded, inputs_segmentation, deterministic=deterministic, return_stats=return_stats,
+            interventions=interventions,
         )
         logits = self._logits(y, embed)
         return (logits, self_stats, cross_stats) if return_stats else logits
@@ -372,17 +388,22 @@ class EncoderDecoder(_LanguageModelHead):
         targets_position: Optional[jax.Array] = None,
         deterministic: bool = True,
         return_stats: bool = False,
+        interventions: Optional[Interventions] = None,
     ):
-        """inputs: [B, S], targets: [B, T] -> logits [B, T, V] or (logits, stats dict)."""
+        """inputs: [B, S], targets: [B, T] -> logits [B, T, V] or (logits, stats dict).
+
+        ``interventions``: head masks and attention-weight overrides (``models.interventions``)."""
         _check_ids("inputs", inputs)
+        if interventions is not None:
+            interventions.check(head_shapes(self))
         if inputs_segmentation is None:
             inputs_segmentation = (inputs != self.cfg.pad_id).astype(jnp.int32)
         enc = self.encode(inputs, inputs_segmentation=inputs_segmentation, inputs_position=inputs_position,
-                          deterministic=deterministic, return_stats=return_stats)
+                          deterministic=deterministic, return_stats=return_stats, interventions=interventions)
         encoded, enc_stats = enc if return_stats else (enc, None)
         out = self.decode(encoded, targets, inputs_segmentation=inputs_segmentation,
                           targets_segmentation=targets_segmentation, targets_position=targets_position,
-                          deterministic=deterministic, return_stats=return_stats)
+                          deterministic=deterministic, return_stats=return_stats, interventions=interventions)
         if not return_stats:
             return out
         logits, self_stats, cross_stats = out
@@ -432,12 +453,16 @@ class DecoderOnly(_LanguageModelHead):
         position: Optional[jax.Array] = None,
         deterministic: bool = True,
         return_stats: bool = False,
+        interventions: Optional[Interventions] = None,
     ):
         _check_ids("tokens", tokens)
+        if interventions is not None:
+            interventions.check(head_shapes(self))
         _check_len(self.cfg, "tokens", tokens.shape[1])
         seg, pos = _segments_and_positions(tokens, segmentation, position, None)
         y = self.embed(tokens) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
-        y, self_stats, _ = self.decoder(y, seg, pos, deterministic=deterministic, return_stats=return_stats)
+        y, self_stats, _ = self.decoder(y, seg, pos, deterministic=deterministic, return_stats=return_stats,
+                                        interventions=interventions)
         logits = self._logits(y, self.embed)
         return (logits, {"decoder_self": self_stats}) if return_stats else logits
 

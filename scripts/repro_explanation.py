@@ -1,0 +1,289 @@
+"""Is attention explanation? Jain & Wallace (NAACL 2019) and Wiegreffe & Pinter (EMNLP 2019) on attnlab's
+classification task (``configs/repro_explanation.py``), through the engine and the model's interventions.
+
+Per seed: train the attention-pooling classifier and, from scratch, the same model with the pooling attention
+frozen to uniform (``model.uniform_attention_groups=("pool",)``). On ``--examples`` test verses evenly spaced through the test split:
+(a) Kendall tau between the pooling weights and two token importances: gradient x input on the token
+embeddings of the predicted class's probability, and leave-one-out (total variation distance, TVD, between
+the output distributions with and without the token); (b) the median TVD of the output over ``--permutations``
+random permutations of the pooling weights among the verse's tokens; (c) adversarial attention: the pooling
+distribution with the largest Jensen-Shannon divergence (JSD, natural log, at most ln 2 = 0.693) from the
+original found by Adam whose output stays within TVD ``--epsilon``.
+
+    python scripts/repro_explanation.py                  # 3 seeds x 2000 steps -> docs/results/explanation/
+    python scripts/repro_explanation.py --seeds 1 --steps 300 --examples 200
+    python scripts/repro_explanation.py --quick          # seconds: tiny sizes, for tests
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _report import Report, environment_line, fmt, mean_std, write_csv  # noqa: E402
+from _runs import load, with_overrides  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from flax import nnx  # noqa: E402
+from scipy import stats as scipy_stats  # noqa: E402
+
+import engine  # noqa: E402
+import models  # noqa: E402
+from engine.hooks import Hook  # noqa: E402
+
+SPEC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "repro_explanation.py")
+OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results", "explanation")
+MAX_ATTENTION_BINS = (0.0, 0.25, 0.5, 0.75, 1.0001)
+PAPERS = """
+- Jain & Wallace, *Attention is not Explanation*, NAACL 2019 (arXiv:1902.10186): BiLSTM and CNN encoders with
+  additive attention on text classification, QA and NLI; "learned attention weights are frequently uncorrelated
+  with gradient-based measures of feature importance, and one can identify very different attention
+  distributions that nonetheless yield equivalent predictions" (abstract). They report that random permutations
+  of the attention often change the output little, and their adversarial histograms reach JSD up to about
+  0.69 (= ln 2, the maximum; NAACL slides, slideplayer.com/17114161) with the output kept within a small ε.
+- Wiegreffe & Pinter, *Attention is not not Explanation*, EMNLP 2019 (arXiv:1908.04626): a uniform-weights
+  baseline reveals cases where learned attention gives no significant improvement over uniform weights; where
+  attention is not needed for accuracy, Jain & Wallace's manipulations say little about it.
+We did not retrieve the papers' per-dataset table values (mean Kendall τ, the uniform baseline's F1, the
+exact ε), so the comparison here is with these qualitative results, not with table entries.
+"""
+
+
+class KeepModel(Hook):
+    """Keeps the trained parameters, the setup and the data when training ends."""
+
+    def end(self, run) -> None:
+        self.params, self.setup, self.data = run.state["params"], run.setup, run.data
+
+
+def train(spec: str, overrides: dict) -> tuple[dict, nnx.Module, object]:
+    """engine.run of the config; returns (final metrics, trained model, data)."""
+    keep = KeepModel()
+    result = engine.run(with_overrides(load(spec), overrides), hooks=[keep])
+    return result, keep.setup.model(keep.params), keep.data
+
+
+def tvd(p: jax.Array, q: jax.Array) -> jax.Array:
+    """Total variation distance between distributions over the last axis."""
+    return 0.5 * jnp.sum(jnp.abs(p - q), axis=-1)
+
+
+def jsd(p: jax.Array, q: jax.Array) -> jax.Array:
+    """Jensen-Shannon divergence (nats) over the last axis; 0 * log 0 = 0."""
+    m = 0.5 * (p + q)
+    kl = lambda a, b: jnp.sum(jnp.where(a > 0, a * (jnp.log(jnp.maximum(a, 1e-30)) - jnp.log(jnp.maximum(b, 1e-30))), 0.0), -1)  # noqa: E731
+    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+def analyse(model: nnx.Module, batch: dict, *, permutations: int, epsilon: float, adv_steps: int,
+            seed: int) -> dict[str, np.ndarray]:
+    """Per-example measures on one batch of verses (see the module docstring): arrays of length N."""
+    graphdef, state = nnx.split(model)
+    inputs = jnp.asarray(batch["inputs"])
+    seg = jnp.asarray(batch["inputs_segmentation"])
+    pos = models.positions_from_segmentation(seg)
+    real = seg > 0
+    N, S = inputs.shape
+
+    @jax.jit
+    def probs(state, inputs, seg, interventions=None):
+        m = nnx.merge(graphdef, state)
+        logits, st = m(inputs, inputs_segmentation=seg, interventions=interventions, return_stats=True)
+        return jax.nn.softmax(logits, -1), st["pool"][0].weights[:, 0, 0]  # [N, C], [N, S]
+
+    p0, alpha = probs(state, inputs, seg)
+    pred = jnp.argmax(p0, -1)
+
+    # gradient x input of the predicted class's probability, per token embedding
+    def predicted_prob(x, seg, pos, pred):  # arrays as arguments, not constants XLA would fold
+        m = nnx.merge(graphdef, state)
+        p = jax.nn.softmax(m.classify_embedded(x, seg, pos), -1)
+        return jnp.sum(jnp.take_along_axis(p, pred[:, None], -1))
+
+    x = nnx.merge(graphdef, state).embed_tokens(inputs)
+    g = jax.jit(jax.grad(predicted_prob))(x, seg, pos, pred)
+    grad_importance = np.abs(np.asarray(jnp.sum(g * x, -1)))
+
+    # leave one out: the verse without token t (later tokens move up one position)
+    ids, lengths = np.asarray(inputs), np.asarray(seg.sum(-1))
+    loo = np.zeros((N, S))
+    rows = [(i, t) for i in range(N) for t in range(lengths[i])]
+    for start in range(0, len(rows), 256):
+        chunk = rows[start:start + 256]
+        b_ids = np.zeros((len(chunk), S), np.int32)
+        b_seg = np.zeros((len(chunk), S), np.int32)
+        for r, (i, t) in enumerate(chunk):
+            kept = np.delete(ids[i, :lengths[i]], t)
+            b_ids[r, :len(kept)], b_seg[r, :len(kept)] = kept, 1
+        pad = 256 - len(chunk)  # one compiled shape
+        b_ids, b_seg = np.pad(b_ids, ((0, pad), (0, 0))), np.pad(b_seg, ((0, pad), (0, 0)))
+        b_seg[len(chunk):, 0] = 1
+        p_loo, _ = probs(state, jnp.asarray(b_ids), jnp.asarray(b_seg))
+        src = np.asarray([i for i, _ in chunk])
+        d = np.asarray(tvd(p_loo[:len(chunk)], p0[src]))
+        for r, (i, t) in enumerate(chunk):
+            loo[i, t] = d[r]
+
+    alpha_np = np.asarray(alpha)
+    tau_g, tau_loo, sig_g, sig_loo = (np.full(N, np.nan) for _ in range(4))
+    for i in range(N):
+        n = lengths[i]
+        if n < 2:
+            continue
+        tau_g[i], pg = scipy_stats.kendalltau(alpha_np[i, :n], grad_importance[i, :n])
+        tau_loo[i], pl = scipy_stats.kendalltau(alpha_np[i, :n], loo[i, :n])
+        sig_g[i], sig_loo[i] = pg < 0.05, pl < 0.05
+
+    # random permutations of the pooling weights among the verse's tokens
+    keys = jax.random.split(jax.random.key(1000 + seed), permutations)
+    perm_tvd = np.stack([np.asarray(tvd(probs(state, inputs, seg, models.Interventions(overrides=(
+        models.WeightOverride("pool", 0, "permute", key=k),)))[0], p0)) for k in keys])  # [P, N]
+
+    # adversarial attention: maximise JSD(alpha, alpha') subject to TVD(output) <= epsilon (penalty)
+
+    def adv_objective(z, state, inputs, seg, alpha, p0):
+        a = jax.nn.softmax(jnp.where(seg > 0, z, -1e9), -1)
+        iv = models.Interventions(overrides=(models.WeightOverride("pool", 0, "given", value=a[:, None, None, :]),))
+        p, _ = probs(state, inputs, seg, iv)
+        d_out, d_att = tvd(p, p0), jsd(alpha, a)
+        return jnp.sum(-d_att + 100.0 * jax.nn.relu(d_out - epsilon)), (d_out, d_att)
+
+    opt = optax.adam(0.1)
+    z = jnp.where(real, jnp.log(jnp.maximum(alpha, 1e-30)), 0.0)
+    z = z + jax.random.normal(jax.random.key(2000 + seed), z.shape)
+    opt_state = opt.init(z)
+
+    @jax.jit
+    def adv_step(z, opt_state, state, inputs, seg, alpha, p0):
+        (_, (d_out, d_att)), grad = jax.value_and_grad(adv_objective, has_aux=True)(z, state, inputs, seg, alpha,
+                                                                                    p0)
+        updates, opt_state = opt.update(grad, opt_state)
+        return optax.apply_updates(z, updates), opt_state, d_out, d_att
+
+    best = np.zeros(N)
+    for _ in range(adv_steps):
+        z, opt_state, d_out, d_att = adv_step(z, opt_state, state, inputs, seg, alpha, p0)
+        ok = np.asarray(d_out) <= epsilon  # d_out, d_att describe z before this update
+        best = np.where(ok, np.maximum(best, np.asarray(d_att)), best)
+    return {"alpha_max": alpha_np.max(-1), "length": lengths, "correct": np.asarray(pred) == batch["label"],
+            "tau_grad": tau_g, "tau_loo": tau_loo, "sig_grad": sig_g, "sig_loo": sig_loo,
+            "perm_median_tvd": np.median(perm_tvd, 0), "adv_jsd": best}
+
+
+def summarise(measures: list[dict]) -> dict[str, list[float]]:
+    """Per-seed scalar summaries of ``analyse`` outputs."""
+    keys = ("tau_grad", "tau_loo", "sig_grad", "sig_loo", "perm_median_tvd", "adv_jsd")
+    out = {f"mean_{k}": [float(np.nanmean(m[k])) for m in measures] for k in keys}
+    out["median_perm_median_tvd"] = [float(np.median(m["perm_median_tvd"])) for m in measures]
+    out["frac_perm_below_0.05"] = [float(np.mean(m["perm_median_tvd"] < 0.05)) for m in measures]
+    out["frac_adv_jsd_above_0.5"] = [float(np.mean(m["adv_jsd"] > 0.5)) for m in measures]
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--examples", type=int, default=200, help="test verses analysed per seed")
+    ap.add_argument("--permutations", type=int, default=100)
+    ap.add_argument("--epsilon", type=float, default=0.01, help="output TVD allowed for adversarial attention")
+    ap.add_argument("--adv_steps", type=int, default=300)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (tests)")
+    ap.add_argument("--out", default=OUT)
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.seeds, a.examples, a.permutations, a.adv_steps = 1, min(a.examples, 8), min(a.permutations, 100), 20
+    for name in ("seeds", "steps", "examples", "permutations", "adv_steps"):
+        if getattr(a, name) < 1:
+            raise SystemExit(f"--{name}={getattr(a, name)}; expected a positive int")
+    if a.permutations < 100 and not a.quick:
+        raise SystemExit(f"--permutations={a.permutations}; the protocol takes the median over >= 100")
+    spec = SPEC + (":quick" if a.quick else f":steps={a.steps}")
+
+    t0 = time.time()
+    measures, accuracy, uniform_accuracy, label = [], [], [], ""
+    for seed in range(a.seeds):
+        result, model, data = train(spec, {"seed": seed})
+        accuracy.append(result["test/accuracy"])
+        uniform_accuracy.append(train(spec, {"seed": seed, "model.uniform_attention_groups": ("pool",)})[0]["test/accuracy"])
+        n_test = len(data.ids["test"])
+        chosen = np.unique(np.linspace(0, n_test - 1, min(a.examples, n_test)).round().astype(int))
+        batch = data.make_batch("test", chosen.tolist(), len(chosen))
+        measures.append(analyse(model, batch, permutations=a.permutations, epsilon=a.epsilon,
+                                adv_steps=a.adv_steps, seed=seed))
+        label = data.config.label
+        print(f"seed {seed}: test accuracy {accuracy[-1]:.3f} (uniform pooling {uniform_accuracy[-1]:.3f}); "
+              f"{time.time() - t0:.0f}s", flush=True)
+    s = summarise(measures)
+    config = load(spec)
+
+    r = Report(a.out, "Is attention explanation? Jain & Wallace and Wiegreffe & Pinter on verse classification")
+    r.text(f"""
+{environment_line()} Total {(time.time() - t0) / 60:.1f} min.
+
+`python scripts/repro_explanation.py --seeds {a.seeds} --steps {config.train.num_steps} --examples {a.examples}
+--permutations {a.permutations} --epsilon {a.epsilon} --adv_steps {a.adv_steps}{' --quick' if a.quick else ''}`
+
+**Protocol.** Task: `configs/repro_explanation.py` — English Bible verses labelled by {label}
+(`data/classification.py`; splits are whole chapters), a {config.model.num_encoder_layers}-layer pre-LN encoder
+(d_model {config.model.d_model}, {config.model.num_heads} heads) and an attention-pooling classifier (one learned
+query, one head, softmax over the verse's tokens), {config.train.num_steps} steps of AdamW, seeds 0..{a.seeds - 1}.
+The explanation is the pooling distribution α. On {a.examples} test verses evenly spaced through the test
+split (which is ordered by book, so both classes appear), per seed:
+- **Kendall τ** between α and (i) gradient × input of the predicted class's probability on each token
+  embedding (absolute value; for one-hot inputs this is Jain & Wallace's gradient with respect to the
+  token), (ii) leave-one-out: TVD between the output distributions with and without the token (the token is
+  deleted, later tokens move up). Significance: scipy's Kendall test, p < 0.05.
+- **Permutation:** {a.permutations} random permutations of α among the verse's tokens (`WeightOverride("pool",
+  0, "permute")`); per verse the median TVD of the output; Jain & Wallace report it against max α.
+- **Adversarial attention:** α' = softmax(z) over the verse's tokens, z from log α plus N(0, 1) noise, Adam
+  (lr 0.1, {a.adv_steps} steps) on −JSD(α, α') + 100·max(0, TVD(output) − ε), ε = {a.epsilon}; the largest JSD
+  (nats, max ln 2 = 0.693) seen among the iterates whose output stayed within ε (0 if none).
+- **Uniform baseline (Wiegreffe & Pinter):** the same model trained from scratch with the pooling frozen to
+  uniform (`model.uniform_attention_groups=("pool",)`), test accuracy on the whole test split.
+""")
+    r.section("What the papers report")
+    r.text(PAPERS)
+    r.section("Accuracy: learned vs uniform pooling attention")
+    r.table(["seed", "test accuracy (learned α)", "test accuracy (uniform α)"],
+            [[i, accuracy[i], uniform_accuracy[i]] for i in range(a.seeds)]
+            + [["mean ± std", mean_std(accuracy), mean_std(uniform_accuracy)]], csv_name="accuracy.csv")
+    r.section("Summary per seed")
+    names = list(s)
+    r.table(["measure"] + [f"seed {i}" for i in range(a.seeds)] + ["mean ± std"],
+            [[n] + s[n] + [mean_std(s[n])] for n in names], csv_name="summary.csv")
+    r.section("Permutation: median output TVD by max attention (all seeds)")
+    amax = np.concatenate([m["alpha_max"] for m in measures])
+    perm = np.concatenate([m["perm_median_tvd"] for m in measures])
+    adv = np.concatenate([m["adv_jsd"] for m in measures])
+    rows = []
+    for lo, hi in zip(MAX_ATTENTION_BINS[:-1], MAX_ATTENTION_BINS[1:]):
+        sel = (amax >= lo) & (amax < hi)
+        rows.append([f"[{lo:.2f}, {min(hi, 1.0):.2f}]", int(sel.sum()),
+                     float(np.median(perm[sel])) if sel.any() else None,
+                     float(np.mean(adv[sel])) if sel.any() else None])
+    r.table(["max α", "verses", "median of per-verse median TVD", "mean adversarial JSD"], rows,
+            csv_name="by_max_attention.csv")
+    per_example = []
+    for seed, m in enumerate(measures):
+        for i in range(len(m["length"])):
+            per_example.append([seed, i, int(m["length"][i]), bool(m["correct"][i]), m["alpha_max"][i],
+                                m["tau_grad"][i], m["tau_loo"][i], m["perm_median_tvd"][i], m["adv_jsd"][i]])
+    write_csv(os.path.join(a.out, "per_example.csv"),
+              ["seed", "example", "tokens", "correct", "max_alpha", "tau_grad", "tau_loo", "perm_median_tvd",
+               "adv_jsd"], per_example)
+    r.text("Per-verse values: [per_example.csv](per_example.csv).")
+    r.write()
+    print(f"wrote {a.out}/README.md; mean tau_grad {fmt(np.mean(s['mean_tau_grad']))}, "
+          f"tau_loo {fmt(np.mean(s['mean_tau_loo']))}, median perm TVD {fmt(np.mean(s['median_perm_median_tvd']))}, "
+          f"mean adv JSD {fmt(np.mean(s['mean_adv_jsd']))}")
+
+
+if __name__ == "__main__":
+    main()
