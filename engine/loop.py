@@ -211,11 +211,11 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
                     r.stop_reason = r.stop_reason or stop.check(r.deadline)
             r.stop_reason = r.stop_reason or "num_steps"
             r.flush()
-            for h in all_hooks:
+            minutes = (time.time() - t_start) / 60
+            log.info("training stopped at step %d (%s) after %.1f min", r.step, r.stop_reason, minutes)
+            r.event("train_end", reason=r.stop_reason, minutes=minutes)
+            for h in all_hooks:  # the final checkpoint and evaluation
                 h.end(r)
-        minutes = (time.time() - t_start) / 60
-        log.info("training stopped at step %d (%s) after %.1f min", r.step, r.stop_reason, minutes)
-        r.event("train_end", reason=r.stop_reason, minutes=minutes)
         r.final.update({"step": r.step, "stop_reason": r.stop_reason, "wall_minutes": (time.time() - t_start) / 60,
                         "params": n_params, "peak_flops": r.peak_flops})
         scalars = {k: v for k, v in r.final.items() if isinstance(v, (int, float, str))}
