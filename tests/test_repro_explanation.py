@@ -1,4 +1,4 @@
-"""The explanation studies' --quick modes: each trains through the engine and writes a complete report."""
+"""The explanation study's --quick mode trains through the engine and writes a complete report."""
 import csv
 import os
 import sys
@@ -9,7 +9,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 import repro_explanation  # noqa: E402
-import repro_head_importance  # noqa: E402
 
 
 def _rows(path):
@@ -29,13 +28,3 @@ def test_repro_explanation_quick(tmp_path):
         assert -1.0 <= float(row["tau_grad"]) <= 1.0 or np.isnan(float(row["tau_grad"]))
     acc = _rows(tmp_path / "accuracy.csv")[0]
     assert 0.0 <= float(acc["test accuracy (uniform α)"]) <= 1.0
-
-
-def test_repro_head_importance_quick(tmp_path):
-    repro_head_importance.main(["--quick", "--out", str(tmp_path)])
-    assert (tmp_path / "pruning.png").exists()
-    rows = _rows(tmp_path / "per_head.csv")
-    assert len(rows) == 3 * 8  # 1+1 layers in the quick model: encoder_self, decoder_self, cross, 8 heads each
-    assert all(np.isfinite(float(r["importance_raw"])) and float(r["importance_raw"]) >= 0 for r in rows)
-    pruning = _rows(tmp_path / "pruning.csv")
-    assert len(pruning) == len(repro_head_importance.FRACTIONS)
