@@ -32,6 +32,8 @@ from typing import Any, Callable, Mapping, Optional
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from engine import sharding as sharding_lib
 from etils import epath
 
 from engine.errors import CheckpointError
@@ -126,21 +128,9 @@ def describe_inventory(directory: str) -> str:
     return "; ".join(parts)
 
 
-def _path_key(path) -> str:
-    """"params/decoder/layers/0/..." for a pytree key path (dict keys, sequence indices and attributes alike)."""
-    parts = []
-    for k in path:
-        for attr in ("key", "idx", "name"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    return "/".join(parts)
-
-
 def _shapes(tree: Any) -> dict[str, tuple[tuple[int, ...], str]]:
-    return {_path_key(p): (tuple(getattr(x, "shape", ())), str(np.dtype(x.dtype)) if hasattr(x, "dtype") else "")
+    return {sharding_lib.path_str(p): (tuple(getattr(x, "shape", ())),
+                                       str(np.dtype(x.dtype)) if hasattr(x, "dtype") else "")
             for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
