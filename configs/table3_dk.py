@@ -40,6 +40,8 @@ def sweep(arg=None):
     """Points: seed x d_k in (base / 2, base / 4) at 8 heads, base = d_model / 8; d_v = d_model / 8."""
     t3 = _table3()
     a = t3.parse(arg)
+    if a.aa:
+        raise ValueError("table3_dk: aa (the A/A control) is a rows (A) argument; use configs/table3_heads.py:aa")
     base_dk = t3.base(a).model.d_model // 8
     for seed in range(a.seeds):
         for f in FRACTIONS:

@@ -10,9 +10,11 @@ Arguments (``:key=value,...``): heads and seed (the point train.py trains), seed
 d_model (CPU scale: 128, or 256 with d_ff 1024), steps (CPU scale: training steps per point, default 2,400 =
 the main job's budget; a step budget, not a time budget, so every point sees the same data whatever the
 machine load), minutes (CPU scale: an optional time cap, 0 = none), test_examples (CPU scale: test sentences
-decoded per point, 0 = all), quick (CPU scale, tiny model and a few steps).
+decoded per point, 0 = all), quick (CPU scale, tiny model and a few steps), aa (the A/A control: the
+sweep yields only the base point h = 8, with the seeds after the main ones, seeds .. 2 * seeds - 1).
 At CPU scale the base is ``configs/translation.py`` (d_model 128: d_k = 128, 64, 32, 16, 8, 4) without
-QK-LayerNorm (the paper's attention) at learning rate 3e-3.
+QK-LayerNorm (the paper's attention) at learning rate 3e-3, with the validation loss (whole validation split,
+no decoding) every 600 steps (a fourth of the budget) for learning curves.
 """
 import importlib.util
 import os
@@ -25,7 +27,7 @@ HEADS = (1, 2, 4, 8, 16, 32)
 def parse(arg):
     """The arguments of the Table 3 configs (shared with ``configs/table3_dk.py``)."""
     return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=3, wmt14=False, d_model=128, steps=2400, minutes=0.0,
-                     test_examples=0, quick=False)
+                     test_examples=0, quick=False, aa=False)
 
 
 def sibling(name: str):
@@ -45,6 +47,8 @@ def base(a):
         c = sibling("translation").get_config(f"minutes={a.minutes:g},steps={a.steps},d_model={a.d_model},"
                                               f"d_ff={4 * a.d_model}" + (",runlocal" if a.quick else ""))
         c.eval.heatmap_examples = 0  # sweeps compare numbers; heatmaps come from the per-point entropy stats
+        c.train.eval_every = max(c.train.num_steps // (2 if a.quick else 4), 1)  # valid loss: every 600 of 2,400
+        c.eval.bleu_examples = 0  # ... without decoding during training
         c.eval.split_examples = a.test_examples
         c.model.qk_layernorm = False  # the paper's attention: d_k must matter through the logit scale
         c.train.learning_rate = 3e-3
@@ -66,9 +70,14 @@ def get_config(arg=None):
 
 
 def sweep(arg=None):
-    """Points: seed x h in HEADS (those dividing d_model), with qk_dim = v_dim = d_model / h."""
+    """Points: seed x h in HEADS (those dividing d_model), with qk_dim = v_dim = d_model / h; with ``aa``, the
+    base point h = 8 only, at seeds seeds .. 2 * seeds - 1 (the A/A control against seeds 0 .. seeds - 1)."""
     a = parse(arg)
     d_model = base(a).model.d_model
+    if a.aa:
+        for seed in range(a.seeds, 2 * a.seeds):
+            yield {"model.num_heads": 8, "model.qk_dim": d_model // 8, "model.v_dim": d_model // 8, "seed": seed}
+        return
     for seed in range(a.seeds):
         for h in HEADS:
             if d_model % h == 0:

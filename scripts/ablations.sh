@@ -1,13 +1,29 @@
 #!/usr/bin/env bash
-# The long CPU sweeps behind docs/results/table3*/ (hours on 2 cores), at the lowest priority so other work
-# goes on. Every point is a train.py run with checkpoints and a completion marker: rerunning this script
-# skips finished points and resumes interrupted ones. Logs: runs/repro/ablations.log.
+# The long CPU sweeps behind docs/results/table3/, heads_depth/ and table3_d256/ (10-20 hours on 2 cores), as
+# one queue at the lowest priority so other work goes on:
+#   1. Table 3 at d_model 128: rows (A), (B) and the A/A control (3 seeds each, 2,400 steps per point)
+#   2. heads vs depth (8 heads x 3+3 against 1 head x 6+6, QK-LayerNorm off/on, 3 seeds)
+#   3. Table 3 at d_model 256
+# Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
+# (commit those; a point with a record is never trained again, even in a fresh checkout without runs/), an
+# interrupted point resumes from its checkpoints in runs/repro/, and every report is rebuilt from the records.
+# A second copy started while one runs exits at once (lock: runs/repro/ablations.lock).
+# Log: runs/repro/ablations.log.   PYTHON=/path/to/python scripts/ablations.sh to pick the interpreter.
 set -u
 cd "$(dirname "$0")/.."
 mkdir -p runs/repro
+exec 9>runs/repro/ablations.lock
+if ! flock -n 9; then
+  echo "scripts/ablations.sh is already running (runs/repro/ablations.lock); not starting a second queue" >&2
+  exit 1
+fi
+PY="${PYTHON:-python}"
 {
-  date -u +"%F %T start"
-  nice -n 19 python scripts/repro_table3.py                  # rows (A) h 1..32 and (B) d_k 8, 4; 3 seeds; d 128
-  nice -n 19 python scripts/repro_table3.py --d_model=256    # the same at d_model 256 (h 16 still has d_k 16)
-  date -u +"%F %T end"
+  date -u +"%F %T start (commit $(git rev-parse --short HEAD 2>/dev/null))"
+  nice -n 19 "$PY" scripts/repro_table3.py                   # d 128: rows (A) h 1..32, (B) d_k 8, 4, A/A seeds 3-5
+  date -u +"%F %T table3 d128 ended ($?)"
+  nice -n 19 "$PY" scripts/repro_heads_depth.py              # 8 heads x 3+3 vs 1 head x 6+6, QK-LN off/on
+  date -u +"%F %T heads_depth ended ($?)"
+  nice -n 19 "$PY" scripts/repro_table3.py --d_model=256     # d 256: h 16 still has d_k 16
+  date -u +"%F %T table3 d256 ended ($?)"
 } >> runs/repro/ablations.log 2>&1

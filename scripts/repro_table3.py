@@ -1,173 +1,476 @@
-"""Reproduction 1: Vaswani et al. (2017) Table 3 rows (A) and (B) at CPU scale, with seed spread.
+"""Reproduction 1: Vaswani et al. (2017) Table 3 rows (A) and (B) at CPU scale, with confidence intervals.
 
-Rows (A) vary the number of heads at constant compute (d_k = d_v = d_model / h); the paper finds one head
-0.9 BLEU worse than the best setting and too many heads also worse. Rows (B) reduce d_k from the base (to
-1/2 and 1/4 of it) at 8 heads with d_v kept, and find that it hurts. This runs both sweeps (``configs/table3_heads.py`` and
-``configs/table3_dk.py``) on the embedded corpus through ``scripts/sweep.py`` with several seeds and
-reports test BLEU and validation perplexity as mean +- standard deviation over seeds.
-
-Each point trains with ``train.py`` in ``<workdir>/<sweep>/<point>``; finished points are skipped on a rerun,
-so an interrupted reproduction continues where it stopped.
+Rows (A) vary the number of heads at constant compute (d_k = d_v = d_model / h); rows (B) reduce d_k from
+the base (to 1/2 and 1/4 of it) at 8 heads with d_v kept; the A/A control trains the base point (h = 8,
+d_k = d_model / 8) again with other seeds, so the report shows how large a difference no change at all makes.
+Every point trains with ``train.py`` through ``scripts/sweep.py`` (``configs/table3_heads.py``,
+``configs/table3_dk.py``) and, when it finishes, leaves a small committed record in
+``<out>/points/<row>/<point>.json`` (final metrics, learning curve, stability statistics, per-sentence BLEU
+statistics). A point with a record is never trained again, so the sweep accumulates across sessions with
+fresh checkouts; the report is built from the records alone and works with any subset of them.
 
     python scripts/repro_table3.py                       # 3 seeds, 2,400 steps per point, d_model 128
     python scripts/repro_table3.py --d_model=256         # the wider model -> docs/results/table3_d256
+    python scripts/repro_table3.py --report_only         # rebuild the report from the committed records
     python scripts/repro_table3.py --quick               # tiny model, a handful of steps; for tests
+
+Points run seed-major (seed 0 of every setting of rows (A) and (B), then seed 1, ...), then the A/A row, so
+a partial sweep covers every setting first. Statistics: mean +- std over seeds; each contrast against the
+base point as a difference of means with a 95% Welch t interval and a seed bootstrap interval; test BLEU
+differences per seed pair with a paired bootstrap over test sentences.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from _report import Report, environment_line, mean_std, plt
+import _stats
 import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SWEEPS = {"A": "configs/table3_heads.py", "B": "configs/table3_dk.py"}
-QUICK = {"A": ("model.num_heads", (1, 8))}  # the points of rows (A) --quick runs (rows (B): both)
+ROWS = {"A": ("configs/table3_heads.py", ""), "B": ("configs/table3_dk.py", ""),
+        "AA": ("configs/table3_heads.py", ",aa")}  # row -> (config, extra config argument)
+QUICK = {"A": ("model.num_heads", (1, 8))}  # the points of rows (A) --quick runs (rows (B), A/A: all)
+
+# Vaswani et al. 2017, Table 3 (newstest2013 dev; base: h = 8, d_k = 64, PPL 4.92, BLEU 25.8): per contrast,
+# the change in log perplexity (nats per wordpiece) and in BLEU against the base. Rows (B) are named by d_k
+# as a fraction of the base's (paper: d_k 32 = 1/2, 16 = 1/4).
+PAPER = {
+    ("h", 1): (math.log(5.29 / 4.92), 24.9 - 25.8),
+    ("h", 4): (math.log(5.00 / 4.92), 25.5 - 25.8),
+    ("h", 16): (math.log(4.91 / 4.92), 25.8 - 25.8),
+    ("h", 32): (math.log(5.01 / 4.92), 25.4 - 25.8),
+    ("dk", 2): (math.log(5.01 / 4.92), 25.4 - 25.8),
+    ("dk", 4): (math.log(5.16 / 4.92), 25.1 - 25.8),
+}
+NO_EFFECT = {"nll": 0.005, "bleu": 0.05}  # paper effects smaller than this count as "no effect"
 
 
-def run_sweep(config_spec: str, workdir: str, extra: dict, point_filter: Optional[Sequence[str]] = None,
-              train_script: Optional[str] = None) -> list[tuple[sweep_lib.Point, dict]]:
-    """Run (or resume) one sweep and return (point, summary) for its points."""
-    points = sweep_lib.sweep_points(config_spec)
-    sweep_lib.check_overrides(config_spec, points, extra)
-    if point_filter is not None:
-        points = [p for p in points if p.name in point_filter]
-    group = sweep_lib.sweep_name(config_spec)
-    os.makedirs(workdir, exist_ok=True)
-    for p in points:
-        sweep_lib.run_point(config_spec, workdir, p, extra, group=group, train_script=train_script)
-    sweep_lib.aggregate(workdir, points, f"Sweep {group}")
-    return [(p, sweep_lib.point_summary(os.path.join(workdir, p.name))) for p in points]
+# ------------------------------------------------------------------------------------------- records
+def metric(record: dict, name: str) -> Optional[float]:
+    """A number of a point record: nll, ppl, bleu, chrf, grad (max grad norm), spikes, jump (largest loss
+    jump), logit (largest attention logit over groups), wall (minutes: the larger of the sweep runner's time
+    for the last train.py call and the logged time of all calls)."""
+    st = record.get("stability") or {}
+    getters: dict[str, Callable[[], Any]] = {
+        "nll": lambda: (record.get("validation") or {}).get("nll"),
+        "ppl": lambda: (record.get("validation") or {}).get("perplexity"),
+        "bleu": lambda: (record.get("test") or {}).get("bleu"),
+        "chrf": lambda: (record.get("test") or {}).get("chrf"),
+        "grad": lambda: st.get("max_grad_norm"),
+        "spikes": lambda: st.get("loss_spikes"),
+        "jump": lambda: st.get("max_loss_jump"),
+        "logit": lambda: max([v for v in (st.get("max_attention_logit") or {}).values() if v is not None],
+                             default=None),
+        "wall": lambda: max([v for v in (record.get("wall_s"), record.get("logged_s")) if v is not None],
+                            default=None),
+    }
+    if name not in getters:
+        raise ValueError(f"metric {name!r}; expected one of {sorted(getters)}")
+    v = getters[name]()
+    if v is None or not math.isfinite(float(v)):
+        return None
+    return float(v) / 60 if name == "wall" else float(v)
 
 
-def shared_points(rows_a, d_model: int) -> list[tuple[sweep_lib.Point, dict]]:
-    """The h = 8 points of rows (A) as the d_k = d_model / 8 points of rows (B) (the same configuration)."""
-    return [(sweep_lib.Point(p.name, {"model.qk_dim": d_model // 8, "seed": p.overrides["seed"]}), s)
-            for p, s in rows_a if p.overrides["model.num_heads"] == 8]
+def values(records: Sequence[dict], name: str) -> list[float]:
+    return [v for v in (metric(r, name) for r in records) if v is not None]
 
 
-def by_value(results, field: str, metric: str) -> dict:
-    """value of ``field`` -> list over seeds of ``metric`` (finished points only)."""
-    out: dict = {}
-    for p, s in results:
-        if s["status"] == "done" and s[metric] is not None:
-            out.setdefault(p.overrides[field], []).append(s[metric])
-    return dict(sorted(out.items()))
+def sentence_rows(record: dict) -> Optional[np.ndarray]:
+    rows = (record.get("bleu_sentence_stats") or {}).get("rows")
+    return np.asarray(rows, dtype=np.int64) if rows else None
 
 
-def spread_plot(ax, groups: dict, xlabel: str, ylabel: str) -> None:
-    xs = list(groups)
-    means = [float(np.mean(v)) for v in groups.values()]
-    stds = [float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for v in groups.values()]
-    ax.errorbar(range(len(xs)), means, yerr=stds, marker="o", capsize=3)
-    for i, v in enumerate(groups.values()):
-        ax.scatter([i] * len(v), v, s=8, color="gray", zorder=3)
-    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+def contrast(a: Sequence[dict], b: Sequence[dict], name: str) -> tuple[_stats.Interval, _stats.Interval] | None:
+    """(Welch, bootstrap) intervals of mean(a) - mean(b) of ``metric`` ``name``; None when a side is empty."""
+    va, vb = values(a, name), values(b, name)
+    if not va or not vb:
+        return None
+    return _stats.welch_ci(va, vb), _stats.bootstrap_ci(va, vb)
 
 
-def compare(groups: dict, a, b, name: str, higher_is_better: bool) -> str:
-    """'a vs b: difference of means, and whether it exceeds the seed spread'."""
-    if a not in groups or b not in groups:
-        return f"{name}: not enough finished points to compare {a} and {b}."
-    va, vb = np.asarray(groups[a]), np.asarray(groups[b])
-    diff = float(va.mean() - vb.mean())
-    spread = max(float(va.std(ddof=1)) if va.size > 1 else 0.0, float(vb.std(ddof=1)) if vb.size > 1 else 0.0)
-    worse = (diff < 0) if higher_is_better else (diff > 0)
-    overlap = min(va.max(), vb.max()) >= max(va.min(), vb.min())
-    return (f"{name} {a} vs {b}: {va.mean():.3g} vs {vb.mean():.3g} (difference {diff:+.3g}; largest seed std "
-            f"{spread:.2g}; n = {va.size}, {vb.size}); {a} is {'worse' if worse else 'not worse'}"
-            + (", but the seed ranges overlap." if overlap else ", and the seed ranges do not overlap."))
+def paired_bleu(a: Sequence[dict], b: Sequence[dict], resamples: int = 1000) -> list[tuple[Any, Any, _stats.Interval]]:
+    """Paired bootstrap of test BLEU per seed pair: a's seed s against b's seed s when b has every seed of a,
+    else a's and b's records in seed order (the A/A row: seeds 3, 4, 5 against 0, 1, 2)."""
+    a = sorted(a, key=lambda r: r.get("seed", 0))
+    b_by_seed = {r.get("seed"): r for r in b}
+    if all(r.get("seed") in b_by_seed for r in a):
+        pairs = [(r, b_by_seed[r.get("seed")]) for r in a]
+    else:
+        pairs = list(zip(a, sorted(b, key=lambda r: r.get("seed", 0))))
+    out = []
+    for ra, rb in pairs:
+        sa, sb = sentence_rows(ra), sentence_rows(rb)
+        if sa is not None and sb is not None and sa.shape == sb.shape:
+            out.append((ra.get("seed"), rb.get("seed"), _stats.paired_bootstrap_bleu(sa, sb, resamples=resamples)))
+    return out
 
 
+def verdict(interval: Optional[_stats.Interval], paper: Optional[float], no_effect: float) -> str:
+    """Our interval against the paper's effect: reproduced, contradicted, not resolved, consistent, missing."""
+    if interval is None or interval.lo is None:
+        return "too few seeds" if interval is not None else "missing"
+    if paper is None:
+        return ("differs from 0" if interval.excludes_zero() else "no difference resolved")
+    if abs(paper) < no_effect:
+        return "consistent (paper: no effect)" if not interval.excludes_zero() else "differs (paper: no effect)"
+    same = (interval.diff > 0) == (paper > 0)
+    if interval.excludes_zero():
+        return "reproduced" if same else "contradicted"
+    return "not resolved (same sign)" if same else "not reproduced"
+
+
+def mean_curve(records: Sequence[dict], step_key: str, value_key: str) -> tuple[list[int], list[float]]:
+    """Mean over records of a learning-curve series at the steps every record has."""
+    series = []
+    for r in records:
+        c = r.get("curve") or {}
+        series.append({s: v for s, v in zip(c.get(step_key, []), c.get(value_key, [])) if v is not None})
+    if not series:
+        return [], []
+    steps = sorted(set.intersection(*(set(s) for s in series)))
+    return steps, [float(np.mean([s[x] for s in series])) for x in steps]
+
+
+def plot_curves(ax_train, ax_valid, groups: dict[str, Sequence[dict]]) -> None:
+    """Train NLL (100-step means) and validation NLL against step, mean over seeds, one line per group."""
+    for label, recs in groups.items():
+        if not recs:
+            continue
+        s, v = mean_curve(recs, "step", "train_nll")
+        line = ax_train.plot(s, v, label=f"{label} (n={len(recs)})", lw=1)[0]
+        s, v = mean_curve(recs, "valid_step", "valid_nll")
+        ax_valid.plot(s, v, marker="o", ms=3, lw=1, color=line.get_color(), label=f"{label} (n={len(recs)})")
+    for ax, title in ((ax_train, "train NLL (100-step means)"), (ax_valid, "validation NLL (whole split)")):
+        ax.set_xlabel("step")
+        ax.set_ylabel("nats per token")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=6)
+
+
+def run_jobs(jobs: Sequence[tuple[str, str, sweep_lib.Point]], workdir: str, records_dir: str,
+             train_script: Optional[str]) -> list[str]:
+    """Train (or skip, when recorded) each (row, config spec, point); returns the points that failed."""
+    failed = []
+    for row, spec, p in jobs:
+        ok = sweep_lib.run_point(spec, os.path.join(workdir, row), p, {}, group=sweep_lib.sweep_name(spec),
+                                 train_script=train_script, record=os.path.join(records_dir, row, f"{p.name}.json"))
+        if not ok:
+            failed.append(f"{row}/{p.name}")
+    return failed
+
+
+# ---------------------------------------------------------------------------------------------- main
 def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny model, a few steps, 2 points per row, 1 seed")
+    parser.add_argument("--quick", action="store_true", help="tiny model, a few steps, 2 points in rows (A), 1 seed")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2400, help="training steps per point (CPU scale)")
     parser.add_argument("--d_model", type=int, default=128, help="model width (CPU scale: 128 or 256)")
     parser.add_argument("--minutes", type=float, default=0.0, help="optional time cap per point (0 = none)")
     parser.add_argument("--test_examples", type=int, default=0, help="test sentences decoded per point (0 = all)")
-    parser.add_argument("--workdir", default=None, help="sweep folders (default runs/repro/table3[_quick])")
-    parser.add_argument("--out", default=None, help="report folder (default docs/results/table3, or "
+    parser.add_argument("--rows", default="A,B,AA", help="rows to train, of A, B, AA (the report shows all)")
+    parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
+    parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/table3[_quick])")
+    parser.add_argument("--out", default=None, help="report and records folder (default docs/results/table3, or "
                         "runs/repro/table3_quick with --quick)")
     parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     args = parser.parse_args(argv)
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    bad = [r for r in rows if r not in ROWS]
+    if bad:
+        raise ValueError(f"--rows {args.rows!r}: unknown rows {bad}; expected some of {list(ROWS)}")
     tag = "table3_quick" if args.quick else "table3" + ("" if args.d_model == 128 else f"_d{args.d_model}")
     workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
     out = args.out or os.path.join(REPO, "runs/repro" if args.quick else "docs/results", tag)
-
-    config_arg = f"seeds={1 if args.quick else args.seeds}" + (
+    records_dir = os.path.join(out, "points")
+    seeds = 1 if args.quick else args.seeds
+    config_arg = f"seeds={seeds}" + (
         ",quick" if args.quick else f",steps={args.steps},minutes={args.minutes:g},test_examples={args.test_examples},"
                                     f"d_model={args.d_model}")
-    base = sweep_lib.load_config_module(os.path.join(REPO, SWEEPS["A"])).get_config(config_arg)
-    d_model = base.model.d_model
-    results = {}
-    for row, path in SWEEPS.items():
-        spec = f"{os.path.join(REPO, path)}:{config_arg}"
+
+    expected: dict[str, list[tuple[str, sweep_lib.Point]]] = {}
+    for row, (path, extra_arg) in ROWS.items():
+        spec = f"{os.path.join(REPO, path)}:{config_arg}{extra_arg}"
         points = sweep_lib.sweep_points(spec)
-        keep = [p.name for p in points]
+        sweep_lib.check_overrides(spec, points, {})
         if args.quick and row in QUICK:
-            field, values = QUICK[row]
-            keep = [p.name for p in points if p.overrides[field] in values]
-        results[row] = run_sweep(spec, os.path.join(workdir, row), {}, keep, args.train_script)
-        if row == "B":  # the base d_k = d_model / 8 at 8 heads is the h = 8 point of rows (A): trained once
-            results[row] += shared_points(results["A"], d_model)
+            field, keep = QUICK[row]
+            points = [p for p in points if p.overrides[field] in keep]
+        expected[row] = [(spec, p) for p in points]
+    failed: list[str] = []
+    if not args.report_only:
+        order = {r: i for i, r in enumerate(ROWS)}
+        jobs = sorted(((row, spec, p) for row in rows for spec, p in expected[row]),
+                      key=lambda j: (j[0] == "AA", j[2].overrides.get("seed", 0), order[j[0]]))
+        failed = run_jobs(jobs, workdir, records_dir, args.train_script)
+    base = sweep_lib.load_config_module(os.path.join(REPO, ROWS["A"][0])).get_config(config_arg)
+    path = write_report(out, expected, base, quick=args.quick, workdir=workdir)
+    print(f"wrote {path}")
+    if failed:
+        print(f"[table3] failed points: {failed}; rerun the same command to retry them", file=sys.stderr)
+    return path
+
+
+# --------------------------------------------------------------------------------------------- report
+def setting_of(row: str, overrides: dict, d_model: int) -> tuple[str, int, int, int]:
+    """(label, h, d_k, d_v) of a point of ``row``."""
+    if row == "B":
+        h, dk, dv = 8, int(overrides["model.qk_dim"]), d_model // 8
+    else:
+        h = int(overrides["model.num_heads"])
+        dk = dv = int(overrides["model.qk_dim"])
+    label = ("A/A: " if row == "AA" else "") + f"h={h}, d_k={dk}"
+    return label, h, dk, dv
+
+
+def write_report(out: str, expected: dict[str, list], base, *, quick: bool, workdir: str) -> str:
+    """The report from the records under ``<out>/points``: tables, contrasts, curves, "What the data say"."""
+    d_model = int(base.model.d_model)
+    base_dk = d_model // 8
+    recs: dict[str, dict[str, dict]] = {row: sweep_lib.read_records_dir(os.path.join(out, "points", row))
+                                        for row in ROWS}
+    # settings: label -> (row, h, dk, dv, records); rows (B)'s base is rows (A)'s h = 8 point
+    settings: dict[str, dict] = {}
+    missing: list[str] = []
+    for row, pts in expected.items():
+        for _, p in pts:
+            label, h, dk, dv = setting_of(row, p.overrides, d_model)
+            s = settings.setdefault(label, {"row": row, "h": h, "dk": dk, "dv": dv, "records": [], "expected": 0})
+            s["expected"] += 1
+            if p.name in recs[row]:
+                s["records"].append(recs[row][p.name])
+            else:
+                missing.append(f"{row}/{p.name}")
+    base_label = f"h=8, d_k={base_dk}"
+    base_recs = settings.get(base_label, {}).get("records", [])
+    all_recs = [r for row in recs.values() for r in row.values()]
 
     report = Report(out, "Vaswani et al. Table 3 rows (A) and (B) at CPU scale")
-    report.text(environment_line() + (" Quick mode (tiny model, few steps)." if args.quick else ""))
+    report.text(environment_line() + (" Quick mode (tiny model, few steps)." if quick else ""))
+    commits = sorted({r.get("commit", "unknown") for r in all_recs})
+    steps = sorted({r.get("steps") for r in all_recs})
+    n_expected = sum(len(v) for v in expected.values())
     report.text(
-        f"Embedded corpus, d_model {base.model.d_model}, {base.model.num_encoder_layers}+"
-        f"{base.model.num_decoder_layers} layers, d_ff {base.model.d_ff}; each point trains for "
-        f"{base.train.num_steps} steps" + (f" (capped at {base.train.max_minutes:g} minutes)" if
-                                             base.train.max_minutes else "") + ", then decodes "
-        f"{base.eval.split_examples or 'all'} test sentences ({base.eval.decode}). "
-        f"Seeds: {1 if args.quick else args.seeds}. Per-point tables: `{os.path.relpath(workdir, REPO)}/A/README.md` "
-        "and `.../B/README.md` (rows (B) reuse the h = 8 points of rows (A) for d_k = d_model / 8)."
-    )
-    verdicts = []
-    fig, axes = plt.subplots(2, 2, figsize=(9, 6))
-    for r, (row, field, label) in enumerate((("A", "model.num_heads", "num_heads (d_k = d_v = d_model/h)"),
-                                             ("B", "model.qk_dim", "qk_dim (h = 8, d_v kept)"))):
-        res = results[row]
-        bleu = by_value(res, field, "test BLEU")
-        ppl = by_value(res, field, "valid perplexity")
-        report.section(f"Rows ({row}): {label}")
-        rows = []
-        for value in sorted({p.overrides[field] for p, _ in res}):
-            sub = [s for p, s in res if p.overrides[field] == value]
-            params = next((s["parameters"] for s in sub if s["parameters"] is not None), None)
-            rows.append([value, params, mean_std(bleu.get(value, [])), mean_std(ppl.get(value, [])),
-                         sum(1 for s in sub if s["status"] == "done")])
-        report.table([field.rsplit(".", 1)[-1], "parameters", "test BLEU", "valid perplexity", "finished seeds"],
-                     rows, csv_name=f"rows_{row}.csv")
-        if bleu:
-            spread_plot(axes[r, 0], bleu, label, "test BLEU")
-        if ppl:
-            spread_plot(axes[r, 1], ppl, label, "valid perplexity")
-        if row == "A":
-            verdicts.append("- " + compare(bleu, 1, 8, "Test BLEU, heads", True))
-            verdicts.append("- " + compare(ppl, 1, 8, "Validation perplexity, heads", False))
-            if 32 in bleu:
-                verdicts.append("- " + compare(bleu, 32, 8, "Test BLEU, heads", True))
+        f"Protocol: embedded Spanish->English corpus, d_model {d_model}, {base.model.num_encoder_layers}+"
+        f"{base.model.num_decoder_layers} layers, d_ff {base.model.d_ff}, no QK-LayerNorm, learning rate "
+        f"{base.train.learning_rate:g} ({base.train.schedule}, {base.train.warmup_steps} warmup steps), batch "
+        f"{base.data.batch_size} packed rows of {base.data.max_source_len} tokens, {base.train.num_steps} steps per "
+        f"point; validation loss on the whole validation split every {base.train.eval_every} steps and at the end; "
+        f"greedy decoding of {base.eval.split_examples or 'all'} test sentences at the end (sacreBLEU). Rows (A): "
+        f"h with d_k = d_v = d_model / h. Rows (B): h = 8, d_v = {d_model // 8}, d_k reduced from {base_dk} to "
+        f"1/2 and 1/4 of it. A/A control: the base point (h = 8, d_k = {base_dk}) with seeds "
+        f"{sorted({r.get('seed') for r in recs['AA'].values()}) or 'not yet run'} against the base's own seeds.\n\n"
+        f"Records: {len(all_recs)} of {n_expected} points (`points/<row>/<point>.json`, one per finished point: "
+        f"config, commit, seed, final metrics, learning curve, stability statistics and per-sentence BLEU "
+        f"statistics). Steps per recorded point: {steps or 'none yet'}. Made by commit(s): {', '.join(commits) or '—'}."
+        f" Run folders (not committed): `{os.path.relpath(workdir, REPO)}/<row>/<point>`.")
+    if missing:
+        report.text(f"**Not finished yet ({len(missing)} points):** " + ", ".join(f"`{m}`" for m in missing)
+                    + ". Everything below uses the finished points only.")
+
+    # ---- per setting
+    report.section("Results per setting (mean ± std over seeds)")
+    rows_out, csv_runs = [], []
+    for label, s in settings.items():
+        rs = s["records"]
+        params = next((r.get("params") for r in rs if r.get("params") is not None), None)
+        rows_out.append([s["row"], s["h"], s["dk"], s["dv"], params,
+                         f"{len(rs)}/{s['expected']}" + (f" (seeds {sorted(r.get('seed') for r in rs)})" if rs else ""),
+                         mean_std(values(rs, "nll")), mean_std(values(rs, "ppl")), mean_std(values(rs, "bleu")),
+                         mean_std(values(rs, "chrf")), mean_std(values(rs, "wall"))])
+        for r in rs:
+            csv_runs.append([s["row"], r.get("point"), s["h"], s["dk"], s["dv"], r.get("seed"), r.get("steps"),
+                             r.get("params"), metric(r, "nll"), metric(r, "ppl"), metric(r, "bleu"),
+                             metric(r, "chrf"), metric(r, "grad"), metric(r, "spikes"), metric(r, "jump"),
+                             metric(r, "logit"), r.get("wall_s"), r.get("commit")])
+    report.table(["row", "h", "d_k", "d_v", "parameters", "seeds done", "valid NLL (nats)", "valid perplexity",
+                  "test BLEU", "test chrF", "wall (min)"], rows_out, csv_name="settings.csv")
+    report.text("Every run (one line per record):")
+    report.table(["row", "point", "h", "d_k", "d_v", "seed", "steps", "parameters", "valid NLL", "valid ppl",
+                  "test BLEU", "test chrF", "max grad norm", "loss spikes", "max loss jump", "max attn logit",
+                  "wall (s)", "commit"], csv_runs, csv_name="runs.csv", digits=4)
+
+    # ---- contrasts
+    contrasts = []  # (name, key in PAPER or None, records)
+    for label, s in settings.items():
+        if label == base_label:
+            continue
+        if s["row"] == "A":
+            contrasts.append((f"h={s['h']} (d_k={s['dk']}) vs h=8", ("h", s["h"]), s["records"]))
+        elif s["row"] == "B":
+            frac = base_dk // s["dk"] if s["dk"] else 0
+            contrasts.append((f"d_k={s['dk']} (1/{frac} of base) vs {base_dk}", ("dk", frac), s["records"]))
         else:
-            verdicts.append("- " + compare(bleu, 16, 64, "Test BLEU, d_k", True))
-            verdicts.append("- " + compare(ppl, 16, 64, "Validation perplexity, d_k", False))
-    fig.tight_layout()
-    report.figure(fig, "table3", "Test BLEU and validation perplexity per setting; error bars: std over seeds, "
-                  "grey dots: single seeds.")
+            contrasts.append((f"A/A: seeds {sorted(r.get('seed') for r in s['records'])} vs "
+                              f"{sorted(r.get('seed') for r in base_recs)}", None, s["records"]))
+    report.section("Contrasts against the base point (h = 8, d_k = d_model / 8)")
+    report.text("Difference of means (setting minus base) with 95% intervals: Welch's t (primary) and a "
+                "bootstrap over seeds (coarse with 3 seeds). NLL is the validation loss in nats per target "
+                "token of our 8k BPE vocabulary; the paper's column is the change in log perplexity per wordpiece "
+                "on newstest2013 (same units, different data and scale). Verdicts compare the Welch interval "
+                "with the paper's sign.")
+    c_rows, verdicts = [], []
+    fig_rows = []
+    for name, key, rs in contrasts:
+        paper_nll, paper_bleu = PAPER.get(key, (None, None)) if key else (None, None)
+        nll = contrast(rs, base_recs, "nll")
+        bleu = contrast(rs, base_recs, "bleu")
+        v_nll = verdict(nll[0] if nll else None, paper_nll, NO_EFFECT["nll"])
+        v_bleu = verdict(bleu[0] if bleu else None, paper_bleu, NO_EFFECT["bleu"])
+        c_rows.append([name, len(rs), len(base_recs), None if paper_nll is None else round(paper_nll, 3),
+                       nll[0].text(3) if nll else "—", nll[1].text(3) if nll else "—",
+                       None if paper_bleu is None else round(paper_bleu, 1),
+                       bleu[0].text(2) if bleu else "—", bleu[1].text(2) if bleu else "—", v_nll, v_bleu])
+        verdicts.append((name, key, nll, bleu, v_nll, v_bleu, paper_nll, paper_bleu))
+        if nll:
+            fig_rows.append((name, nll[0], paper_nll, bleu[0] if bleu else None, paper_bleu))
+    report.table(["contrast", "n", "n base", "paper Δ log-ppl", "Δ NLL [Welch 95%]", "Δ NLL [bootstrap 95%]",
+                  "paper Δ BLEU", "Δ BLEU [Welch 95%]", "Δ BLEU [bootstrap 95%]", "verdict (NLL)",
+                  "verdict (BLEU)"], c_rows, csv_name="contrasts.csv")
+
+    # ---- paired bootstrap BLEU
+    report.section("Test BLEU per seed pair (paired bootstrap over test sentences)")
+    report.text("For each contrast and seed, BLEU(setting) - BLEU(base) on the same test sentences with a 95% "
+                "percentile interval and two-sided p from 1,000 resamples of the sentences (the A/A row pairs "
+                "seeds 3/4/5 with 0/1/2). This measures test-set sampling noise for one pair of trained models; "
+                "the seed-level intervals above measure training noise.")
+    p_rows, p_summary = [], {}
+    for name, key, rs in contrasts:
+        for sa, sb, iv in paired_bleu(rs, base_recs):
+            p_rows.append([name, sa, sb, iv.text(2), iv.p])
+            p_summary.setdefault(name, []).append(iv)
+    report.table(["contrast", "seed", "base seed", "Δ BLEU [95%]", "p"], p_rows, csv_name="paired_bleu.csv")
+
+    # ---- figures
+    if any(s["records"] for s in settings.values()):
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        labels = [l for l, s in settings.items() if s["records"]]
+        for ax, (m, ylabel) in zip(axes, (("nll", "validation NLL (nats)"), ("bleu", "test BLEU"))):
+            for i, l in enumerate(labels):
+                v = values(settings[l]["records"], m)
+                if v:
+                    ax.errorbar([i], [np.mean(v)], yerr=[np.std(v, ddof=1) if len(v) > 1 else 0], marker="o",
+                                capsize=3, color="C0")
+                    ax.scatter([i] * len(v), v, s=8, color="gray", zorder=3)
+            ax.set_xticks(range(len(labels)), [l.replace(", ", "\n") for l in labels], fontsize=6)
+            ax.set_ylabel(ylabel)
+        fig.tight_layout()
+        report.figure(fig, "table3", "Validation NLL and test BLEU per setting: mean ± std over seeds (blue), "
+                      "single seeds (grey).")
+    if fig_rows:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 0.5 + 0.45 * len(fig_rows)), squeeze=False)
+        for ax, idx, (xlabel) in ((axes[0, 0], 1, "Δ validation NLL vs base (nats)"),
+                                  (axes[0, 1], 3, "Δ test BLEU vs base")):
+            for y, row in enumerate(fig_rows):
+                iv, paper = row[idx], row[idx + 1]
+                if iv is not None:
+                    err = ([[iv.diff - iv.lo], [iv.hi - iv.diff]] if iv.lo is not None else None)
+                    ax.errorbar([iv.diff], [y], xerr=err, fmt="o", color="C0", capsize=3,
+                                label="ours (Welch 95%)" if y == 0 else None)
+                if paper is not None:
+                    ax.scatter([paper], [y], marker="x", color="C3", zorder=3, label="paper" if y == 0 else None)
+            ax.axvline(0, color="gray", lw=0.8)
+            ax.set_yticks(range(len(fig_rows)), [r[0] for r in fig_rows], fontsize=7)
+            ax.invert_yaxis()
+            ax.set_xlabel(xlabel)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        report.figure(fig, "contrasts", "Each contrast against the base point: our difference of means with its "
+                      "95% Welch interval (blue) and the paper's Table 3 difference (red x).")
+    if any(r.get("curve") for r in all_recs):
+        fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+        groups_a = {l: s["records"] for l, s in settings.items() if s["row"] == "A"}
+        groups_b = {l: s["records"] for l, s in settings.items() if s["row"] in ("B", "AA") or l == base_label}
+        plot_curves(axes[0, 0], axes[0, 1], groups_a)
+        plot_curves(axes[1, 0], axes[1, 1], groups_b)
+        for ax in axes[:, 1]:
+            ys = [l.get_ydata() for l in ax.get_lines() if len(l.get_ydata())]
+            if ys:
+                lo = min(float(np.min(y)) for y in ys)
+                ax.set_ylim(lo - 0.1, lo + 2.0)
+        fig.tight_layout()
+        report.figure(fig, "learning_curves", "Learning curves, mean over seeds: rows (A) on top, rows (B) with "
+                      "the base and the A/A control below.")
+    st_rows = [[l, len(s["records"]), mean_std(values(s["records"], "grad")), mean_std(values(s["records"], "spikes")),
+                mean_std(values(s["records"], "jump")), mean_std(values(s["records"], "logit"))]
+               for l, s in settings.items() if s["records"]]
+    if st_rows:
+        report.section("Stability")
+        report.text("Per run, then mean ± std over seeds: the largest logged gradient norm (before clipping, mean "
+                    f"of each {base.train.log_every}-step interval), loss spikes ({sweep_lib.SPIKE_NATS} nats above "
+                    f"the median of the previous {sweep_lib.SPIKE_WINDOW} logged losses), the largest such jump, and "
+                    "the largest attention logit of the logged statistics (any group, layer and head).")
+        report.table(["setting", "n", "max grad norm", "loss spikes", "max loss jump", "max attention logit"],
+                     st_rows)
+
     report.section("What the data say")
-    report.text("The paper (base model, 100k steps on WMT14 EN-DE): one head is 0.9 BLEU below eight; 32 heads "
-                "are also worse; d_k 16 or 32 instead of 64 costs BLEU (rows B). Here:\n" + "\n".join(verdicts))
-    path = report.write()
-    print(f"wrote {path}")
-    return path
+    report.text(what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_model, all_recs))
+    return report.write()
+
+
+def budget(records: Sequence[dict]) -> str:
+    steps = sorted({r.get("steps") for r in records if r.get("steps")})
+    epochs = sorted({round(r["steps"] / r["batches_per_epoch"], 2) for r in records
+                     if r.get("steps") and r.get("batches_per_epoch")})
+    return (f"{'/'.join(str(s) for s in steps)} steps" + (f" (about {'/'.join(str(e) for e in epochs)} epochs)"
+                                                          if epochs else "")) if steps else "no finished points"
+
+
+def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_model, records) -> str:
+    """The paragraph, generated from the intervals: which effects reproduce, at what budget, what is missing."""
+    intro = (f"Budget: {budget(records)} per point, d_model {d_model}; base point ({base_label}): "
+             f"{len(settings.get(base_label, {}).get('records', []))} seeds. Verdicts use the 95% Welch interval of "
+             "the difference in validation NLL against the paper's sign.")
+    if not records:
+        return intro + "\n\nNo point has finished yet: nothing can be said."
+    items, tally = [], {}
+    for name, key, nll, bleu, v_nll, v_bleu, paper_nll, paper_bleu in verdicts:
+        if key is not None:
+            tally.setdefault(v_nll, []).append(name.split(" vs ")[0])
+        if nll is None:
+            items.append(f"- {name}: no finished seeds yet.")
+            continue
+        w = nll[0]
+        paper = "" if paper_nll is None else f" (paper {paper_nll:+.3f} nats, {paper_bleu:+.1f} BLEU)"
+        text = f"- {name}: Δ NLL {w.text(3)} nats, n = {w.n_a} vs {w.n_b}{paper}: **{v_nll}**"
+        if bleu:
+            text += f"; Δ BLEU {bleu[0].text(2)}: {v_bleu}"
+        pairs = p_summary.get(name, [])
+        if pairs:
+            sig = sum(1 for iv in pairs if iv.excludes_zero())
+            text += (f"; paired bootstrap: {sig} of {len(pairs)} seed pairs differ in BLEU at the 5% level "
+                     f"(Δ {', '.join(f'{iv.diff:+.2f}' for iv in pairs)})")
+        items.append(text + ".")
+    paragraphs = [intro, "\n".join(items),
+                  "In short (NLL): " + "; ".join(f"{v}: {', '.join(names)}" for v, names in tally.items()) + "."]
+    aa = [v for v in verdicts if v[1] is None and v[2] is not None]
+    if aa:
+        w = aa[0][2][0]
+        if w.lo is None:
+            paragraphs.append("The A/A control has too few seeds for an interval yet.")
+        elif w.excludes_zero():
+            paragraphs.append(f"**The A/A control's interval excludes zero** ({w.text(3)} nats between identical "
+                              "settings): seed-to-seed variation is larger than the Welch intervals assume here, so "
+                              "treat the other 'reproduced' verdicts with the same suspicion.")
+        else:
+            paragraphs.append(f"The A/A control (identical settings, other seeds) gives {w.text(3)} nats, an "
+                              "interval that includes zero, as it should.")
+    if d_model // 32 < 16:
+        paragraphs.append(f"Confounds: at d_model {d_model}, h = 32 means d_k = {d_model // 32} (the paper's smallest"
+                          f" d_k is 16), so a rows (A) penalty at h = 32 cannot be told apart from a small-d_k "
+                          f"penalty; rows (B)'s 1/4 point has d_k = {d_model // 32} too.")
+    if missing:
+        paragraphs.append(f"{len(missing)} points have not finished; their settings are missing or rest on fewer "
+                          "seeds, and the verdicts may change as the sweep completes.")
+    return "\n\n".join(paragraphs)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,13 @@ one W&B group. A finished point leaves ``<point>/sweep_point.json`` with ``"stat
 when the sweep is run again; an interrupted point resumes from its own checkpoints (train.py resumes from
 its workdir). Aggregation writes ``<workdir>/README.md`` (Markdown table and figures), ``results.csv``,
 ``bleu_perplexity.png`` and ``entropy_heatmaps.png``.
+
+Run folders are not committed. ``--records=DIR`` keeps a small record of every finished point in
+``DIR/<point>.json`` (``point_record``: config and overrides, commit, seed, final validation and test metrics,
+learning curve, stability statistics, per-sentence BLEU statistics of the decoded test set); committed, it
+makes the point finished for good: a point whose record exists is skipped even when its run folder is gone.
+
+    python scripts/sweep.py --config=configs/table3_dk.py --records=docs/results/table3/points/B
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import Report, heatmap_grid, plt  # noqa: E402
+from _report import Report, heatmap_grid, plt, source_commit  # noqa: E402
 from engine import metrics as metrics_lib  # noqa: E402
 from engine.config import config_name  # noqa: E402
 
@@ -196,23 +203,39 @@ def point_status(point_dir: str) -> Optional[dict]:
     return status if status.get("status") == "done" else None
 
 
+def _check_same(where: str, found: Mapping[str, Any], config_spec: str, overrides: Mapping[str, Any],
+                hint: str) -> None:
+    """Raise ValueError when a marker or record ``found`` was made with another config or other overrides."""
+    wanted = {"config": same_file_spec(config_spec), "overrides": json.loads(json.dumps(overrides))}
+    got = {"config": same_file_spec(found.get("config", "")), "overrides": found.get("overrides")}
+    if got != wanted:
+        raise ValueError(f"sweep point {where} was trained as {got}, but this sweep asks for {wanted}; {hint}")
+
+
 def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str, Any], *, group: str,
-              python: str = sys.executable, train_script: Optional[str] = None) -> bool:
-    """Train one point unless its marker says it is done; True when it finished.
+              python: str = sys.executable, train_script: Optional[str] = None,
+              record: Optional[str] = None) -> bool:
+    """Train one point unless its record or marker says it is done; True when it finished.
 
     train.py's console output goes to <point>/sweep_stdout.log (its own log is <point>/train.log). A point
     counts as finished when train.py exits 0 after training to the end (``train_end`` reason ``num_steps`` or
-    ``max_minutes``); one stopped by a signal is resumed on the next run.
+    ``max_minutes``); one stopped by a signal is resumed on the next run. With ``record`` (a JSON path, e.g.
+    under ``docs/results/<study>/points/``) a finished point also writes its record there (``point_record``),
+    and a point whose record exists is not trained again even when ``sweep_dir`` is gone.
     """
     point_dir = os.path.join(sweep_dir, point.name)
     overrides = {**extra, **point.overrides}
+    if record is not None and os.path.exists(record):
+        _check_same(record, read_record(record), config_spec, overrides,
+                    "move that record away (or use another records folder) to retrain it")
+        print(f"[sweep] {point.name}: record {os.path.relpath(record, REPO)} exists, skipped")
+        return True
     status = point_status(point_dir)
     if status is not None:
-        wanted = {"config": same_file_spec(config_spec), "overrides": json.loads(json.dumps(overrides))}
-        found = {"config": same_file_spec(status.get("config", "")), "overrides": status.get("overrides")}
-        if found != wanted:
-            raise ValueError(f"sweep point {point_dir} was trained as {found}, but this sweep asks for {wanted}; "
-                             "use another --workdir, or delete that folder to retrain it")
+        _check_same(point_dir, status, config_spec, overrides,
+                    "use another --workdir, or delete that folder to retrain it")
+        if record is not None:
+            write_record(record, point_record(point_dir, config_spec, overrides, name=point.name))
         print(f"[sweep] {point.name}: done already, skipped")
         return True
     os.makedirs(point_dir, exist_ok=True)
@@ -224,6 +247,7 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
     cmd = train_command(config_spec, point_dir, overrides, group=group, run_name=f"{group}/{point.name}",
                         python=python, train_script=train_script)
     print(f"[sweep] {point.name}: {' '.join(cmd)}", flush=True)
+    commit = source_commit()
     start = time.time()
     stdout_path = os.path.join(point_dir, "sweep_stdout.log")
     with open(stdout_path, "a") as log:
@@ -234,9 +258,11 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
         print(f"[sweep] {point.name}: train.py exited with {rc} (stop reason {reason}) after {wall:.0f}s; "
               f"see {stdout_path}", flush=True)
         return False
-    with open(os.path.join(point_dir, MARKER), "w") as f:
-        json.dump({"status": "done", "config": config_spec, "overrides": overrides, "wall_s": wall,
-                   "command": cmd}, f, indent=1)
+    _write_json_atomic(os.path.join(point_dir, MARKER), {"status": "done", "config": config_spec,
+                                                         "overrides": overrides, "wall_s": wall, "command": cmd,
+                                                         "commit": commit})
+    if record is not None:
+        write_record(record, point_record(point_dir, config_spec, overrides, name=point.name))
     print(f"[sweep] {point.name}: done in {wall:.0f}s", flush=True)
     return True
 
@@ -337,6 +363,238 @@ def point_summary(point_dir: str) -> dict[str, Any]:
     return row
 
 
+# ------------------------------------------------------------------------------------------- records
+RECORD_SCHEMA = 1
+CURVE_EVERY = 100  # steps per learning-curve bin in a record
+SPIKE_WINDOW = 10  # logged train losses a spike is measured against (their median)
+SPIKE_NATS = 0.3  # a logged train loss this far above that median counts as a loss spike
+
+
+def _round(x: Any, digits: int = 5) -> Optional[float]:
+    """A float with ``digits`` significant digits for a record (None for missing or non-finite values)."""
+    v = _num(x)
+    if v is None or not np.isfinite(v):
+        return None
+    return float(f"{float(v):.{digits}g}")
+
+
+def _by_step(records: Sequence[dict], key: str) -> list[tuple[int, float]]:
+    """(step, value) of ``key`` over the metric records, one per step (the last logged wins: after a resume
+    the rerun steps replace the killed run's), in step order."""
+    out: dict[int, float] = {}
+    for r in records:
+        if key in r and "event" not in r and _num(r.get("step")) is not None:
+            v = _num(r[key])
+            out[int(r["step"])] = float(v) if v is not None else float("nan")
+    return sorted(out.items())
+
+
+def learning_curve(records: Sequence[dict], every: int = CURVE_EVERY) -> dict[str, list]:
+    """Train loss / NLL (mean of the logged values in each ``every``-step bin, labelled by the last logged
+    step in the bin), the largest logged gradient norm in the bin, and every logged validation loss / NLL."""
+    series = {name: dict(_by_step(records, key)) for key, name in (
+        ("train/loss", "train_loss"), ("train/nll", "train_nll"), ("train/grad_norm", "grad_norm"))}
+    bins: dict[int, list[int]] = {}
+    for step in sorted(series["train_loss"]):
+        bins.setdefault(-(-step // every), []).append(step)
+    groups = [bins[b] for b in sorted(bins)]
+    curve: dict[str, list] = {"step": [max(g) for g in groups]}
+    for name, reduce in (("train_loss", np.mean), ("train_nll", np.mean), ("grad_norm", np.max)):
+        got = [[series[name][s] for s in g if s in series[name]] for g in groups]
+        curve[name] = [_round(reduce(v)) if v else None for v in got]
+    valid = dict(_by_step(records, "validation/nll"))
+    valid_loss = dict(_by_step(records, "validation/loss"))
+    curve["valid_step"] = sorted(valid)
+    curve["valid_nll"] = [_round(valid[s]) for s in sorted(valid)]
+    curve["valid_loss"] = [_round(valid_loss.get(s)) for s in sorted(valid)]
+    return curve
+
+
+def loss_spikes(losses: Sequence[float], window: int = SPIKE_WINDOW, nats: float = SPIKE_NATS) -> tuple[int, float]:
+    """(number of spikes, largest jump): a jump is a logged loss minus the median of the ``window`` logged
+    losses before it; a spike is a jump above ``nats``. Non-finite losses count as spikes."""
+    v = np.asarray(losses, dtype=np.float64)
+    count, largest = 0, 0.0
+    for i in range(window, v.size):
+        if not np.isfinite(v[i]):
+            count += 1
+            continue
+        prev = v[i - window:i]
+        prev = prev[np.isfinite(prev)]
+        if prev.size == 0:
+            continue
+        jump = float(v[i] - np.median(prev))
+        largest = max(largest, jump)
+        count += int(jump > nats)
+    return count, largest
+
+
+def stability(records: Sequence[dict]) -> dict[str, Any]:
+    """Loss spikes, gradient norms and attention max logits of a run, from its metrics.jsonl records."""
+    losses = [v for _, v in _by_step(records, "train/loss")]
+    spikes, jump = loss_spikes(losses)
+    grads = [v for _, v in _by_step(records, "train/grad_norm") if np.isfinite(v)]
+    groups = sorted({k.split("/")[1] for r in records for k in r
+                     if k.startswith("attn/") and k.endswith("/max_logit") and k.count("/") == 2})
+    logit_curve: dict[str, list] = {"step": []}
+    per_step: dict[int, dict[str, float]] = {}
+    for r in records:
+        if "attn/step" in r:
+            per_step[int(r["attn/step"])] = {g: r.get(f"attn/{g}/max_logit") for g in groups}
+    logit_curve["step"] = sorted(per_step)
+    for g in groups:
+        logit_curve[g] = [_round(per_step[s].get(g), 4) for s in logit_curve["step"]]
+    non_finite = [r.get("at_step", r.get("step")) for r in records if r.get("event") == "non_finite"]
+    return {
+        "loss_spikes": spikes, "max_loss_jump": _round(jump, 4),
+        "spike_rule": f"a logged train loss (mean of train.log_every steps) more than {SPIKE_NATS} nats above "
+                      f"the median of the {SPIKE_WINDOW} logged losses before it",
+        "max_grad_norm": _round(max(grads)) if grads else None,
+        "grad_norm_note": "before clipping, mean over each train.log_every interval",
+        "max_attention_logit": {g: _round(max((x for x in logit_curve[g] if x is not None), default=None), 4)
+                                for g in groups},
+        "max_logit_curve": logit_curve,
+        "non_finite_step": non_finite[0] if non_finite else None,
+        "health_warnings": sum(1 for r in records if r.get("event") == "health_warning"),
+    }
+
+
+_REFERENCES: dict[str, list[str]] = {}
+
+
+def split_references(point_dir: str, split: str) -> list[str]:
+    """The reference translations of ``split`` of the corpus the point trained on (its config.json), in the
+    order the engine decodes them; cached per data config."""
+    import data as data_lib
+    import ml_collections
+
+    path = os.path.join(point_dir, "config.json")
+    if not os.path.exists(path):
+        raise ValueError(f"{path} does not exist: the point's config is needed to read its {split} references")
+    with open(path) as f:
+        cfg = ml_collections.ConfigDict(json.load(f)["data"])
+    key = json.dumps([cfg.to_dict(), split], sort_keys=True, default=str)
+    if key not in _REFERENCES:
+        ds = data_lib.build_translation(cfg, workdir=None, seed=0)
+        _REFERENCES[key] = [r for _, r in ds.examples(split)]
+    return _REFERENCES[key]
+
+
+def bleu_sentence_stats(point_dir: str, records: Sequence[dict]) -> dict[str, Any]:
+    """Per-sentence BLEU statistics of the point's final decoded split (hypotheses from its ``outputs/``),
+    or ``{"rows": None, "reason": ...}`` when the point decoded nothing."""
+    import _stats
+
+    bleus = [r for r in records if r.get("event") == "bleu"]
+    if not bleus or not bleus[-1].get("hypotheses"):
+        return {"rows": None, "reason": "no decoded hypotheses logged"}
+    ev = bleus[-1]
+    hyp_path = os.path.join(point_dir, "outputs", os.path.basename(ev["hypotheses"]))
+    if not os.path.exists(hyp_path):
+        return {"rows": None, "reason": f"hypotheses file {hyp_path} is missing"}
+    with open(hyp_path, encoding="utf-8") as f:
+        hyps = f.read().split("\n")[: int(ev["sentences"])]
+    refs = split_references(point_dir, ev["split"])[: len(hyps)]
+    rows = _stats.sentence_stats(hyps, refs)
+    return {"split": ev["split"], "sentences": len(hyps), "fields": list(_stats.STAT_FIELDS),
+            "rows": rows.tolist()}
+
+
+def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any], *, name: str) -> dict[str, Any]:
+    """The committed summary of a finished point: what it was, its final metrics, learning curve, stability
+    statistics and per-sentence BLEU statistics (so paired bootstrap needs no run folder). Tens of KB."""
+    records = read_records(os.path.join(point_dir, METRICS))
+    values = last_values(r for r in records if "event" not in r)
+    status = point_status(point_dir) or {}
+    config: dict = {}
+    if os.path.exists(os.path.join(point_dir, "config.json")):
+        with open(os.path.join(point_dir, "config.json")) as f:
+            config = json.load(f)
+    path, arg = split_config_spec(config_spec)
+    rel = os.path.relpath(os.path.abspath(path), REPO)
+    spec = (rel if not rel.startswith("..") else os.path.abspath(path)) + (f":{arg}" if arg is not None else "")
+    starts = [r for r in records if r.get("event") == "start"]
+    times = [r["time"] for r in records if _num(r.get("time")) is not None]
+    segments: list[list[float]] = []
+    for r in records:
+        if r.get("event") == "start":
+            segments.append([r["time"], r["time"]])
+        elif segments and _num(r.get("time")) is not None:
+            segments[-1][1] = r["time"]
+    logged = sum(b - a for a, b in segments)
+    bleu_events = [r for r in records if r.get("event") == "bleu"]
+    test = {k.split("/", 1)[1]: _round(values[k]) for k in ("test/bleu", "test/chrf") if k in values}
+    if bleu_events:
+        ev = bleu_events[-1]
+        test = {"split": ev.get("split"), "bleu": _round(ev.get("bleu")), "chrf": _round(ev.get("chrf")),
+                "sentences": ev.get("sentences"), "bleu_signature": ev.get("bleu_signature"),
+                "chrf_signature": ev.get("chrf_signature")}
+    return {
+        "schema": RECORD_SCHEMA,
+        "point": name,
+        "config": spec,
+        "overrides": json.loads(json.dumps(overrides)),
+        "seed": config.get("seed", overrides.get("seed")),
+        "commit": status.get("commit") or f"{source_commit()} (at record time; the run's commit was not kept)",
+        "recorded_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "host": f"{os.uname().sysname} {os.uname().machine}, {os.cpu_count()} CPU cores",
+        "steps": int(values.get("step", 0)),
+        "end_reason": end_reason(point_dir),
+        "params": next((r.get("params") for r in starts if r.get("params") is not None), None),
+        "batches_per_epoch": next((((r.get("data_stats") or {}).get("batches") or {}).get("per_epoch")
+                                   for r in starts if isinstance(r.get("data_stats"), dict)), None),
+        "model": {k: config.get("model", {}).get(k) for k in (
+            "d_model", "num_heads", "qk_dim", "v_dim", "d_ff", "num_encoder_layers", "num_decoder_layers",
+            "qk_layernorm")} if config else {},
+        "train": {k: config.get("train", {}).get(k) for k in (
+            "num_steps", "learning_rate", "schedule", "warmup_steps", "label_smoothing", "grad_clip_norm")}
+        if config else {},
+        "wall_s": _round(status.get("wall_s"), 4),
+        "logged_s": _round(logged, 4),
+        "resumes": max(len(starts) - 1, 0),
+        "first_logged_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(min(times))) if times else None,
+        "validation": {k.split("/", 1)[1]: _round(values.get(k)) for k in (
+            "validation/nll", "validation/loss", "validation/perplexity", "validation/accuracy") if k in values},
+        "test": test,
+        "curve": learning_curve(records),
+        "stability": stability(records),
+        "bleu_sentence_stats": bleu_sentence_stats(point_dir, records),
+    }
+
+
+def _write_json_atomic(path: str, obj: Any, text: Optional[str] = None) -> None:
+    """Write JSON through a temporary file and a rename, so a killed process leaves the old file or the new."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text if text is not None else json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+def write_record(path: str, record: Mapping[str, Any]) -> None:
+    """Write a point record: one top-level field per line (compact values), atomically."""
+    lines = [f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in record.items()]
+    _write_json_atomic(path, None, "{\n" + ",\n".join(lines) + "\n}\n")
+    print(f"[sweep] record {path} ({os.path.getsize(path) / 1024:.0f} KB)", flush=True)
+
+
+def read_record(path: str) -> dict[str, Any]:
+    """A point record written by ``write_record``."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"point record {path} is not valid JSON ({e}); delete it to retrain the point") from None
+
+
+def read_records_dir(records_dir: str) -> dict[str, dict]:
+    """point name -> record for every ``<records_dir>/<point>.json`` (empty when the folder is missing)."""
+    if not os.path.isdir(records_dir):
+        return {}
+    return {f[: -len(".json")]: read_record(os.path.join(records_dir, f))
+            for f in sorted(os.listdir(records_dir)) if f.endswith(".json")}
+
+
 def aggregate(sweep_dir: str, points: Sequence[Point], title: str) -> str:
     """Write README.md, results.csv and the figures for the points found in ``sweep_dir``; returns README path."""
     fields = varying_fields(points) or list(points[0].overrides)[:1]
@@ -428,6 +686,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--aggregate_only", action="store_true", help="only rebuild the table and plots")
     parser.add_argument("--wandb_sweep", default=None, metavar="YAML", help="write a W&B sweep file and exit")
     parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
+    parser.add_argument("--records", default=None, metavar="DIR",
+                        help="keep a record of every finished point as DIR/<point>.json (commit it: a point with "
+                             "a record is not trained again, even without its run folder)")
     args = parser.parse_args(argv)
 
     name = sweep_name(args.config)
@@ -460,7 +721,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.aggregate_only:
         os.makedirs(workdir, exist_ok=True)
         for p in selected:
-            if not run_point(args.config, workdir, p, extra, group=group, train_script=args.train_script):
+            record = os.path.join(args.records, f"{p.name}.json") if args.records else None
+            if not run_point(args.config, workdir, p, extra, group=group, train_script=args.train_script,
+                             record=record):
                 failed.append(p.name)
     path = aggregate(workdir, points, f"Sweep {name}")
     print(f"wrote {path}")

@@ -6,6 +6,7 @@ points against the real configs.
 """
 import json
 import os
+import shutil
 import sys
 import textwrap
 
@@ -101,6 +102,31 @@ def test_failed_or_interrupted_points_rerun(setup, monkeypatch):
     assert "2 of 2 points done" in (workdir / "README.md").read_text()
 
 
+def test_records_keep_finished_points_without_their_run_folders(setup, tmp_path):
+    """A finished point writes a record; with the record, the point is never trained again (here: the run
+    folders deleted, as in a fresh checkout); a finished run without a record gets one without retraining."""
+    cfg, train, calls, workdir = setup
+    records = tmp_path / "records"
+    assert _run(cfg, train, workdir, "--point=num_heads_1", "--set=train.num_steps=3") == 0  # no records yet
+    assert _run(cfg, train, workdir, f"--records={records}", "--set=train.num_steps=3") == 0
+    assert [os.path.basename(p) for p in calls.read_text().split()] == ["num_heads_1", "num_heads_8"]
+    rec = sweep.read_record(str(records / "num_heads_1.json"))
+    assert rec["point"] == "num_heads_1" and rec["config"] == str(cfg)  # outside the repository: absolute path
+    assert rec["overrides"] == {"train.num_steps": "3", "model.num_heads": 1, "model.qk_dim": 64, "seed": 0}
+    assert rec["steps"] == 10 and rec["params"] == 1001 and rec["end_reason"] == "num_steps"
+    assert rec["validation"] == {"perplexity": 11.0} and rec["test"] == {"bleu": 13.0}
+    assert rec["curve"]["step"] == [10] and rec["curve"]["train_loss"] == [2.0]
+    assert rec["bleu_sentence_stats"] == {"rows": None, "reason": "no decoded hypotheses logged"}
+    assert rec["commit"] and rec["wall_s"] is not None
+
+    shutil.rmtree(workdir)
+    assert _run(cfg, train, workdir, f"--records={records}", "--set=train.num_steps=3") == 0
+    assert len(calls.read_text().split()) == 2
+    with pytest.raises(ValueError, match=r"num_heads_1.json was trained as .* move that record away"):
+        _run(cfg, train, workdir, f"--records={records}", "--set=train.num_steps=4")
+    assert len(calls.read_text().split()) == 2
+
+
 def test_only_selected_points_and_list(setup, capsys):
     cfg, train, calls, workdir = setup
     assert _run(cfg, train, workdir, "--point=num_heads_8") == 0
@@ -139,6 +165,7 @@ def test_wandb_agent_run_id_is_handed_to_train(setup, monkeypatch):
 
 @pytest.mark.parametrize("name,arg,expected", [
     ("table3_heads.py", "", {(h, 128 // h, 128 // h, s) for h in (1, 2, 4, 8, 16, 32) for s in (0, 1, 2)}),
+    ("table3_heads.py", "aa", {(8, 16, 16, s) for s in (3, 4, 5)}),  # the A/A control row
     ("table3_dk.py", "", {(None, dk, None, s) for dk in (8, 4) for s in (0, 1, 2)}),
     ("table3_heads.py", "d_model=256,seeds=1", {(h, 256 // h, 256 // h, 0) for h in (1, 2, 4, 8, 16, 32)}),
     ("table3_dk.py", "d_model=256,seeds=1", {(None, dk, None, 0) for dk in (16, 8)}),
@@ -154,5 +181,33 @@ def test_table3_sweeps(name, arg, expected):
     assert config.seed == 1 and config.model.num_heads == 8 and config.model.v_dim == 16
     assert config.model.qk_dim == 16  # both default to h = 8, d_k = d_model / 8 at CPU scale (d_model 128)
     assert config.train.num_steps == 2400 and config.eval.split_examples == 0 and not config.model.qk_layernorm
+    assert config.train.eval_every == 600 and config.eval.bleu_examples == 0  # validation curve, no decoding
     wide = sweep.load_config_module(os.path.join(REPO, "configs", name)).get_config("d_model=256")
     assert wide.model.d_model == 256 and wide.model.d_ff == 1024 and wide.model.qk_dim == 32
+
+def test_table3_dk_refuses_the_aa_argument():
+    with pytest.raises(ValueError, match="aa .* rows \\(A\\) argument"):
+        sweep.sweep_points(os.path.join(REPO, "configs", "table3_dk.py") + ":aa")
+
+
+def test_heads_depth_sweep_is_parameter_matched():
+    spec = os.path.join(REPO, "configs", "heads_depth.py")
+    points = sweep.sweep_points(spec)
+    sweep.check_overrides(spec, points, {})
+    got = {(p.overrides["model.num_heads"], p.overrides["model.num_encoder_layers"],
+            p.overrides["model.num_decoder_layers"], p.overrides["model.qk_layernorm"], p.overrides["seed"])
+           for p in points}
+    assert got == {(h, n, n, q, s) for h, n in ((8, 3), (1, 6)) for q in (False, True) for s in (0, 1, 2)}
+    module = sweep.load_config_module(spec)
+    for qkln in ("", ",qkln"):
+        shallow, deep = module.get_config("arch=h8_L3" + qkln), module.get_config("arch=h1_L6" + qkln)
+        assert (shallow.model.num_heads, shallow.model.qk_dim, shallow.model.d_ff) == (8, 16, 512)
+        assert (deep.model.num_heads, deep.model.qk_dim, deep.model.v_dim) == (1, 128, 128)
+        assert deep.model.qk_layernorm == shallow.model.qk_layernorm == bool(qkln)
+        assert deep.model.d_ff < shallow.model.d_ff
+        n_shallow, n_deep = module.layer_params(shallow), module.layer_params(deep)
+        assert abs(n_deep - n_shallow) <= 0.005 * n_shallow, (n_deep, n_shallow)
+        assert deep.model.d_ff == 62  # the same for both QK-LayerNorm settings
+        assert shallow.train.num_steps == 2400 and shallow.model.d_model == 128
+    with pytest.raises(ValueError, match="arch='h2_L4'"):
+        module.get_config("arch=h2_L4")

@@ -1,0 +1,225 @@
+"""Heads vs depth (Li et al. 2021): 8 heads x 3+3 layers against 1 head x 6+6 at the same parameter count,
+with and without QK-LayerNorm, on the Table 3 CPU-scale translation model.
+
+Li et al. report that the multi-head advantage is mostly training stability and that deeper single-head
+models match it once they train. This trains the points of ``configs/heads_depth.py`` through
+``scripts/sweep.py`` (``train.py`` runs, resumable) and keeps a committed record per finished point in
+``<out>/points/<point>.json`` (as ``scripts/repro_table3.py`` does), so a point with a record is never trained
+again; the report is built from the records alone: quality (validation NLL on the whole split, test BLEU) and
+stability (loss spikes, largest gradient norm, largest attention logit from the engine's statistics).
+
+    python scripts/repro_heads_depth.py                 # 3 seeds x 2 architectures x QK-LayerNorm off/on
+    python scripts/repro_heads_depth.py --report_only   # the report from the committed records
+    python scripts/repro_heads_depth.py --quick         # tiny model, a handful of steps; for tests
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+
+from _report import Report, environment_line, mean_std, plt
+import repro_table3 as t3
+import sweep as sweep_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = "configs/heads_depth.py"
+
+
+def setting(overrides: dict) -> tuple[str, bool, str]:
+    """(architecture label, QK-LayerNorm on, full label) of a point."""
+    h, n, d_ff = overrides["model.num_heads"], overrides["model.num_encoder_layers"], overrides["model.d_ff"]
+    arch = f"{h} head{'s' if h > 1 else ''} x {n}+{n}, d_ff {d_ff}"
+    qkln = bool(overrides["model.qk_layernorm"])
+    return arch, qkln, f"{arch}, QK-LN {'on' if qkln else 'off'}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model, a few steps, 1 seed")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=2400, help="training steps per point")
+    parser.add_argument("--minutes", type=float, default=0.0, help="optional time cap per point (0 = none)")
+    parser.add_argument("--test_examples", type=int, default=0, help="test sentences decoded per point (0 = all)")
+    parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
+    parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/heads_depth[_quick])")
+    parser.add_argument("--out", default=None, help="report and records folder (default docs/results/heads_depth, "
+                        "or runs/repro/heads_depth_quick with --quick)")
+    parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
+    args = parser.parse_args(argv)
+    tag = "heads_depth_quick" if args.quick else "heads_depth"
+    workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
+    out = args.out or os.path.join(REPO, "runs/repro" if args.quick else "docs/results", tag)
+    records_dir = os.path.join(out, "points")
+    config_arg = (f"seeds={1 if args.quick else args.seeds},steps={args.steps},minutes={args.minutes:g},"
+                  f"test_examples={args.test_examples}" + (",quick" if args.quick else ""))
+    spec = f"{os.path.join(REPO, CONFIG)}:{config_arg}"
+    points = sweep_lib.sweep_points(spec)
+    sweep_lib.check_overrides(spec, points, {})
+    failed = []
+    if not args.report_only:
+        for p in points:
+            if not sweep_lib.run_point(spec, workdir, p, {}, group=sweep_lib.sweep_name(spec),
+                                       train_script=args.train_script,
+                                       record=os.path.join(records_dir, f"{p.name}.json")):
+                failed.append(p.name)
+    base = sweep_lib.load_config_module(os.path.join(REPO, CONFIG)).get_config(config_arg)
+    path = write_report(out, points, base, quick=args.quick, workdir=workdir)
+    print(f"wrote {path}")
+    if failed:
+        print(f"[heads_depth] failed points: {failed}; rerun the same command to retry them", file=sys.stderr)
+    return path
+
+
+def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bool, workdir: str) -> str:
+    """The report from the records under ``<out>/points``."""
+    recs = sweep_lib.read_records_dir(os.path.join(out, "points"))
+    settings: dict[str, dict] = {}
+    missing = []
+    for p in points:
+        arch, qkln, label = setting(p.overrides)
+        s = settings.setdefault(label, {"arch": arch, "qkln": qkln, "records": [], "expected": 0})
+        s["expected"] += 1
+        if p.name in recs:
+            s["records"].append(recs[p.name])
+        else:
+            missing.append(p.name)
+    archs = list(dict.fromkeys(s["arch"] for s in settings.values()))
+    all_recs = list(recs.values())
+
+    report = Report(out, "Heads vs depth (Li et al. 2021) at CPU scale")
+    report.text(environment_line() + (" Quick mode (tiny model, few steps)." if quick else ""))
+    report.text(
+        f"Protocol: the Table 3 CPU-scale translation model (d_model {base.model.d_model}, learning rate "
+        f"{base.train.learning_rate:g}, {base.train.schedule} schedule with {base.train.warmup_steps} warmup steps, "
+        f"batch {base.data.batch_size} packed rows, {base.train.num_steps} steps), with {' against '.join(archs)}; "
+        "d_k = d_v = d_model / heads; the deep model's d_ff is chosen so that encoder + decoder parameters match "
+        "(`configs/heads_depth.py`), each with QK-LayerNorm off and on. Validation NLL on the whole validation "
+        f"split (every {base.train.eval_every} steps and at the end), greedy test BLEU on "
+        f"{base.eval.split_examples or 'all'} test sentences.\n\n"
+        f"Records: {len(all_recs)} of {len(points)} points (`points/<point>.json`). Made by commit(s): "
+        f"{', '.join(sorted({r.get('commit', 'unknown') for r in all_recs})) or '—'}. Run folders (not committed): "
+        f"`{os.path.relpath(workdir, REPO)}/<point>`.")
+    if missing:
+        report.text(f"**Not finished yet ({len(missing)} points):** " + ", ".join(f"`{m}`" for m in missing)
+                    + ". Everything below uses the finished points only.")
+
+    report.section("Results per setting (mean ± std over seeds)")
+    rows, runs = [], []
+    for label, s in settings.items():
+        rs = s["records"]
+        params = next((r.get("params") for r in rs if r.get("params") is not None), None)
+        rows.append([label, params, f"{len(rs)}/{s['expected']}"] + [mean_std(t3.values(rs, m)) for m in (
+            "nll", "ppl", "bleu", "grad", "spikes", "jump", "logit", "wall")])
+        for r in rs:
+            runs.append([r.get("point"), label, r.get("seed"), r.get("steps"), r.get("params")]
+                        + [t3.metric(r, m) for m in ("nll", "ppl", "bleu", "chrf", "grad", "spikes", "jump", "logit")]
+                        + [r.get("stability", {}).get("non_finite_step"), r.get("wall_s"), r.get("commit")])
+    report.table(["setting", "parameters", "seeds done", "valid NLL", "valid perplexity", "test BLEU",
+                  "max grad norm", "loss spikes", "max loss jump", "max attention logit", "wall (min)"], rows,
+                 csv_name="settings.csv")
+    report.text(f"Loss spike: a logged train loss more than {sweep_lib.SPIKE_NATS} nats above the median of the "
+                f"previous {sweep_lib.SPIKE_WINDOW} logged losses; gradient norm before clipping, mean of each "
+                f"{base.train.log_every}-step interval; attention logit: the largest of the logged statistics "
+                f"(every {base.train.stats_every} steps, any group, layer and head).")
+    report.table(["point", "setting", "seed", "steps", "parameters", "valid NLL", "valid ppl", "test BLEU",
+                  "test chrF", "max grad norm", "loss spikes", "max loss jump", "max attn logit", "non-finite step",
+                  "wall (s)", "commit"], runs, csv_name="runs.csv", digits=4)
+
+    report.section("Contrasts")
+    report.text("Difference of means with 95% intervals: Welch's t, then the bootstrap over seeds.")
+    by = {(s["arch"], s["qkln"]): s["records"] for s in settings.values()}
+    pairs = []
+    if len(archs) == 2:
+        shallow, deep = archs
+        for q in (False, True):
+            pairs.append((f"{deep} minus {shallow}, QK-LN {'on' if q else 'off'}", by.get((deep, q), []),
+                          by.get((shallow, q), [])))
+        for a in archs:
+            pairs.append((f"QK-LN on minus off, {a}", by.get((a, True), []), by.get((a, False), [])))
+    c_rows, findings, paired_rows = [], [], []
+    for name, a, b in pairs:
+        row = [name, len(a), len(b)]
+        cells = {}
+        for m in ("nll", "bleu", "grad", "logit", "jump"):
+            c = t3.contrast(a, b, m)
+            cells[m] = c
+            row.append(f"{c[0].text(3)} (bootstrap [{c[1].lo:+.3f}, {c[1].hi:+.3f}])"
+                       if c and c[1].lo is not None else (c[0].text(3) if c else "—"))
+        c_rows.append(row)
+        findings.append((name, cells))
+        for sa, sb, iv in t3.paired_bleu(a, b):
+            paired_rows.append([name, sa, sb, iv.text(2), iv.p])
+    report.table(["contrast", "n", "n other", "Δ valid NLL", "Δ test BLEU", "Δ max grad norm",
+                  "Δ max attention logit", "Δ max loss jump"], c_rows, csv_name="contrasts.csv")
+    report.text("Test BLEU per seed pair, paired bootstrap over test sentences (1,000 resamples):")
+    report.table(["contrast", "seed", "other seed", "Δ BLEU [95%]", "p"], paired_rows, csv_name="paired_bleu.csv")
+
+    if any(r.get("curve") for r in all_recs):
+        fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+        groups = {label: s["records"] for label, s in settings.items()}
+        t3.plot_curves(axes[0], axes[1], groups)
+        for label, rs in groups.items():
+            if not rs:
+                continue
+            per = []
+            for r in rs:
+                c = (r.get("stability") or {}).get("max_logit_curve") or {}
+                gs = [g for g in c if g != "step"]
+                per.append({s: max((c[g][i] for g in gs if c[g][i] is not None), default=np.nan)
+                            for i, s in enumerate(c.get("step", []))})
+            steps = sorted(set.intersection(*(set(p) for p in per))) if per else []
+            axes[2].plot(steps, [np.nanmean([p[s] for p in per]) for s in steps], lw=1, label=label)
+        axes[2].set_yscale("log")
+        axes[2].set_xlabel("step")
+        axes[2].set_title("largest attention logit (mean over seeds)", fontsize=9)
+        axes[2].legend(fontsize=6)
+        fig.tight_layout()
+        report.figure(fig, "curves", "Train and validation NLL and the largest attention logit against step, mean "
+                      "over seeds, per setting.")
+
+    report.section("What the data say")
+    report.text(what_the_data_say(findings, settings, missing, all_recs))
+    return report.write()
+
+
+def what_the_data_say(findings, settings, missing, records) -> str:
+    """Generated from the intervals: does the deep single-head model match, and is the difference stability."""
+    intro = (f"Budget: {t3.budget(records)} per point. Li et al. (2021): the multi-head advantage is mostly "
+             "training stability, and deeper single-head models match multi-head ones once they train.")
+    if not records:
+        return intro + "\n\nNo point has finished yet: nothing can be said."
+    lines = []
+    for name, cells in findings:
+        nll = cells.get("nll")
+        if nll is None:
+            lines.append(f"- {name}: not enough finished points.")
+            continue
+        w = nll[0]
+        if w.lo is None:
+            judged = "too few seeds for an interval"
+        elif not w.excludes_zero():
+            judged = "no difference resolved (the interval includes 0)"
+        else:
+            judged = "higher validation NLL (worse)" if w.diff > 0 else "lower validation NLL (better)"
+        text = f"- {name}: Δ NLL {w.text(3)} nats (n = {w.n_a} vs {w.n_b}): {judged}"
+        for m, what in (("grad", "max grad norm"), ("logit", "max attention logit"), ("jump", "max loss jump")):
+            c = cells.get(m)
+            if c is not None:
+                text += f"; Δ {what} {c[0].text(2)}"
+        lines.append(text + ".")
+    paragraphs = [intro, "\n".join(lines)]
+    spikes = {label: sum(t3.values(s["records"], "spikes")) for label, s in settings.items() if s["records"]}
+    if spikes:
+        paragraphs.append("Loss spikes summed over seeds: "
+                          + ", ".join(f"{k}: {v:g}" for k, v in spikes.items()) + ".")
+    if missing:
+        paragraphs.append(f"{len(missing)} points have not finished; the statements above may change as they do.")
+    return "\n\n".join(paragraphs)
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

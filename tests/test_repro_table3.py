@@ -1,0 +1,304 @@
+"""The Table 3 and heads-vs-depth reproductions: committed point records (written once, never retrained), the
+report built from records alone (partial sweeps included), and the statistics behind it, checked against
+scipy and sacreBLEU.
+
+Points are trained by a stand-in for train.py (written below) that logs what engine/loop.py logs, including
+a ``bleu`` event and the hypotheses file in ``outputs/``; the references come from a fixed list instead of
+the corpus (``sweep.split_references`` is patched), so nothing here trains a model.
+"""
+import csv
+import json
+import math
+import os
+import shutil
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+import _stats  # noqa: E402
+import sweep  # noqa: E402
+
+REFS = [f"the {w} of the land went out to {v} on the day of the feast"
+        for w in ("king", "people", "sons", "priests", "elders", "men")
+        for v in ("battle", "pray", "work", "rest", "sea")]
+
+STAND_IN = textwrap.dedent('''
+    """Stand-in for train.py: metrics.jsonl as engine/loop.py writes it, plus outputs/test_step200.txt."""
+    import json, os, sys
+    args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+    workdir = args["workdir"]
+    os.makedirs(os.path.join(workdir, "outputs"), exist_ok=True)
+    with open(os.environ["CALLS_FILE"], "a") as f:
+        f.write(workdir + "\\n")
+    h = int(args.get("config.model.num_heads", 8))
+    dk = int(args.get("config.model.qk_dim", 8))
+    seed = int(args.get("config.seed", 0))
+    refs = json.load(open(os.environ["REFS_FILE"]))
+    # h = 1 drops the last word of every third sentence; other settings keep every reference
+    hyps = [" ".join(r.split()[:-1]) if h == 1 and i % 3 == 0 else r for i, r in enumerate(refs)]
+    with open(os.path.join(workdir, "outputs", "test_step200.txt"), "w") as f:
+        f.write("\\n".join(hyps) + "\\n")
+    recs = [{"step": 0, "event": "start", "params": 1000 + h, "data_stats": {"batches": {"per_epoch": 100}}}]
+    for step in range(10, 201, 10):
+        loss = 5.0 - step / 100 + (1.0 if (h == 1 and step == 150) else 0.0)  # h = 1: one loss spike
+        recs.append({"step": step, "train/loss": loss, "train/nll": loss - 0.5, "train/grad_norm": step / 100})
+    for step in (50, 100, 150, 200):
+        recs.append({"step": step, "attn/step": step - 1, "attn/cross/max_logit": step / 10.0 + h,
+                     "attn/decoder_self/max_logit": 1.0})
+    nll = 2.0 + 0.1 * (h == 1) + dk / 1000 + 0.01 * seed
+    recs.append({"step": 100, "validation/nll": nll + 1, "validation/loss": nll + 1.2})
+    recs.append({"step": 200, "event": "train_end", "reason": "num_steps", "minutes": 0.1})
+    recs.append({"step": 200, "event": "bleu", "split": "test", "sentences": len(hyps), "bleu": 50.0, "chrf": 60.0,
+                 "bleu_signature": "sig", "chrf_signature": "csig",
+                 "hypotheses": os.path.join(workdir, "outputs", "test_step200.txt")})
+    recs.append({"step": 200, "validation/nll": nll, "validation/loss": nll + 0.2, "validation/perplexity": 2.718 ** nll,
+                 "test/bleu": 50.0, "test/chrf": 60.0})
+    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+        for i, r in enumerate(recs):
+            f.write(json.dumps(dict({"time": 1000.0 + i}, **r)) + "\\n")
+''')
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    train = tmp_path / "stand_in_train.py"
+    train.write_text(STAND_IN)
+    refs = tmp_path / "refs.json"
+    refs.write_text(json.dumps(REFS))
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("CALLS_FILE", str(calls))
+    monkeypatch.setenv("REFS_FILE", str(refs))
+    monkeypatch.setattr(sweep, "split_references", lambda point_dir, split: list(REFS))
+    return train, calls
+
+
+def _calls(calls):
+    return calls.read_text().split() if calls.exists() else []
+
+
+def _csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand_in):
+    import repro_table3
+
+    train, calls = stand_in
+    out, runs = tmp_path / "report", tmp_path / "runs"
+    argv = ["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]
+    repro_table3.main(argv)
+    names = sorted(os.path.relpath(os.path.join(d, f), out / "points") for d, _, fs in os.walk(out / "points")
+                   for f in fs)
+    # quick: d_model 64, one seed (so no seed in the names); the A/A row is the base point with seed 1
+    assert names == ["A/num_heads_1.json", "A/num_heads_8.json", "AA/default.json", "B/qk_dim_2.json",
+                     "B/qk_dim_4.json"]
+    assert len(_calls(calls)) == 5
+    # seed-major order: rows (A) and (B) of seed 0 first, the A/A row last
+    assert [os.path.basename(os.path.dirname(c)) for c in _calls(calls)] == ["A", "A", "B", "B", "AA"]
+
+    path = out / "points" / "A" / "num_heads_1.json"
+    assert path.stat().st_size < 60_000
+    rec = json.loads(path.read_text())
+    assert rec["config"].startswith("configs/table3_heads.py:seeds=1,quick")
+    assert rec["overrides"] == {"model.num_heads": 1, "model.qk_dim": 64, "model.v_dim": 64, "seed": 0}
+    assert rec["seed"] == 0 and rec["steps"] == 200 and rec["params"] == 1001 and rec["batches_per_epoch"] == 100
+    assert rec["validation"]["nll"] == pytest.approx(2.0 + 0.1 + 0.064)
+    assert rec["test"]["bleu"] == 50.0 and rec["test"]["chrf"] == 60.0 and rec["end_reason"] == "num_steps"
+    curve = rec["curve"]
+    assert curve["step"] == [100, 200] and curve["valid_step"] == [100, 200]
+    assert curve["train_loss"][0] == pytest.approx(np.mean([5.0 - s / 100 for s in range(10, 101, 10)]))
+    assert curve["grad_norm"] == [1.0, 2.0]
+    st = rec["stability"]
+    assert st["loss_spikes"] == 1 and st["max_grad_norm"] == 2.0
+    assert st["max_attention_logit"] == {"cross": 21.0, "decoder_self": 1.0}
+    assert st["max_logit_curve"]["step"] == [49, 99, 149, 199]
+    bs = rec["bleu_sentence_stats"]
+    assert bs["sentences"] == len(REFS) and len(bs["rows"]) == len(REFS)
+    hyps = [" ".join(r.split()[:-1]) if i % 3 == 0 else r for i, r in enumerate(REFS)]
+    import sacrebleu
+
+    assert _stats.corpus_bleu(np.asarray(bs["rows"])) == pytest.approx(
+        sacrebleu.corpus_bleu(hyps, [REFS]).score, abs=1e-9)
+    text = (out / "README.md").read_text()
+    assert "Records: 5 of 5 points" in text and "## What the data say" in text and "Not finished" not in text
+    assert "too few seeds" in text  # one seed per setting: no interval
+    for fig in ("table3", "contrasts", "learning_curves"):
+        assert (out / f"{fig}.png").stat().st_size > 0 and f"]({fig}.png)" in text
+
+    # a fresh checkout: no run folders, only the committed records -> nothing is trained again
+    shutil.rmtree(runs)
+    before = {p: p.read_bytes() for p in (out / "points").rglob("*.json")}
+    repro_table3.main(argv)
+    assert len(_calls(calls)) == 5
+    assert {p: p.read_bytes() for p in (out / "points").rglob("*.json")} == before
+
+    # a record made with other settings is refused, naming it
+    rec["overrides"]["seed"] = 7
+    path.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match=r"num_heads_1.json was trained as"):
+        repro_table3.main(argv)
+    # a missing record (unfinished point): the report still builds, and says what is missing
+    path.unlink()
+    repro_table3.main(argv + ["--report_only"])
+    assert len(_calls(calls)) == 5
+    text = (out / "README.md").read_text()
+    assert "Not finished yet (1 points):** `A/num_heads_1`" in text and "Records: 4 of 5" in text
+
+
+def _record(row, point, overrides, seed, nll, bleu_stats):
+    return {"schema": 1, "point": point, "config": "x", "overrides": overrides, "seed": seed, "steps": 2400,
+            "batches_per_epoch": 950, "params": 1, "commit": "abc", "wall_s": 600.0,
+            "validation": {"nll": nll, "perplexity": math.exp(nll)},
+            "test": {"bleu": _stats.corpus_bleu(bleu_stats), "chrf": 40.0},
+            "curve": {"step": [100, 200], "train_nll": [5.0, 4.0], "valid_step": [200], "valid_nll": [nll]},
+            "stability": {"max_grad_norm": 1.0, "loss_spikes": 0, "max_loss_jump": 0.1,
+                          "max_attention_logit": {"cross": 5.0}},
+            "bleu_sentence_stats": {"rows": bleu_stats.tolist()}}
+
+
+def test_report_from_partial_records_with_intervals(tmp_path):
+    """Records for h = 1, the base and the A/A row (3 seeds each) and nothing else: contrasts with Welch
+    intervals equal to scipy's, verdicts, paired bootstrap rows, the missing points listed."""
+    import repro_table3
+    from scipy import stats as sps
+
+    out = tmp_path / "report"
+    good = _stats.sentence_stats(REFS, REFS)
+    worse = _stats.sentence_stats([" ".join(r.split()[:5]) for r in REFS], REFS)
+    nll = {"h1": [2.30, 2.32, 2.31], "h8": [2.20, 2.21, 2.19], "aa": [2.205, 2.19, 2.20]}
+    for s in range(3):
+        for row, point, ov, key, st in (
+                ("A", f"num_heads_1-seed_{s}", {"model.num_heads": 1, "model.qk_dim": 128, "model.v_dim": 128,
+                                               "seed": s}, "h1", worse),
+                ("A", f"num_heads_8-seed_{s}", {"model.num_heads": 8, "model.qk_dim": 16, "model.v_dim": 16,
+                                               "seed": s}, "h8", good),
+                ("AA", f"seed_{s + 3}", {"model.num_heads": 8, "model.qk_dim": 16, "model.v_dim": 16,
+                                         "seed": s + 3}, "aa", good)):
+            seed = ov["seed"]
+            sweep.write_record(str(out / "points" / row / f"{point}.json"),
+                               _record(row, point, ov, seed, nll[key][s], st))
+    repro_table3.main([f"--out={out}", f"--workdir={tmp_path / 'runs'}", "--report_only"])
+    text = (out / "README.md").read_text()
+    assert "Records: 9 of 27 points" in text and "Not finished yet (18 points)" in text
+    rows = {r["contrast"]: r for r in _csv(out / "contrasts.csv")}
+    h1 = rows["h=1 (d_k=128) vs h=8"]
+    ci = sps.ttest_ind(nll["h1"], nll["h8"], equal_var=False).confidence_interval(0.95)
+    assert h1["Δ NLL [Welch 95%]"] == f"+0.110 [{ci.low:+.3f}, {ci.high:+.3f}]"
+    assert h1["verdict (NLL)"] == "reproduced" and h1["verdict (BLEU)"] == "reproduced"
+    assert float(h1["paper Δ log-ppl"]) == pytest.approx(0.073, abs=1e-3) and float(h1["paper Δ BLEU"]) == -0.9
+    assert rows["h=32 (d_k=4) vs h=8"]["verdict (NLL)"] == "missing"
+    aa = next(r for name, r in rows.items() if name.startswith("A/A"))
+    assert aa["verdict (NLL)"] == "no difference resolved"
+    paired = _csv(out / "paired_bleu.csv")
+    h1_pairs = [r for r in paired if r["contrast"].startswith("h=1")]
+    assert [(r["seed"], r["base seed"]) for r in h1_pairs] == [("0", "0"), ("1", "1"), ("2", "2")]
+    assert all(float(r["p"]) < 0.01 for r in h1_pairs)
+    assert [(r["seed"], r["base seed"]) for r in paired if r["contrast"].startswith("A/A")] == [
+        ("3", "0"), ("4", "1"), ("5", "2")]
+    assert "**reproduced**" in text and "A/A control" in text and "d_k = 4" in text
+
+
+# ---------------------------------------------------------------------------------------------- stats
+def test_welch_matches_scipy():
+    from scipy import stats as sps
+
+    a, b = [2.1, 2.5, 2.3], [2.0, 1.9, 2.05, 2.2]
+    iv = _stats.welch_ci(a, b)
+    ref = sps.ttest_ind(a, b, equal_var=False)
+    ci = ref.confidence_interval(0.95)
+    assert iv.diff == pytest.approx(np.mean(a) - np.mean(b))
+    assert (iv.lo, iv.hi) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert iv.p == pytest.approx(ref.pvalue)
+    # by hand: a = [1, 2, 3], b = [4, 5, 7]: se^2 = 1/3 + 7/9, df = se^4 / ((1/3)^2/2 + (7/9)^2/2) = 3.448
+    iv = _stats.welch_ci([1, 2, 3], [4, 5, 7])
+    se = math.sqrt(1 / 3 + 7 / 9)
+    half = sps.t.ppf(0.975, (1 / 3 + 7 / 9) ** 2 / ((1 / 3) ** 2 / 2 + (7 / 9) ** 2 / 2)) * se
+    assert (1 / 3 + 7 / 9) ** 2 / ((1 / 3) ** 2 / 2 + (7 / 9) ** 2 / 2) == pytest.approx(3.448, abs=1e-3)
+    assert (iv.lo, iv.hi) == (pytest.approx(-10 / 3 - half), pytest.approx(-10 / 3 + half))
+    assert not _stats.welch_ci([1.0], [2.0, 3.0]).excludes_zero() and _stats.welch_ci([1.0], [2.0, 3.0]).lo is None
+    with pytest.raises(ValueError, match="finite"):
+        _stats.welch_ci([1.0, float("nan")], [1.0, 2.0])
+
+
+def test_seed_bootstrap_against_exact_cases():
+    # a = [0, 1], b = [0, 0]: resampled mean(a) is 0, 0.5, 1 with probability 1/4, 1/2, 1/4
+    iv = _stats.bootstrap_ci([0.0, 1.0], [0.0, 0.0])
+    assert iv.diff == 0.5 and (iv.lo, iv.hi) == (0.0, 1.0)
+    iv = _stats.bootstrap_ci([1.0, 1.0, 1.0], [0.0, 0.0, 0.0])
+    assert (iv.diff, iv.lo, iv.hi) == (1.0, 1.0, 1.0) and iv.excludes_zero()
+    # a = [0, 3], b = [1, 1]: P(diff = -1) = 1/4, so the 2.5% quantile is -1 and the 97.5% one 2
+    iv = _stats.bootstrap_ci([0.0, 3.0], [1.0, 1.0], resamples=20_000)
+    assert (iv.lo, iv.hi) == (-1.0, 2.0) and not iv.excludes_zero()
+
+
+def test_corpus_bleu_from_sentence_stats_is_sacrebleu():
+    import sacrebleu
+
+    hyps = ["the king went out", "", "a b c d e f", "the people of the land went out to battle on the day"]
+    refs = ["the king went out to battle", "nothing here", "a b c d e f", "the people went to the sea"]
+    stats = _stats.sentence_stats(hyps, refs)
+    assert stats.shape == (4, 10) and list(stats[2]) == [6, 5, 4, 3, 6, 5, 4, 3, 6, 6]
+    assert _stats.corpus_bleu(stats) == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-12)
+    with pytest.raises(ValueError, match=r"\[N, 10\]"):
+        _stats.corpus_bleu(stats[:, :9])
+
+
+def test_paired_bootstrap_bleu_is_resampled_corpus_bleu():
+    import sacrebleu
+
+    a_hyps = [r if i % 2 else " ".join(r.split()[:6]) for i, r in enumerate(REFS)]
+    b_hyps = [" ".join(r.split()[:8]) for r in REFS]
+    sa, sb = _stats.sentence_stats(a_hyps, REFS), _stats.sentence_stats(b_hyps, REFS)
+    iv = _stats.paired_bootstrap_bleu(sa, sb, resamples=30, seed=3)
+    rng, diffs = np.random.default_rng(3), []
+    for _ in range(30):  # the same resamples, scored by sacreBLEU on the resampled sentence lists
+        idx = rng.integers(0, len(REFS), len(REFS))
+        refs = [REFS[i] for i in idx]
+        diffs.append(sacrebleu.corpus_bleu([a_hyps[i] for i in idx], [refs]).score
+                     - sacrebleu.corpus_bleu([b_hyps[i] for i in idx], [refs]).score)
+    assert iv.diff == pytest.approx(sacrebleu.corpus_bleu(a_hyps, [REFS]).score
+                                    - sacrebleu.corpus_bleu(b_hyps, [REFS]).score)
+    assert (iv.lo, iv.hi) == (pytest.approx(np.quantile(diffs, 0.025)), pytest.approx(np.quantile(diffs, 0.975)))
+    same = _stats.paired_bootstrap_bleu(sa, sa, resamples=50)
+    assert (same.diff, same.lo, same.hi, same.p) == (0.0, 0.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="same N"):
+        _stats.paired_bootstrap_bleu(sa, sb[:-1])
+
+
+def test_learning_curve_and_stability_from_records():
+    recs = [{"step": s, "train/loss": 3.0, "train/nll": 2.5, "train/grad_norm": 1.0} for s in range(10, 160, 10)]
+    recs += [{"step": s, "train/loss": 2.0, "train/nll": 1.5, "train/grad_norm": 0.5} for s in range(110, 210, 10)]
+    recs.append({"step": 190, "train/loss": 2.6, "train/nll": 2.1, "train/grad_norm": 9.0})  # after a resume
+    recs.append({"step": 200, "event": "non_finite", "at_step": 197})
+    curve = sweep.learning_curve(recs)
+    assert curve["step"] == [100, 200]
+    assert curve["train_loss"] == [3.0, pytest.approx((2.0 * 9 + 2.6) / 10)]  # resumed steps replace the old
+    assert curve["grad_norm"] == [1.0, 9.0]
+    assert sweep.loss_spikes([2.0] * 10 + [2.2, 2.5, 2.0]) == (1, pytest.approx(0.5))
+    assert sweep.loss_spikes([2.0] * 10 + [float("nan")])[0] == 1
+    st = sweep.stability(recs)
+    assert st["loss_spikes"] == 1 and st["max_grad_norm"] == 9.0 and st["non_finite_step"] == 197
+
+
+def test_heads_depth_quick_writes_records(tmp_path, stand_in):
+    import repro_heads_depth
+
+    train, calls = stand_in
+    out = tmp_path / "hd"
+    argv = ["--quick", f"--out={out}", f"--workdir={tmp_path / 'runs'}", f"--train_script={train}"]
+    repro_heads_depth.main(argv)
+    names = sorted(p.name for p in (out / "points").glob("*.json"))
+    assert len(names) == 4 and len(_calls(calls)) == 4
+    rec = json.loads((out / "points" / names[0]).read_text())
+    assert rec["stability"]["max_attention_logit"]["cross"] > 0 and "model.qk_layernorm" in rec["overrides"]
+    text = (out / "README.md").read_text()
+    assert "QK-LN on minus off" in text and "## What the data say" in text and "curves.png" in text
+    shutil.rmtree(tmp_path / "runs")
+    repro_heads_depth.main(argv)
+    assert len(_calls(calls)) == 4
