@@ -191,7 +191,7 @@ def what_the_data_say(findings, settings, missing, records) -> str:
     intro = (f"Budget: {t3.budget(records)} per point. Li et al. (2021): the multi-head advantage is mostly "
              "training stability, and deeper single-head models match multi-head ones once they train.")
     if not records:
-        return intro + "\n\nNo point has finished yet: nothing can be said."
+        return "No point has finished yet: nothing can be said."
     lines = []
     for name, cells in findings:
         nll = cells.get("nll")

@@ -430,7 +430,7 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
              f"{len(settings.get(base_label, {}).get('records', []))} seeds. Verdicts use the 95% Welch interval of "
              "the difference in validation NLL against the paper's sign.")
     if not records:
-        return intro + "\n\nNo point has finished yet: nothing can be said."
+        return "No point has finished yet: nothing can be said."
     items, tally = [], {}
     for name, key, nll, bleu, v_nll, v_bleu, paper_nll, paper_bleu in verdicts:
         if key is not None:
