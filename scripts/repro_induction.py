@@ -413,9 +413,10 @@ def head_sections(report: Report, runs: dict, seeds: Sequence[int]) -> None:
             ax.set_xlabel("step", fontsize=8)
             ax.set_ylabel("ICL score (nats, black)", fontsize=8)
             right.set_ylabel("head score", fontsize=8)
-            if j == len(seeds) - 1:
-                right.legend(fontsize=6, loc="center right", ncol=2)
     fig.tight_layout()
+    handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    fig.legend(handles, [h.get_label() for h in handles], loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=len(handles), fontsize=7, frameon=False)
     report.figure(fig, "head_scores", "Black: the ICL score (left axis). Solid: the prefix-matching score of "
                   "each head of the last layer; dotted: the previous-token score of each head of layer 0 (same "
                   "colour = same head index; right axis). Grey line: the phase change (steepest ICL fall).")
