@@ -4,7 +4,8 @@ Attention-only decoders (no MLP blocks) with 1 or 2 layers, 4 heads, rotary posi
 trained as language models (loss on every token) on sequences made of a block of random distinct tokens
 repeated until the sequence is full (``induction_layout="repeat"``, block length uniform in [segment/2,
 segment] per row). The held-out loss per position is logged every ``steps // 60`` steps
-(``eval.position_loss``); ``scripts/repro_induction.py`` turns it into the ICL score.
+(``eval.position_loss``); ``scripts/repro_induction.py`` turns it into the ICL score, measures each head's
+previous-token and prefix-matching scores at the same steps (a hook of its own) and masks heads at the end.
 
     python train.py --config=configs/repro_induction.py:layers=2          # one run through train.py
     python scripts/sweep.py --config=configs/repro_induction.py           # layers x seeds, resumable
@@ -19,7 +20,7 @@ HEADS = 4
 
 
 def _parse(arg):
-    return parse_arg(arg, layers=2, seed=0, seeds=2, steps=1500, quick=False)
+    return parse_arg(arg, layers=2, seed=0, seeds=3, steps=1500, quick=False)
 
 
 def get_config(arg=None):

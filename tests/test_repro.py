@@ -4,7 +4,6 @@ import math
 import os
 import sys
 
-import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,48 +76,3 @@ def test_mqar_quick(tmp_path):
     assert "## What the data say" in text and "Steps to learn" in text and "Mean accuracy by d_k" in text
     assert repro_mqar.solve_step([10, 20, 30, 40], [3.0, 0.7, 0.4, 0.1]) == 30
     assert repro_mqar.solve_step([10, 20], [3.0, 2.0]) is None
-
-
-def test_induction_quick(tmp_path):
-    import repro_induction
-
-    repro_induction.main(["--quick", f"--out={tmp_path}"])
-    text = _report(tmp_path, "icl_score")
-    rows = _csv(tmp_path / "summary.csv")
-    assert [(r["attention layers"], r["seed"]) for r in rows] == [("1", "0"), ("2", "0")]
-    for r in rows:
-        assert math.isfinite(float(r["ICL score (start)"])) and math.isfinite(float(r["ICL score (end)"]))
-        assert 0.0 <= float(r["accuracy on repeats (end)"]) <= 1.0
-    assert "ICL score" in text and "## What the data say" in text and "2 layers minus 1 layer" in text
-    loss = np.array([5.0, 5.0, 4.0, 4.0, 1.0, 1.0, 1.0, 1.0])
-    assert repro_induction.icl_score(loss, (0, 2), (6, 8)) == pytest.approx(-4.0)
-    assert repro_induction.phase_change_step([0, 10, 20, 30], [0.0, -0.1, -2.0, -2.1]) == 20
-    assert repro_induction.phase_change_step([0, 10], [0.0, 0.5]) is None
-    steps = [0, 10, 20, 30, 40, 50]
-    assert repro_induction.transition(steps, [0.0, -0.05, -0.5, -3.0, -3.9, -4.0]) == (20, 40)
-    assert repro_induction.transition(steps, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]) == (None, None)
-
-
-def test_induction_repeat_layout_is_a_tiled_block():
-    """The layout the induction reproduction trains on: every masked target is what followed the current
-    token at its previous occurrence, and the block length varies between rows."""
-    import data
-    from data import synthetic
-
-    cfg = data.default_synthetic_config()
-    cfg.update(task="induction", induction_layout="repeat", vocab_size=40, seq_len=32, induction_segment_len=12,
-               batch_size=16, batch_multiple=1, prefetch=0)
-    b = data.build_synthetic(cfg, seed=3).batch(0)
-    periods = set()
-    for inp, tgt, mask in zip(b["inputs"], b["targets"], b["loss_mask"]):
-        assert inp[0] == synthetic.BOS_ID and inp[1:].min() >= synthetic.FIRST_TOKEN
-        n = int(np.flatnonzero(inp[2:] == inp[1])[0]) + 1  # period: where the first token comes back
-        periods.add(n)
-        assert 6 <= n <= 12 and len(set(inp[1:n + 1])) == n
-        np.testing.assert_array_equal(np.flatnonzero(mask), np.arange(n + 1, 32))
-        for t in np.flatnonzero(mask):
-            assert inp[t - n] == inp[t] and inp[t - n + 1] == tgt[t]
-    assert len(periods) > 1
-    cfg.induction_layout = "tiled"
-    with pytest.raises(ValueError, match="induction_layout"):
-        data.build_synthetic(cfg, seed=3)

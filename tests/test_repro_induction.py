@@ -1,0 +1,147 @@
+"""The induction-head reproduction: its --quick report (ICL score, head scores, ablations), the score
+functions on hand-made attention, and the data layout it trains on."""
+import csv
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+import repro_induction  # noqa: E402
+
+
+def _csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_induction_quick(tmp_path):
+    repro_induction.main(["--quick", f"--out={tmp_path}"])
+    text = open(tmp_path / "README.md").read()
+    for fig in ("icl_score", "head_scores"):
+        assert os.path.getsize(tmp_path / f"{fig}.png") > 0 and f"]({fig}.png)" in text
+    rows = _csv(tmp_path / "summary.csv")
+    assert [(r["attention layers"], r["seed"]) for r in rows] == [("1", "0"), ("2", "0")]
+    for r in rows:
+        assert math.isfinite(float(r["ICL score (start)"])) and math.isfinite(float(r["ICL score (end)"]))
+        assert 0.0 <= float(r["accuracy on repeats (end)"]) <= 1.0
+    assert "ICL score" in text and "## What the data say" in text and "2 layers minus 1 layer" in text
+
+    heads = _csv(tmp_path / "heads.csv")
+    assert [(r["attention layers"], r["layer"]) for r in heads] == [("1", "0")] * 4 + [("2", "0")] * 4 + [("2", "1")] * 4
+    for r in heads:
+        for k in ("previous-token score (first)", "previous-token score (end)", "prefix-matching score (first)",
+                  "prefix-matching score (end)"):
+            assert 0.0 <= float(r[k]) <= 1.0, (k, r)
+    series = _csv(tmp_path / "scores.csv")
+    assert len(series) == 12 * 2  # quick: measured at steps 2 and 4, like the ICL score
+    assert sorted({int(r["step"]) for r in series}) == [2, 4]
+    timing = _csv(tmp_path / "timing.csv")
+    assert len(timing) == 2 and all(r["top prefix-matching head"].startswith("L") for r in timing)
+
+    ablation = _csv(tmp_path / "ablation.csv")
+    assert set(ablation[0]) == {"attention layers", "seed", "masked", "head", "ICL score", "share of the drop lost"}
+    conditions = [r["masked"] for r in ablation if r["attention layers"] == "2"]
+    assert conditions[:3] == ["no mask", "top prefix-matching head", "lowest prefix-matching head of that layer"]
+    assert {"top 4 prefix-matching heads", "top previous-token head of layer 0",
+            "lowest previous-token head of layer 0", "top 4 previous-token heads of layer 0"} <= set(conditions)
+    assert len(ablation) == 2 * 11 and all(math.isfinite(float(r["ICL score"])) for r in ablation)
+    top4 = next(r for r in ablation if r["attention layers"] == "2" and r["masked"] == "top 4 prefix-matching heads")
+    assert len(top4["head"].split("+")) == 4
+    # Unmasked, the ablation's ICL score is the engine's final evaluation of the same sequences.
+    for layers, summary in zip(("1", "2"), rows):
+        unmasked = next(r for r in ablation if r["attention layers"] == layers and r["masked"] == "no mask")
+        assert float(unmasked["ICL score"]) == pytest.approx(float(summary["ICL score (end)"]), abs=1e-4)
+    assert "## Ablation" in text and "prefix-matching" in text
+
+
+def test_icl_score_and_phase_change():
+    loss = np.array([5.0, 5.0, 4.0, 4.0, 1.0, 1.0, 1.0, 1.0])
+    assert repro_induction.icl_score(loss, (0, 2), (6, 8)) == pytest.approx(-4.0)
+    assert repro_induction.phase_change_step([0, 10, 20, 30], [0.0, -0.1, -2.0, -2.1]) == 20
+    assert repro_induction.phase_change_step([0, 10], [0.0, 0.5]) is None
+    steps = [0, 10, 20, 30, 40, 50]
+    assert repro_induction.transition(steps, [0.0, -0.05, -0.5, -3.0, -3.9, -4.0]) == (20, 40)
+    assert repro_induction.transition(steps, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]) == (None, None)
+    assert repro_induction.half_final_step(steps, [0.05, 0.1, 0.2, 0.5, 0.8, 0.9]) == 30
+    assert repro_induction.half_final_step(steps, [0.5, 0.4, 0.3, 0.2, 0.1, 0.1]) is None  # never rose
+
+
+def test_head_scores_on_hand_made_attention():
+    """Tokens BOS a b c a b c a (a block of 3 repeated): a previous-token head, an induction head, uniform
+    attention, and a head that splits its weight over both earlier copies' successors."""
+    tokens = np.array([[1, 5, 6, 7, 5, 6, 7, 5]])
+    T = tokens.shape[1]
+    prev_head = np.eye(T, k=-1)
+    prev_head[0, 0] = 1.0
+    induction = np.zeros((T, T))
+    induction[:4, 0] = 1.0  # the first block: nothing to match, attend BOS
+    for t, k in ((4, 2), (5, 3), (6, 4), (7, 5)):  # the key after the latest earlier copy of tokens[t]
+        induction[t, k] = 1.0
+    uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+    split = induction.copy()
+    split[7, [2, 5]] = 0.5
+    w = np.stack([prev_head, induction, uniform, split])[None].astype(np.float32)  # [1, 4, T, T]
+    valid = np.ones((1, T), bool)
+
+    prev = np.asarray(repro_induction.previous_token_score(w, valid))
+    prefix = np.asarray(repro_induction.prefix_matching_score(w, tokens, valid))
+    uniform_prev = np.mean(1.0 / np.arange(2, T + 1))
+    np.testing.assert_allclose(prev, [1.0, 1 / 7, uniform_prev, 1 / 7], rtol=1e-5)
+    # repeated queries t = 4..7; t = 7 (token 5 at 1 and 4) counts both successors, keys 2 and 5
+    np.testing.assert_allclose(prefix, [0.0, 1.0, np.mean([1 / 5, 1 / 6, 1 / 7, 2 / 8]), 1.0], rtol=1e-5)
+
+    # invalid query positions do not count: a padding row, and the last position of the real row
+    pad_w = np.concatenate([w, np.full_like(w, 0.3)])
+    pad_tokens = np.concatenate([tokens, np.zeros_like(tokens)])
+    pad_valid = np.concatenate([valid, np.zeros_like(valid)])
+    np.testing.assert_allclose(repro_induction.previous_token_score(pad_w, pad_valid), prev, rtol=1e-5)
+    np.testing.assert_allclose(repro_induction.prefix_matching_score(pad_w, pad_tokens, pad_valid), prefix, rtol=1e-5)
+    short = valid.copy()
+    short[0, 7] = False
+    np.testing.assert_allclose(repro_induction.prefix_matching_score(w, tokens, short)[2],
+                               np.mean([1 / 5, 1 / 6, 1 / 7]), rtol=1e-5)
+
+
+def test_ablation_heads_ranks_prefix_matching_and_previous_token_heads():
+    prev = np.array([[0.1, 0.9, 0.2], [0.3, 0.1, 0.1]])
+    prefix = np.array([[0.0, 0.1, 0.05], [0.2, 0.8, 0.01]])
+    assert repro_induction.ablation_heads(prev, prefix) == [
+        ("no mask", ()), ("top prefix-matching head", ((1, 1),)),
+        ("lowest prefix-matching head of that layer", ((1, 2),)),
+        ("top 2 prefix-matching heads", ((1, 1), (1, 0))),
+        ("top 3 prefix-matching heads", ((1, 1), (1, 0), (0, 1))),
+        ("top previous-token head of layer 0", ((0, 1),)), ("lowest previous-token head of layer 0", ((0, 0),)),
+        ("top 2 previous-token heads of layer 0", ((0, 1), (0, 2))),
+        ("top 3 previous-token heads of layer 0", ((0, 1), (0, 2), (0, 0)))]
+    with pytest.raises(ValueError, match="ablation_heads"):
+        repro_induction.ablation_heads(prev, prefix[:1])
+
+
+def test_induction_repeat_layout_is_a_tiled_block():
+    """The layout the induction reproduction trains on: every masked target is what followed the current
+    token at its previous occurrence, and the block length varies between rows."""
+    import data
+    from data import synthetic
+
+    cfg = data.default_synthetic_config()
+    cfg.update(task="induction", induction_layout="repeat", vocab_size=40, seq_len=32, induction_segment_len=12,
+               batch_size=16, batch_multiple=1, prefetch=0)
+    b = data.build_synthetic(cfg, seed=3).batch(0)
+    periods = set()
+    for inp, tgt, mask in zip(b["inputs"], b["targets"], b["loss_mask"]):
+        assert inp[0] == synthetic.BOS_ID and inp[1:].min() >= synthetic.FIRST_TOKEN
+        n = int(np.flatnonzero(inp[2:] == inp[1])[0]) + 1  # period: where the first token comes back
+        periods.add(n)
+        assert 6 <= n <= 12 and len(set(inp[1:n + 1])) == n
+        np.testing.assert_array_equal(np.flatnonzero(mask), np.arange(n + 1, 32))
+        for t in np.flatnonzero(mask):
+            assert inp[t - n] == inp[t] and inp[t - n + 1] == tgt[t]
+    assert len(periods) > 1
+    cfg.induction_layout = "tiled"
+    with pytest.raises(ValueError, match="induction_layout"):
+        data.build_synthetic(cfg, seed=3)
