@@ -18,6 +18,9 @@ if ! flock -n 9; then
   exit 1
 fi
 PY="${PYTHON:-python}"
+# With the kernel's autogroup scheduler a process's nice value only counts inside its own session: started with
+# setsid/nohup the queue would get an equal share of the CPU. Lower the whole session's weight where possible.
+[ -w /proc/self/autogroup ] && echo 19 > /proc/self/autogroup 2>/dev/null
 {
   date -u +"%F %T start (commit $(git rev-parse --short HEAD 2>/dev/null))"
   nice -n 19 "$PY" scripts/repro_table3.py                   # d 128: rows (A) h 1..32, (B) d_k 8, 4, A/A seeds 3-5
