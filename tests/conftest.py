@@ -1,5 +1,10 @@
-"""Test-wide setup: 8 simulated CPU devices and W&B off, set before jax is imported."""
+"""Test-wide setup, set before jax is imported: 8 simulated CPU devices, W&B off, and one XLA compilation cache
+for the whole run (both pytest workers and the train.py subprocesses the tests start), so a program that several
+tests compile (the same tiny model's train step, say) is compiled once per run."""
 import os
+import shutil
+import tempfile
+import uuid
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
@@ -8,3 +13,17 @@ os.environ["WANDB_SILENT"] = "true"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # NumPy's BLAS threads spin on the tiny reference products the tests make; one thread is faster here.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+# A fresh cache per run (the suite's time is measured cold): the controller names it, the workers it starts
+# inherit the name through the environment.
+_RUN_ID = os.environ.setdefault("ATTNLAB_TEST_RUN", uuid.uuid4().hex[:12])
+XLA_CACHE = os.path.join(tempfile.gettempdir(), f"attnlab-test-xla-{_RUN_ID}")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = XLA_CACHE
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The controller (or a run without workers) removes the run's compilation cache."""
+    if not hasattr(session.config, "workerinput"):
+        shutil.rmtree(XLA_CACHE, ignore_errors=True)
