@@ -19,21 +19,10 @@ Arguments (``:key=value,...``): arch (``h8_L3`` or ``h1_L6``), qkln (QK-LayerNor
 sweep runs seeds 0..seeds-1), steps, minutes (optional time cap), test_examples (0 = all), quick (tiny model:
 d_model 64, 4 heads x 1+1 layers against 1 head x 2+2).
 """
-import importlib.util
-import os
-
-from engine.config import parse_arg
+from engine.config import parse_arg, sibling_config
 
 ARCHS = {"h8_L3": (8, 3), "h1_L6": (1, 6)}  # name -> (heads, encoder and decoder layers)
 QUICK_ARCHS = {"h8_L3": (4, 1), "h1_L6": (1, 2)}
-
-
-def _table3():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "table3_heads.py")
-    spec = importlib.util.spec_from_file_location("attnlab_config_table3_heads", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def parse(arg):
@@ -42,7 +31,7 @@ def parse(arg):
 
 
 def _base(a):
-    t3 = _table3()
+    t3 = sibling_config(__file__, "table3_heads")
     return t3.base(t3.parse(f"steps={a.steps},minutes={a.minutes:g},test_examples={a.test_examples},seed={a.seed}"
                             + (",quick" if a.quick else "")))
 

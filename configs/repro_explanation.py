@@ -11,27 +11,17 @@ exist for the analysis; ``uniform=true`` freezes the pooling attention to unifor
 
 Arguments: seed, seeds (sweep: seeds 0..seeds-1), steps, label, uniform, quick (tiny sizes, a few steps).
 """
-import importlib.util
-import os
-
-from engine.config import parse_arg
+from engine.config import parse_arg, sibling_config
 
 
 def _parse(arg):
     return parse_arg(arg, seed=0, seeds=3, steps=2000, label="testament", uniform=False, quick=False)
 
 
-def _classification(arg: str):
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "classification.py")
-    spec = importlib.util.spec_from_file_location("_classification_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
-
-
 def get_config(arg=None):
     a = _parse(arg)
-    c = _classification(f"label={a.label},steps={a.steps}" + (",quick" if a.quick else ""))
+    c = sibling_config(__file__, "classification").get_config(f"label={a.label},steps={a.steps}"
+                                                              + (",quick" if a.quick else ""))
     c.model.attention_impl = "reference"
     c.model.uniform_attention_groups = ("pool",) if a.uniform else ()
     c.train.eval_every = 0

@@ -9,22 +9,13 @@ Arguments as in ``configs/table3_heads.py`` (qk_dim instead of heads). As in the
 base point's d_model / 8 to 1/2 and 1/4 of it (paper scale: 64 -> 32, 16; d_model 128: 16 -> 8, 4; d_model 256:
 32 -> 16, 8) while h = 8 and d_v = d_model / 8 stay; the base point itself is rows (A)'s h = 8 point.
 """
-import importlib.util
-import os
+from engine.config import sibling_config
 
 FRACTIONS = (2, 4)  # d_k = base d_k / 2, base d_k / 4
 
 
-def _table3():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "table3_heads.py")
-    spec = importlib.util.spec_from_file_location("attnlab_config_table3_heads", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def get_config(arg=None):
-    t3 = _table3()
+    t3 = sibling_config(__file__, "table3_heads")
     a = t3.parse(arg)
     c = t3.base(a)
     qk_dim = a.qk_dim or c.model.d_model // 8
@@ -38,7 +29,7 @@ def get_config(arg=None):
 
 def sweep(arg=None):
     """Points: seed x d_k in (base / 2, base / 4) at 8 heads, base = d_model / 8; d_v = d_model / 8."""
-    t3 = _table3()
+    t3 = sibling_config(__file__, "table3_heads")
     a = t3.parse(arg)
     if a.aa:
         raise ValueError("table3_dk: aa (the A/A control) is a rows (A) argument; use configs/table3_heads.py:aa")

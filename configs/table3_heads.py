@@ -16,10 +16,7 @@ At CPU scale the base is ``configs/translation.py`` (d_model 128: d_k = 128, 64,
 QK-LayerNorm (the paper's attention) at learning rate 3e-3, with the validation loss (whole validation split,
 no decoding) every 600 steps (a fourth of the budget) for learning curves.
 """
-import importlib.util
-import os
-
-from engine.config import parse_arg
+from engine.config import parse_arg, sibling_config
 
 HEADS = (1, 2, 4, 8, 16, 32)
 
@@ -30,22 +27,14 @@ def parse(arg):
                      test_examples=0, quick=False, aa=False)
 
 
-def sibling(name: str):
-    """Import ``configs/<name>.py`` by path (config files are not a package)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-    spec = importlib.util.spec_from_file_location(f"attnlab_config_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def base(a):
     """The translation config a Table 3 point starts from, with its W&B tags."""
     if a.wmt14:
-        c = sibling("translation_wmt14").get_config(None)
+        c = sibling_config(__file__, "translation_wmt14").get_config(None)
     else:
-        c = sibling("translation").get_config(f"minutes={a.minutes:g},steps={a.steps},d_model={a.d_model},"
-                                              f"d_ff={4 * a.d_model}" + (",runlocal" if a.quick else ""))
+        c = sibling_config(__file__, "translation").get_config(
+            f"minutes={a.minutes:g},steps={a.steps},d_model={a.d_model},d_ff={4 * a.d_model}"
+            + (",runlocal" if a.quick else ""))
         c.eval.heatmap_examples = 0  # sweeps compare numbers; heatmaps come from the per-point entropy stats
         c.train.eval_every = max(c.train.num_steps // (2 if a.quick else 4), 1)  # valid loss: every 600 of 2,400
         c.eval.bleu_examples = 0  # ... without decoding during training

@@ -7,13 +7,9 @@ As ``translation_wmt14.py`` with d_model 1024, 16 heads, d_ff 4096, dropout 0.3 
 213M parameters with a 37k shared vocabulary), peak learning rate (1024 * 4000)^-0.5 and 300k steps.
 Arguments: those of ``translation_wmt14.py``.
 """
-import importlib.util
-import os
+from engine.config import sibling_config
 
-_spec = importlib.util.spec_from_file_location(
-    "translation_wmt14_base", os.path.join(os.path.dirname(os.path.abspath(__file__)), "translation_wmt14.py"))
-_base = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
+_base = sibling_config(__file__, "translation_wmt14")
 
 
 def get_config(arg=None):

@@ -174,9 +174,11 @@ def test_health_monitor_flags_logit_spread_high_and_low():
     warnings = mon.update(0, summary([1.0, 9.0, 0.3]))
     assert [(w.kind, w.head) for w in warnings] == [("logit_spread_high", 1)]
     assert warnings[0].threshold == pytest.approx(8.0)
-    # Growth: head 2 started at 0.3 -> flagged above max(10 * 0.3, floor 2) = 3; head 0 (early 1.0) at 8.
-    warnings = mon.update(50, summary([5.0, 9.0, 3.5]))
-    assert [(w.kind, w.head, w.threshold) for w in warnings] == [("logit_spread_high", 2, pytest.approx(3.0))]
+    # Growth: head 2 started at 0.3 -> flagged above max(10 * 0.3, floor 6) = 6 (a sharp trained head's 5 is not);
+    # head 0 (early 1.0) above min(8, 10 * 1.0) = 8.
+    assert mon.update(40, summary([5.0, 9.0, 5.5])) == []
+    warnings = mon.update(50, summary([7.5, 9.0, 6.5]))
+    assert [(w.kind, w.head, w.threshold) for w in warnings] == [("logit_spread_high", 2, pytest.approx(6.0))]
     # Too low only counts after uniform_after_step.
     assert mon.update(60, summary([0.01, 1.0, 1.0])) == []
     warnings = mon.update(200, summary([0.01, 1.0, 1.0]))
