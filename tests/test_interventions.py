@@ -319,3 +319,15 @@ def test_decoding_rejects_bad_interventions():
         models.greedy_decode(m, INPUTS, max_len=4, interventions=models.Interventions(head_mask={"cross": jnp.ones(4)}))
     with pytest.raises(ValueError, match="must be a models.Interventions"):
         models.greedy_decode(m, INPUTS, max_len=4, interventions={"cross": jnp.ones((2, 4))})
+
+
+def test_uniform_cross_model_decodes_like_a_uniform_override():
+    """``uniform_attention_groups=("cross",)`` (the trained baseline) and a uniform cross override in every
+    layer of the same parameters are one computation, teacher forced and in KV-cache decoding."""
+    m = build(tiny())
+    frozen = nnx.merge(nnx.split(build(tiny(uniform_attention_groups=("cross",))))[0], nnx.split(m)[1])
+    iv = models.Interventions(overrides=tuple(models.WeightOverride("cross", l, "uniform") for l in range(2)))
+    np.testing.assert_allclose(frozen(INPUTS, FORCED), m(INPUTS, FORCED, interventions=iv), atol=1e-6)
+    np.testing.assert_allclose(stepwise_logits(frozen, None), stepwise_logits(m, iv), atol=1e-6)
+    np.testing.assert_array_equal(models.greedy_decode(frozen, INPUTS, max_len=6),
+                                  models.greedy_decode(m, INPUTS, max_len=6, interventions=iv))
