@@ -1,15 +1,16 @@
-"""Are sixteen heads really better than one? (Michel et al., NeurIPS 2019) on the main translation job.
+"""Which heads matter? (Michel et al., NeurIPS 2019; Voita et al., ACL 2019) on the main translation job.
 
 ``configs/translation.py`` (Spanish -> English Bible verses, pre-LN, QK-LayerNorm) with 8 heads per layer;
-training ends with the usual validation loss and a BLEU on ``split_examples`` decoded test sentences.
-``scripts/repro_head_importance.py`` masks heads of the trained model (``models.Interventions``).
+training ends with the usual validation loss and a greedy BLEU on the first ``sentences`` test sentences,
+the subset ``scripts/repro_head_importance.py`` decodes again under every intervention (``models.Interventions``).
 
     python scripts/repro_head_importance.py               # the report -> docs/results/head_importance/
     python scripts/sweep.py --config=configs/repro_head_importance.py
-    python train.py --config=configs/repro_head_importance.py:seed=1
+    python train.py --config=configs/repro_head_importance.py:seed=1,uniform=true
 
-Arguments: seed, seeds (sweep: seeds 0..seeds-1), steps, minutes (training budget per run), layers,
-split_examples (test sentences decoded at the end), quick (tiny sizes, a few steps).
+Arguments: seed, seeds (sweep: seeds 0..seeds-1, then the uniform baseline of seed 0), steps, minutes (training
+budget per run), layers, sentences (test sentences decoded at the end), uniform (cross-attention frozen to
+uniform, Wiegreffe & Pinter's baseline), quick (tiny sizes, a few steps).
 """
 import importlib.util
 import os
@@ -20,7 +21,8 @@ HEADS = 8
 
 
 def _parse(arg):
-    return parse_arg(arg, seed=0, seeds=3, steps=100_000, minutes=12.0, layers=3, split_examples=500, quick=False)
+    return parse_arg(arg, seed=0, seeds=3, steps=100_000, minutes=12.0, layers=3, sentences=300, uniform=False,
+                     quick=False)
 
 
 def _translation(arg: str):
@@ -36,18 +38,27 @@ def get_config(arg=None):
     c = _translation(f"heads={HEADS},layers={a.layers},steps={a.steps},minutes={a.minutes}"
                      + (",runlocal" if a.quick else ""))
     c.model.num_heads = HEADS
+    c.model.uniform_attention_groups = ("cross",) if a.uniform else ()
     c.train.checkpoint_every = 0
-    c.eval.split_examples = a.split_examples
-    c.eval.heatmap_examples = 0
+    e = c.eval
+    e.split_examples = a.sentences
+    e.heatmap_examples = 0
+    # Decoding is most of the study's time: length-sorted batches of ~100 sentences padded to multiples of 16
+    # tokens (a few compiled shapes) instead of one 128 x 128 shape.
+    e.decode_batch_size = 100
+    e.length_bucket = 16
     if a.quick:
         c.train.num_steps = min(a.steps, 4)
-        c.eval.split_examples = min(a.split_examples, 8)
-        c.eval.max_batches = 2
+        e.split_examples = min(a.sentences, 8)
+        e.max_batches = 2
+        e.decode_batch_size = 8
+        e.max_decode_extra = 8
     c.seed = a.seed
     return c
 
 
 def sweep(arg=None):
-    """Points: seeds 0..seeds-1."""
+    """Points: seeds 0..seeds-1, then seed 0 with uniform cross-attention."""
     for seed in range(_parse(arg).seeds):
         yield {"seed": seed}
+    yield {"seed": 0, "model.uniform_attention_groups": ("cross",)}

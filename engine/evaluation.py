@@ -158,8 +158,10 @@ class Evaluator:
         max_len = min(cfg.max_len, int(self.config.data.max_target_len))
         return [list(ids)[: max_len - 1] + [cfg.eos_id] for ids in self.data.tokenizer.encode_batch(list(targets))]
 
-    def translate(self, params, sources: Sequence[str], *, decode: Optional[str] = None) -> list[str]:
-        """Decode ``sources`` with the config's decoder; returns detokenized hypotheses in input order.
+    def translate(self, params, sources: Sequence[str], *, decode: Optional[str] = None,
+                  interventions: Optional[models.Interventions] = None) -> list[str]:
+        """Decode ``sources`` with the config's decoder (and ``interventions``: head masks, weight overrides);
+        returns detokenized hypotheses in input order.
 
         Sentences are decoded in batches of ``eval.decode_batch_size`` in length order; with several hosts
         (each calls it with the same ``sources``) host p decodes batches p, p + hosts, ... (the same batches as
@@ -184,10 +186,11 @@ class Evaluator:
             inputs = jnp.asarray(arr)
             if decode == "beam":
                 tokens = models.beam_search(model, inputs, beam_size=int(e.beam_size), max_len=out_len,
-                                            length_penalty=float(e.length_penalty))
+                                            length_penalty=float(e.length_penalty), interventions=interventions)
             else:
                 tokens = models.greedy_decode(model, inputs, max_len=out_len,
-                                              inputs_segmentation=(inputs != cfg.pad_id).astype(jnp.int32))
+                                              inputs_segmentation=(inputs != cfg.pad_id).astype(jnp.int32),
+                                              interventions=interventions)
             tokens = np.asarray(jax.device_get(tokens))
             for row, i in enumerate(chunk):
                 out[i] = self.data.tokenizer.decode(cut_at_eos(tokens[row], cfg.eos_id, cfg.pad_id))
@@ -203,14 +206,15 @@ class Evaluator:
         return [o if o is not None else "" for o in out]
 
     def bleu(self, params, split: str, step: int, *, limit: int = 0, decode: Optional[str] = None,
-             write: bool = True) -> dict[str, Any]:
-        """Decode (the first ``limit`` of) ``split`` and score it; writes hypotheses to ``outputs/``."""
+             write: bool = True, interventions: Optional[models.Interventions] = None) -> dict[str, Any]:
+        """Decode (the first ``limit`` of) ``split`` (with ``interventions``) and score it; writes hypotheses
+        to ``outputs/``."""
         examples = list(self.data.examples(split))
         if limit:
             examples = examples[:limit]
         sources = [s for s, _ in examples]
         refs = [r for _, r in examples]
-        hyps = self.translate(params, sources, decode=decode)
+        hyps = self.translate(params, sources, decode=decode, interventions=interventions)
         result = score(hyps, refs)
         if write and self.workdir is not None and jax.process_index() == 0:
             outdir = os.path.join(self.workdir, "outputs")

@@ -3,6 +3,9 @@
 Both return ``tokens [B, max_len]`` int32: the generated target tokens (no BOS), ending with EOS when the
 model emitted it, then ``pad_id``. The self-attention cache holds ``max_len`` positions; cross-attention
 keys/values are computed once from the encoder output; source padding is masked at every step.
+``interventions`` (``models.Interventions``: head masks, attention-weight overrides) apply to the encoder
+("encoder_self") and at every step ("decoder_self", "cross"; see ``models.transformer.step_intervention``);
+they are a traced argument of the compiled loop, so new mask values reuse the compiled program.
 """
 from __future__ import annotations
 
@@ -14,14 +17,20 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models.interventions import Interventions, head_shapes
 from models.transformer import DecodeCache, EncoderDecoder
 
 NEG_INF = -1.0e9
 
 
-def _check(model, inputs, max_len: int) -> None:
+def _check(model, inputs, max_len: int, interventions: Optional[Interventions]) -> None:
     if not isinstance(model, EncoderDecoder):
         raise ValueError(f"decoding needs an EncoderDecoder model; got {type(model).__name__}")
+    if interventions is not None:
+        if not isinstance(interventions, Interventions):
+            raise ValueError(f"interventions must be a models.Interventions or None; got "
+                             f"{type(interventions).__name__}")
+        interventions.check(head_shapes(model))
     if getattr(inputs, "ndim", None) != 2:
         raise ValueError(f"inputs must be a [batch, length] int array; got shape {getattr(inputs, 'shape', None)}")
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len <= 0:
@@ -34,30 +43,35 @@ def _source_segmentation(model: EncoderDecoder, inputs, inputs_segmentation):
     return jnp.asarray(inputs_segmentation).astype(jnp.int32)
 
 
-def _encode_and_cache(model: EncoderDecoder, inputs, seg, max_len: int) -> DecodeCache:
-    encoded = model.encode(inputs, inputs_segmentation=seg)
+def _encode_and_cache(model: EncoderDecoder, inputs, seg, max_len: int, interventions) -> DecodeCache:
+    encoded = model.encode(inputs, inputs_segmentation=seg, interventions=interventions)
     return model.init_cache(encoded, seg, max_len)
 
 
 def greedy_decode(
-    model: EncoderDecoder, inputs: jax.Array, *, max_len: int, inputs_segmentation: Optional[jax.Array] = None
+    model: EncoderDecoder,
+    inputs: jax.Array,
+    *,
+    max_len: int,
+    inputs_segmentation: Optional[jax.Array] = None,
+    interventions: Optional[Interventions] = None,
 ) -> jax.Array:
     """Greedy decoding. inputs: [B, S] source ids, one example per row (padding = pad_id, or give
     ``inputs_segmentation`` [B, S] with 0 = padding) -> tokens [B, max_len] int32. Stops early once every row
     has emitted EOS; rows whose source is all padding (batch filler) give only ``pad_id`` and do not hold
-    the loop up."""
-    _check(model, inputs, max_len)
+    the loop up. ``interventions``: see the module docstring."""
+    _check(model, inputs, max_len, interventions)
     seg = _source_segmentation(model, inputs, inputs_segmentation)
     graphdef, state = nnx.split(model)
-    return _greedy(graphdef, state, jnp.asarray(inputs), seg, max_len=max_len)
+    return _greedy(graphdef, state, jnp.asarray(inputs), seg, interventions, max_len=max_len)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_len"))
-def _greedy(graphdef, state, inputs, seg, *, max_len: int):
+def _greedy(graphdef, state, inputs, seg, interventions, *, max_len: int):
     model = nnx.merge(graphdef, state)
     cfg = model.cfg
     B = inputs.shape[0]
-    cache = _encode_and_cache(model, inputs, seg, max_len)
+    cache = _encode_and_cache(model, inputs, seg, max_len, interventions)
 
     def cond(carry):
         i, _, _, done, _ = carry
@@ -65,7 +79,7 @@ def _greedy(graphdef, state, inputs, seg, *, max_len: int):
 
     def body(carry):
         i, tokens, last, done, cache = carry
-        logits, cache = model.decode_step(last, cache, i)
+        logits, cache = model.decode_step(last, cache, i, interventions)
         nxt = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         nxt = jnp.where(done, cfg.pad_id, nxt)
         tokens = jax.lax.dynamic_update_slice(tokens, nxt[:, None], (jnp.zeros((), jnp.int32), i))
@@ -94,6 +108,7 @@ def beam_search(
     max_len: int,
     length_penalty: float = 0.6,
     inputs_segmentation: Optional[jax.Array] = None,
+    interventions: Optional[Interventions] = None,
 ) -> jax.Array:
     """Beam search. inputs: [B, S] -> tokens [B, max_len] int32, the best hypothesis per row.
 
@@ -101,17 +116,32 @@ def beam_search(
     the EOS). A hypothesis finishes when it emits EOS; a row stops when no live hypothesis can beat its worst
     kept finished one. Rows with no finished hypothesis by ``max_len`` return their best live one; rows whose
     source is all padding give only ``pad_id``. With ``beam_size=1`` and ``length_penalty=0`` this is greedy
-    decoding.
+    decoding. ``interventions``: see the module docstring; a "given" decoder-side override value with a batch
+    axis (size B) is repeated for the beams of each row.
     """
-    _check(model, inputs, max_len)
+    _check(model, inputs, max_len, interventions)
     if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
         raise ValueError(f"beam_size must be a positive int; got {beam_size!r}")
     if not isinstance(length_penalty, (int, float)) or length_penalty < 0:
         raise ValueError(f"length_penalty must be a float >= 0; got {length_penalty!r}")
     seg = _source_segmentation(model, inputs, inputs_segmentation)
     graphdef, state = nnx.split(model)
-    return _beam(graphdef, state, jnp.asarray(inputs), seg, jnp.float32(length_penalty), beam_size=beam_size,
-                 max_len=max_len)
+    return _beam(graphdef, state, jnp.asarray(inputs), seg, jnp.float32(length_penalty), interventions,
+                 beam_size=beam_size, max_len=max_len)
+
+
+def _per_beam(interventions: Optional[Interventions], B: int, K: int) -> Optional[Interventions]:
+    """Decoder-side "given" override values [B, ...] repeated to [B*K, ...] (beams of a row adjacent)."""
+    if interventions is None:
+        return None
+
+    def widen(o):
+        value = None if o.value is None else jnp.asarray(o.value)
+        if o.group == "encoder_self" or value is None or value.ndim < 4 or value.shape[0] != B or B == 1:
+            return o
+        return dataclasses.replace(o, value=jnp.repeat(value, K, axis=0))
+
+    return dataclasses.replace(interventions, overrides=tuple(widen(o) for o in interventions.overrides))
 
 
 def _gather_beams(x: jax.Array, idx: jax.Array) -> jax.Array:
@@ -126,13 +156,14 @@ def _gather_flat(x: jax.Array, idx: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "max_len"))
-def _beam(graphdef, state, inputs, seg, alpha, *, beam_size: int, max_len: int):
+def _beam(graphdef, state, inputs, seg, alpha, interventions, *, beam_size: int, max_len: int):
     model = nnx.merge(graphdef, state)
     cfg = model.cfg
     B, K, L = inputs.shape[0], beam_size, max_len
-    cache = _encode_and_cache(model, inputs, seg, max_len)
+    cache = _encode_and_cache(model, inputs, seg, max_len, interventions)
     # Beams of a row are adjacent: [B*K, ...].
     cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), cache)
+    interventions = _per_beam(interventions, B, K)
     max_penalty = length_penalty_factor(L, alpha)
     empty = ~jnp.any(seg != 0, axis=1)  # batch filler rows
 
@@ -144,7 +175,7 @@ def _beam(graphdef, state, inputs, seg, alpha, *, beam_size: int, max_len: int):
 
     def body(carry):
         i, live_seqs, live_logp, last, fin_scores, fin_seqs, cache = carry
-        logits, cache = model.decode_step(last.reshape(B * K), cache, i)
+        logits, cache = model.decode_step(last.reshape(B * K), cache, i, interventions)
         V = logits.shape[-1]
         logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(B, K, V)
         cand = (live_logp[:, :, None] + logp).reshape(B, K * V)

@@ -131,6 +131,34 @@ class EncoderLayer(nnx.Module):
         return _feed_forward(self, x, deterministic), stats
 
 
+def step_intervention(intervention: Optional[LayerIntervention], index: jax.Array,
+                      kv_len: int) -> Optional[LayerIntervention]:
+    """A layer's intervention for one decoding step whose query sits at position ``index`` (scalar int) over
+    ``kv_len`` keys (the cache length for decoder self-attention, the source length for cross-attention).
+
+    Head masks and "uniform" / "function" overrides apply unchanged (the visible keys are the source tokens
+    for cross-attention and the cache positions <= index for self-attention). A "given" value [B, H, Tq, Tk]
+    (or broadcastable) gives its row ``index`` (when Tq > 1), its key axis cut or zero-padded to ``kv_len``
+    (when Tk > 1): the row the teacher-forced call would use. A "permute" override draws with
+    ``fold_in(key, index)``, so each step shuffles anew (not the teacher-forced call's permutation).
+    """
+    if intervention is None or intervention.override is None:
+        return intervention
+    o = intervention.override
+    if o.kind == "given":
+        value = jnp.asarray(o.value)
+        if value.ndim >= 2 and value.shape[-2] > 1:
+            value = jax.lax.dynamic_index_in_dim(value, index, axis=value.ndim - 2, keepdims=True)
+        if value.ndim >= 1 and value.shape[-1] not in (1, kv_len):
+            keys = value.shape[-1]
+            pad = [(0, 0)] * (value.ndim - 1) + [(0, max(kv_len - keys, 0))]
+            value = jnp.pad(value, pad)[..., :kv_len]
+        o = dataclasses.replace(o, value=value)
+    elif o.kind == "permute":
+        o = dataclasses.replace(o, key=jax.random.fold_in(o.key, index))
+    return dataclasses.replace(intervention, override=o)
+
+
 class DecoderLayer(nnx.Module):
     """Causal self-attention, optional cross-attention, feed-forward. y: [B, T, d_model] -> [B, T, d_model]."""
 
@@ -170,18 +198,24 @@ class DecoderLayer(nnx.Module):
                                              cross_intervention)
         return y, self_stats, cross_stats
 
-    def step(self, y, k_cache, v_cache, index, positions, cross_kv, cross_mask, cache_positions):
+    def step(self, y, k_cache, v_cache, index, positions, cross_kv, cross_mask, cache_positions, *,
+             self_intervention: Optional[LayerIntervention] = None,
+             cross_intervention: Optional[LayerIntervention] = None):
         """One decoding step. y: [B, 1, d_model]; caches [B, L, Hkv, D*]; index: scalar; positions: [B, 1];
-        cross_kv: (k, v) of the encoder output or None; cache_positions: [B, L].
-        Returns (y, k_cache, v_cache)."""
+        cross_kv: (k, v) of the encoder output or None; cache_positions: [B, L]; interventions of this layer
+        (see ``step_intervention``). Returns (y, k_cache, v_cache)."""
         h = self.self_block.inputs(y)
         sa = self.self_attention
         k_cache, v_cache = sa.extend_cache(h, k_cache, v_cache, index, positions)
         mask = attn.Mask(causal=True, q_positions=positions, kv_positions=cache_positions)
-        a, _ = sa.attend(sa.queries(h, positions), k_cache, v_cache, mask)
+        a, _ = sa.attend(sa.queries(h, positions), k_cache, v_cache, mask,
+                         intervention=step_intervention(self_intervention, index, k_cache.shape[1]))
         y = self.self_block.residual(y, a, True)
-        y, _ = self._cross_and_mlp(y, cross_kv, cross_mask, True, False)
+        if cross_kv is not None:
+            cross_intervention = step_intervention(cross_intervention, index, cross_kv[0].shape[1])
+        y, _ = self._cross_and_mlp(y, cross_kv, cross_mask, True, False, cross_intervention)
         return y, k_cache, v_cache
+
 
 
 class Encoder(nnx.Module):
@@ -257,8 +291,10 @@ class Decoder(nnx.Module):
             return y, [], []
         return y, self_stats, (cross_stats if encoded is not None else [])
 
-    def step(self, y, cache: DecodeCache, index) -> tuple[jax.Array, DecodeCache]:
-        """y: embeddings of the newest tokens [B, 1, d_model] at position ``index`` -> ([B, 1, d_model], cache)."""
+    def step(self, y, cache: DecodeCache, index,
+             interventions: Optional[Interventions] = None) -> tuple[jax.Array, DecodeCache]:
+        """y: embeddings of the newest tokens [B, 1, d_model] at position ``index`` -> ([B, 1, d_model], cache).
+        ``interventions``: the "decoder_self" and "cross" parts apply at this step."""
         B, L = cache.self_k[0].shape[:2]
         positions = jnp.full((B, 1), index, jnp.int32)
         cache_positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
@@ -268,7 +304,8 @@ class Decoder(nnx.Module):
         for i, layer in enumerate(self.layers):
             cross_kv = (cache.cross_k[i], cache.cross_v[i]) if cache.cross_k else None
             y, k, v = layer.step(y, cache.self_k[i], cache.self_v[i], index, positions, cross_kv, cross_mask,
-                                 cache_positions)
+                                 cache_positions, self_intervention=at(interventions, "decoder_self", i),
+                                 cross_intervention=at(interventions, "cross", i))
             new_k.append(k)
             new_v.append(v)
         if self.final_norm is not None:
@@ -421,11 +458,17 @@ class EncoderDecoder(_LanguageModelHead):
         return DecodeCache(self_k=self_k, self_v=self_v, cross_k=[k for k, _ in cross],
                            cross_v=[v for _, v in cross], source_segmentation=inputs_segmentation)
 
-    def decode_step(self, tokens: jax.Array, cache: DecodeCache, index) -> tuple[jax.Array, DecodeCache]:
-        """tokens: [B] decoder input ids at position ``index`` (BOS at 0) -> (logits [B, V], updated cache)."""
+    def decode_step(self, tokens: jax.Array, cache: DecodeCache, index,
+                    interventions: Optional[Interventions] = None) -> tuple[jax.Array, DecodeCache]:
+        """tokens: [B] decoder input ids at position ``index`` (BOS at 0) -> (logits [B, V], updated cache).
+
+        ``interventions``: head masks and weight overrides of "decoder_self" and "cross" at this step (pass the
+        "encoder_self" part to ``encode``); see ``step_intervention`` for what a step-mode override does."""
+        if interventions is not None:
+            interventions.check(head_shapes(self))
         embed = self._target_embed()
         y = embed(tokens[:, None]) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
-        y, cache = self.decoder.step(y, cache, index)
+        y, cache = self.decoder.step(y, cache, index, interventions)
         return self._logits(y, embed)[:, 0], cache
 
 

@@ -1,36 +1,44 @@
-"""Are sixteen heads really better than one? (Michel, Levy & Neubig, NeurIPS 2019) on attnlab's translation
-model with 8 heads per layer (``configs/repro_head_importance.py``), through the engine and head masks.
+"""Which heads matter? Michel et al. (2019), Voita et al. (2019) and Vashishth et al. (2019) on attnlab's
+translation model with 8 heads per layer (``configs/repro_head_importance.py``), through the engine and
+``models.Interventions`` (head masks and cross-attention weight overrides, also in KV-cache decoding).
 
-Per seed: train the model (its BLEU on the test split is the engine's final evaluation), then on
-``--eval_batches`` validation batches, with ``models.Interventions(head_mask=...)``:
-- the validation NLL with each head alone masked (xi_h = 0), against the unmasked model;
-- head importance I_h = mean over batches of |dNLL/dxi_h| at xi = 1 (Michel et al.'s eq. for the head mask
-  gradient), normalised per layer by its l2 norm as in the paper;
-- the progressive pruning curve: NLL with the least important fraction of all heads masked, and per group
-  (encoder self, decoder self, cross) with only that group's heads pruned.
-The interventions are measured as teacher-forced validation NLL, not BLEU: masked heads would need
-interventions in KV-cache decoding, and decoding a BLEU set per masked head is too slow on 2 CPU cores.
+Per seed: train the model through ``engine.run``; then, on ``--sentences`` fixed test sentences decoded greedily
+(BLEU) and on ``--eval_batches`` validation batches (teacher-forced NLL):
+- each head alone masked (xi_h = 0): BLEU and NLL against the unmasked model;
+- head importance I_h = mean over batches of |dNLL/dxi_h| at xi = 1, l2-normalised per layer (Michel et al.);
+- progressive pruning by normalised importance (least important first): BLEU and NLL for all heads together
+  and for each group (encoder self, decoder self, cross) pruned alone;
+- Voita et al.: each head's confidence (mean maximum attention weight over non-padding queries) and, for
+  self-attention, its mass on the previous / next token and how often its maximum sits there, against
+  importance (Spearman), and how long confident / positional heads survive the pruning;
+- Vashishth et al.: cross-attention weights permuted among the source tokens or made uniform (all layers, and
+  one layer at a time) at decode time: BLEU, and the per-token change of the next-token distribution under
+  teacher forcing (total variation distance to the unmodified model).
+Then Wiegreffe & Pinter's uniform baseline for translation: the same model trained from scratch with
+cross-attention frozen to uniform (``model.uniform_attention_groups=("cross",)``), ``--uniform_seeds`` seeds.
 
-    python scripts/repro_head_importance.py                  # 3 seeds x 12 min -> docs/results/head_importance/
-    python scripts/repro_head_importance.py --seeds 1 --minutes 3
+    python scripts/repro_head_importance.py                  # 3 seeds + 1 uniform x 12 min -> docs/results/head_importance/
+    python scripts/repro_head_importance.py --raw /tmp/hi    # keep each run's measurements; a rerun reuses them
     python scripts/repro_head_importance.py --quick          # seconds: tiny sizes, for tests
 """
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _report import Report, environment_line, markdown_table, mean_std, write_csv  # noqa: E402
+from _report import Report, environment_line, markdown_table, mean_std, source_commit, write_csv  # noqa: E402
 from _runs import load, with_overrides  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
+from scipy import stats as scipy_stats  # noqa: E402
 
 import engine  # noqa: E402
 import models  # noqa: E402
@@ -40,183 +48,690 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = os.path.join(ROOT, "configs", "repro_head_importance.py")
 OUT = os.path.join(ROOT, "docs", "results", "head_importance")
 GROUPS = ("encoder_self", "decoder_self", "cross")
+SELF_GROUPS = ("encoder_self", "decoder_self")
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+QUICK_FRACTIONS = (0.0, 0.5, 0.9)
+POSITIONAL = 0.9  # Voita et al.: a head is positional when its maximum sits at one relative position >= 90% of the time
 PAPER = """
-Michel, Levy & Neubig, *Are Sixteen Heads Really Better than One?*, NeurIPS 2019 (arXiv:1905.10650): on a
-WMT'14 En-Fr Transformer-large (6+6 layers, 16 heads) "a large percentage of attention heads can be removed at
-test time without significantly impacting performance" and "some layers can even be reduced to a single head";
-in the pruning analysis "the self-attention layers can be significantly pruned, while the encoder-decoder
-layers are more dependent on multi-headedness" (abstract, papers.nips.cc). Their importance score is the
-expected |∂L/∂ξ_h| with per-layer l2 normalisation, and they prune by it progressively.
+- **Michel, Levy & Neubig**, *Are Sixteen Heads Really Better than One?*, NeurIPS 2019 (arXiv:1905.10650), on a
+  WMT'14 En-Fr Transformer-large (6+6 layers, 16 heads). Abstract: "a large percentage of attention heads can
+  be removed at test time without significantly impacting performance", "some layers can even be reduced to a
+  single head", and "the self-attention layers can be significantly pruned, while the encoder-decoder layers
+  are more dependent on multi-headedness". In the body (quoted from memory of the paper, not re-checked in
+  this session): only 8 of the 96 heads change BLEU significantly when masked alone, half of them for the
+  better; pruning by |dL/dxi_h| (l2-normalised per layer) removes 20% of the WMT model's heads (40% of BERT's)
+  without noticeable loss; pruning more than 60% of the encoder-decoder heads is catastrophic, while the
+  self-attention groups keep around 30 BLEU with 20% of their heads.
+- **Voita, Talbot, Moiseev, Sennrich & Titov**, *Analyzing Multi-Head Self-Attention: Specialized Heads Do the
+  Heavy Lifting, the Rest Can Be Pruned*, ACL 2019 (arXiv:1905.09418). Abstract: in the encoder, "the most
+  important and confident heads play consistent and often linguistically-interpretable roles"; with
+  stochastic gates and a relaxed L0 penalty "specialized heads are last to be pruned", and on WMT En-Ru
+  "pruning 38 out of 48 encoder heads results in a drop of only 0.15 BLEU". Confidence is a head's mean
+  maximum attention weight; a head is positional when its maximum sits at one relative position (in practice
+  -1 or +1) in at least 90% of cases.
+- **Vashishth, Upadhyay, Tomar & Faruqui**, *Attention Interpretability Across NLP Tasks*, 2019
+  (arXiv:1909.11218): in single-sequence classification attention acts as a gate and permuting or changing
+  its weights barely moves the output, while in pair-sequence tasks and generation (translation) the output
+  depends on the weights. (Their per-dataset BLEU tables could not be retrieved in this session; the
+  comparison below is with this qualitative claim.)
+- **Wiegreffe & Pinter**, *Attention is not not Explanation*, EMNLP 2019: attention can only be claimed to
+  matter for a task if a model with attention frozen to uniform, trained from scratch, does worse; they ran
+  it on classification. Here the same test on translation's cross-attention.
 """
 
 
 class KeepModel(Hook):
-    """Keeps the trained parameters, the setup, the task and the data when training ends."""
+    """Keeps the trained parameters, the setup, the task, the data and the evaluator when training ends."""
 
     def end(self, run) -> None:
         self.params, self.setup, self.task, self.data = run.state["params"], run.setup, run.task, run.data
+        self.evaluator = run.evaluator
 
 
-def measure(model: nnx.Module, task, batches: list) -> dict:
-    """NLL of masks, importance and pruning curves of one trained model on ``batches``."""
-    graphdef, state = nnx.split(model)
-    unit = models.unit_head_mask(model)
-    shapes = {g: unit[g].shape for g in GROUPS}
+def crop(batch: dict) -> dict:
+    """A translation evaluation batch without the columns that are padding in every row (the results do not
+    change; the forward passes get shorter)."""
+    out = dict(batch)
+    for side in ("inputs", "targets"):
+        seg = np.asarray(batch[f"{side}_segmentation"])
+        used = np.nonzero(seg.any(axis=0))[0]
+        n = int(used[-1]) + 1 if used.size else 1
+        for k, v in batch.items():
+            if k.startswith(side):
+                out[k] = np.asarray(v)[:, :n]
+    return out
 
-    @jax.jit
-    def nll_terms(state, mask, batch):
-        m = nnx.merge(graphdef, state)
-        logits = task.forward(m, batch, deterministic=True, interventions=models.Interventions(head_mask=mask))
-        t = task.loss_terms(logits, batch, 0.0)
-        return t["nll_sum"], t["weight_sum"]
 
-    grad_fn = jax.jit(jax.grad(lambda mask, state, batch: (lambda s, w: s / w)(*nll_terms(state, mask, batch))))
-    dev = [{k: jnp.asarray(v) for k, v in b.items()} for b in batches]
+def head_list(shapes: dict) -> list[tuple[str, int, int]]:
+    return [(g, l, h) for g in GROUPS for l in range(shapes[g][0]) for h in range(shapes[g][1])]
 
-    def nll(mask) -> float:
-        sums = [nll_terms(state, mask, b) for b in dev]
+
+def spearman(x, y) -> float:
+    """Spearman's rank correlation of two flat sequences (NaN when one is constant)."""
+    x, y = np.ravel(x), np.ravel(y)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(scipy_stats.spearmanr(x, y)[0])
+
+
+class Probe:
+    """One trained model's measurements under interventions: NLL and next-token distribution change on fixed
+    validation batches (teacher forced), BLEU on the first ``sentences`` test sentences (greedy decoding)."""
+
+    def __init__(self, keep: KeepModel, eval_batches: int, sentences: int):
+        self.keep, self.sentences = keep, sentences
+        self.model = keep.setup.model(keep.params)
+        self.shapes = models.head_shapes(self.model)
+        self.unit = models.unit_head_mask(self.model)
+        self.graphdef, self.state = nnx.split(self.model)
+        host = keep.task.eval_batches(keep.data, "validation")[:eval_batches]
+        self.batches = [{k: jnp.asarray(v) for k, v in crop(b).items()} for b in host]
+        task, graphdef = keep.task, self.graphdef
+
+        def nll_terms(state, iv, batch):
+            logits = task.forward(nnx.merge(graphdef, state), batch, deterministic=True, interventions=iv)
+            t = task.loss_terms(logits, batch, 0.0)
+            return t["nll_sum"], t["weight_sum"]
+
+        def tvd_terms(state, iv, batch):
+            m = nnx.merge(graphdef, state)
+            p = jax.nn.softmax(task.forward(m, batch, deterministic=True).astype(jnp.float32))
+            logits = task.forward(m, batch, deterministic=True, interventions=iv)
+            q = jax.nn.softmax(logits.astype(jnp.float32))
+            t = task.loss_terms(logits, batch, 0.0)
+            return 0.5 * jnp.abs(p - q).sum(-1), t["nll_sum"], t["weight_sum"]  # [B, T], scalars
+
+        self._nll = jax.jit(nll_terms)
+        self._tvd = jax.jit(tvd_terms)
+        self._grad = jax.jit(jax.grad(lambda mask, state, batch: (lambda s, w: s / w)(
+            *nll_terms(state, models.Interventions(head_mask=mask), batch))))
+
+    def masks(self, heads) -> models.Interventions:
+        """Head masks with ``heads`` ((group, layer, head) triples) zeroed; every group present, so one
+        compiled program serves every mask."""
+        mask = {g: np.ones(self.shapes[g], np.float32) for g in GROUPS}
+        for g, l, h in heads:
+            mask[g][l, h] = 0.0
+        return models.Interventions(head_mask={g: jnp.asarray(m) for g, m in mask.items()})
+
+    def nll(self, iv) -> float:
+        sums = [self._nll(self.state, iv, b) for b in self.batches]
         return float(sum(float(s) for s, _ in sums) / max(sum(float(w) for _, w in sums), 1.0))
 
-    base = nll(unit)
-    single = {}
-    for g in GROUPS:
-        L, H = shapes[g]
-        single[g] = np.zeros((L, H))
-        for layer in range(L):
-            for h in range(H):
-                mask = dict(unit, **{g: unit[g].at[layer, h].set(0.0)})
-                single[g][layer, h] = nll(mask) - base
-    grads = [grad_fn(unit, state, b) for b in dev]
-    raw = {g: np.mean([np.abs(np.asarray(gr[g])) for gr in grads], 0) for g in GROUPS}
+    def change(self, iv) -> dict:
+        """Teacher-forced next-token distribution change against the unmodified model: TVD per target token
+        (mean, median) and the NLL with ``iv``."""
+        tvds, nll, weight = [], 0.0, 0.0
+        for b in self.batches:
+            tvd, s, w = self._tvd(self.state, iv, b)
+            tvds.append(np.asarray(tvd)[np.asarray(b["targets_segmentation"]) > 0])
+            nll, weight = nll + float(s), weight + float(w)
+        tvd = np.concatenate(tvds)
+        return {"tvd_mean": float(tvd.mean()), "tvd_median": float(np.median(tvd)), "nll": nll / max(weight, 1.0)}
+
+    def bleu(self, iv) -> float:
+        r = self.keep.evaluator.bleu(self.keep.params, "test", 0, limit=self.sentences, write=False,
+                                     interventions=iv)
+        return r["bleu"]
+
+    def importance(self) -> dict:
+        """Raw importance: mean over batches of |dNLL/dxi| at xi = 1, {group: [L, H]}."""
+        grads = [self._grad(self.unit, self.state, b) for b in self.batches]
+        return {g: np.mean([np.abs(np.asarray(gr[g])) for gr in grads], 0) for g in GROUPS}
+
+    def attention_behaviour(self) -> dict:
+        """Per head ([L, H] per group): confidence (mean max weight over non-padding queries); for self-attention
+        the mean weight on the previous / next token and the fraction of queries whose maximum sits there."""
+        ev = self.keep.evaluator
+        graphdef, state = nnx.split(ev.reference_model(self.keep.params))
+        task = self.keep.task
+
+        @jax.jit
+        def sums(state, batch):
+            _, st = task.forward(nnx.merge(graphdef, state), batch, deterministic=True, return_stats=True)
+            out = {}
+            for g in GROUPS:
+                seg = batch["inputs_segmentation" if g == "encoder_self" else "targets_segmentation"] > 0  # [B, Tq]
+                per_layer = []
+                for s in st[g]:
+                    w = s.weights.astype(jnp.float32)  # [B, H, Tq, Tk]
+                    q = seg[:, None, :].astype(jnp.float32)  # [B, 1, Tq]
+                    r = {"conf": (w.max(-1) * q).sum((0, 2)), "n": jnp.broadcast_to(q.sum((0, 2)), w.shape[1:2])}
+                    if g in SELF_GROUPS:
+                        arg = w.argmax(-1)  # [B, H, Tq]
+                        pos = jnp.arange(w.shape[2])
+                        prev_ok = q * (pos >= 1)[None, None, :]
+                        nxt_ok = q * jnp.pad(seg[:, 1:], ((0, 0), (0, 1)))[:, None, :]
+                        prev_w = jnp.pad(jnp.diagonal(w, offset=-1, axis1=2, axis2=3), ((0, 0), (0, 0), (1, 0)))
+                        next_w = jnp.pad(jnp.diagonal(w, offset=1, axis1=2, axis2=3), ((0, 0), (0, 0), (0, 1)))
+                        r.update(prev=(prev_w * prev_ok).sum((0, 2)), next=(next_w * nxt_ok).sum((0, 2)),
+                                 prev_arg=((arg == pos - 1) * prev_ok).sum((0, 2)),
+                                 next_arg=((arg == pos + 1) * nxt_ok).sum((0, 2)),
+                                 n_prev=jnp.broadcast_to(prev_ok.sum((0, 2)), w.shape[1:2]),
+                                 n_next=jnp.broadcast_to(nxt_ok.sum((0, 2)), w.shape[1:2]))
+                    per_layer.append(r)
+                out[g] = {k: jnp.stack([r[k] for r in per_layer]) for k in per_layer[0]}  # [L, H]
+            return out
+
+        total = None
+        for b in self.batches:
+            s = jax.device_get(sums(state, b))
+            total = s if total is None else jax.tree.map(np.add, total, s)
+        out = {}
+        for g, t in total.items():
+            out[g] = {"confidence": t["conf"] / np.maximum(t["n"], 1)}
+            if g in SELF_GROUPS:
+                out[g].update(prev=t["prev"] / np.maximum(t["n_prev"], 1), next=t["next"] / np.maximum(t["n_next"], 1),
+                              prev_arg=t["prev_arg"] / np.maximum(t["n_prev"], 1),
+                              next_arg=t["next_arg"] / np.maximum(t["n_next"], 1))
+        return out
+
+
+def cross_overrides(kind: str, layers, key) -> models.Interventions:
+    return models.Interventions(overrides=tuple(
+        models.WeightOverride("cross", l, kind, key=jax.random.fold_in(key, l) if kind == "permute" else None)
+        for l in layers))
+
+
+def measure(keep: KeepModel, seed: int, eval_batches: int, sentences: int, fractions, log) -> dict:
+    """Everything of one trained model (see the module docstring); pruning curves at ``fractions``."""
+    t0 = time.time()
+    p = Probe(keep, eval_batches, sentences)
+    shapes = {g: p.shapes[g] for g in GROUPS}
+    heads = head_list(shapes)
+    m = {"shapes": shapes, "fractions": tuple(fractions), "base_nll": p.nll(p.masks([]))}
+    tb = time.time()
+    m["base_bleu"] = p.bleu(None)
+    m["seconds_per_decode"] = time.time() - tb
+    log(f"  unmasked: NLL {m['base_nll']:.4f}, BLEU {m['base_bleu']:.2f} ({m['seconds_per_decode']:.1f}s per decode)")
+
+    m["single_nll"] = {g: np.zeros(shapes[g]) for g in GROUPS}
+    m["single_bleu"] = {g: np.zeros(shapes[g]) for g in GROUPS}
+    for g, l, h in heads:
+        iv = p.masks([(g, l, h)])
+        m["single_nll"][g][l, h] = p.nll(iv)
+        m["single_bleu"][g][l, h] = p.bleu(iv)
+    log(f"  single-head masks done ({time.time() - t0:.0f}s)")
+
+    raw = p.importance()
     norm = {g: raw[g] / np.maximum(np.linalg.norm(raw[g], axis=1, keepdims=True), 1e-20) for g in GROUPS}
+    m["raw"], m["norm"] = raw, norm
+    order = sorted(heads, key=lambda x: (float(norm[x[0]][x[1], x[2]]), x))  # least important first
+    m["order"] = order
 
-    order = sorted(((float(norm[g][l, h]), g, l, h) for g in GROUPS for l in range(shapes[g][0])
-                    for h in range(shapes[g][1])))
-    total = len(order)
+    def curve(pool):
+        nll, bleu = [], []
+        for f in fractions:
+            iv = p.masks(pool[:int(round(f * len(pool)))])
+            nll.append(m["base_nll"] if f == 0 else p.nll(iv))
+            bleu.append(m["base_bleu"] if f == 0 else p.bleu(iv))
+        return nll, bleu
 
-    def pruned(heads) -> dict:
-        mask = {g: np.ones(shapes[g], np.float32) for g in GROUPS}
-        for _, g, l, h in heads:
-            mask[g][l, h] = 0.0
-        return {g: jnp.asarray(m) for g, m in mask.items()}
-
-    curve = [nll(pruned(order[:int(round(f * total))])) for f in FRACTIONS]
-    group_curves = {}
+    m["curve_nll"], m["curve_bleu"] = curve(order)
+    m["group_nll"], m["group_bleu"] = {}, {}
     for g in GROUPS:
-        mine = [o for o in order if o[1] == g]
-        group_curves[g] = [nll(pruned(mine[:int(round(f * len(mine)))])) for f in FRACTIONS]
-    return {"base": base, "single": single, "raw": raw, "norm": norm, "curve": curve, "group_curves": group_curves}
+        m["group_nll"][g], m["group_bleu"][g] = curve([o for o in order if o[0] == g])
+    log(f"  pruning curves done ({time.time() - t0:.0f}s)")
+
+    m["behaviour"] = p.attention_behaviour()
+
+    key = jax.random.key(1000 + seed)
+    L = shapes["cross"][0]
+    variants = {"permute, all layers": cross_overrides("permute", range(L), key),
+                "uniform, all layers": cross_overrides("uniform", range(L), key)}
+    if L > 1:
+        for l in range(L):
+            variants[f"permute, layer {l}"] = cross_overrides("permute", [l], key)
+            variants[f"uniform, layer {l}"] = cross_overrides("uniform", [l], key)
+    m["vashishth"] = {}
+    for name, iv in variants.items():
+        m["vashishth"][name] = dict(p.change(iv), bleu=p.bleu(iv))
+    m["measure_minutes"] = (time.time() - t0) / 60
+    log(f"  cross-attention overrides done ({time.time() - t0:.0f}s)")
+    return m
+
+
+def train(spec: str, overrides: dict) -> tuple[KeepModel, dict]:
+    keep = KeepModel()
+    result = engine.run(with_overrides(load(spec), overrides), hooks=[keep])
+    return keep, {"steps": result["step"], "engine_bleu": result.get("test/bleu"),
+                  "train_minutes": result["wall_minutes"], "commit": source_commit()}
+
+
+def cached(raw_dir, name: str, make):
+    """``make()``, stored as ``<raw_dir>/<name>.pkl`` and loaded from there when it exists (no raw_dir: always
+    ``make()``)."""
+    path = os.path.join(raw_dir, f"{name}.pkl") if raw_dir else None
+    if path and os.path.exists(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    value = make()
+    if path:
+        os.makedirs(raw_dir, exist_ok=True)
+        with open(path, "wb") as f:
+            pickle.dump(value, f)
+    return value
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--minutes", type=float, default=12.0, help="training budget per seed")
+    ap.add_argument("--uniform_seeds", type=int, default=None,
+                    help="seeds of the uniform-cross-attention baseline (default 1; 0 with --quick)")
+    ap.add_argument("--minutes", type=float, default=12.0, help="training time budget per run (0: none)")
     ap.add_argument("--steps", type=int, default=100_000)
-    ap.add_argument("--eval_batches", type=int, default=8, help="validation batches for the NLL measurements")
-    ap.add_argument("--split_examples", type=int, default=500, help="test sentences decoded for the final BLEU")
+    ap.add_argument("--eval_batches", type=int, default=4, help="validation batches (64 sentences) for NLL")
+    ap.add_argument("--sentences", type=int, default=300, help="test sentences decoded for every BLEU")
+    ap.add_argument("--raw", default="", help="directory keeping each run's measurements (reused when present)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (tests)")
     ap.add_argument("--out", default=OUT)
     a = ap.parse_args(argv)
+    if a.uniform_seeds is None:  # --quick: a second training would cost the test half its time
+        a.uniform_seeds = 0 if a.quick else 1
     if a.quick:
-        a.seeds, a.eval_batches = 1, min(a.eval_batches, 1)
-    for name in ("seeds", "eval_batches", "steps", "split_examples"):
+        a.seeds, a.eval_batches, a.sentences = 1, 1, min(a.sentences, 8)
+    for name in ("seeds", "eval_batches", "steps", "sentences"):
         if getattr(a, name) < 1:
             raise SystemExit(f"--{name}={getattr(a, name)}; expected a positive int")
-    if not a.minutes > 0:
-        raise SystemExit(f"--minutes={a.minutes}; expected a positive number")
-    spec = SPEC + (":quick" if a.quick else f":steps={a.steps},minutes={a.minutes},split_examples={a.split_examples}")
-
+    if a.uniform_seeds < 0:
+        raise SystemExit(f"--uniform_seeds={a.uniform_seeds}; expected an int >= 0")
+    if not a.minutes >= 0:
+        raise SystemExit(f"--minutes={a.minutes}; expected a number >= 0 (0: no time limit)")
+    spec = SPEC + (":quick" if a.quick else f":steps={a.steps},minutes={a.minutes},sentences={a.sentences}")
     t0 = time.time()
-    runs = []
-    for seed in range(a.seeds):
-        keep = KeepModel()
-        result = engine.run(with_overrides(load(spec), {"seed": seed}), hooks=[keep])
-        model = keep.setup.model(keep.params)
-        batches = keep.task.eval_batches(keep.data, "validation")[:a.eval_batches]
-        m = measure(model, keep.task, batches)
-        m.update(bleu=result.get("test/bleu"), steps=result["step"], val_nll=result.get("validation/nll"))
-        runs.append(m)
-        print(f"seed {seed}: {m['steps']} steps, test BLEU {m['bleu']}, NLL {m['base']:.3f}; "
-              f"{time.time() - t0:.0f}s", flush=True)
-    config = load(spec)
-    L = {g: runs[0]["single"][g].shape[0] for g in GROUPS}
-    H = runs[0]["single"]["cross"].shape[1]
 
-    r = Report(a.out, "Which heads matter? Michel et al. (2019) on the translation model, 8 heads per layer")
+    def log(msg: str) -> None:
+        print(f"[{(time.time() - t0) / 60:5.1f} min] {msg}", flush=True)
+
+    def seed_run(seed: int) -> dict:
+        keep, info = train(spec, {"seed": seed})
+        log(f"seed {seed}: {info['steps']} steps in {info['train_minutes']:.1f} min, engine test BLEU "
+            f"{info['engine_bleu']:.2f} on {a.sentences} sentences")
+        return dict(info, **measure(keep, seed, a.eval_batches, a.sentences,
+                                    QUICK_FRACTIONS if a.quick else FRACTIONS, log))
+
+    def uniform_run(seed: int) -> dict:
+        keep, info = train(spec, {"seed": seed, "model.uniform_attention_groups": ("cross",)})
+        p = Probe(keep, a.eval_batches, a.sentences)
+        info.update(base_nll=p.nll(None), base_bleu=p.bleu(None))
+        log(f"uniform cross-attention seed {seed}: {info['steps']} steps, BLEU {info['base_bleu']:.2f}, "
+            f"NLL {info['base_nll']:.4f}")
+        return info
+
+    tag = "quick_" if a.quick else ""
+    runs = [cached(a.raw, f"{tag}seed{s}", lambda s=s: seed_run(s)) for s in range(a.seeds)]
+    uniform = [cached(a.raw, f"{tag}uniform{s}", lambda s=s: uniform_run(s)) for s in range(a.uniform_seeds)]
+    report(a, runs, uniform, load(spec), time.time() - t0)
+    print(f"wrote {a.out}/README.md")
+
+
+# ------------------------------------------------------------------------------------------------- report
+def stack(runs, key, g):
+    return np.stack([r[key][g] for r in runs])  # [seeds, L, H]
+
+
+def positional_fraction(m: dict, g: str) -> np.ndarray:
+    """[L, H]: the fraction of queries whose largest weight sits on the previous or the next token (the larger)."""
+    b = m["behaviour"][g]
+    return np.maximum(b["prev_arg"], b["next_arg"])
+
+
+def is_positional(m: dict, g: str, l: int, h: int) -> bool:
+    return g in SELF_GROUPS and positional_fraction(m, g)[l, h] >= POSITIONAL
+
+
+def is_confident(m: dict, g: str, l: int, h: int) -> bool:
+    conf = m["behaviour"][g]["confidence"]
+    return conf[l, h] >= np.quantile(conf, 0.75)
+
+
+def measured_by(runs: list) -> str:
+    return ", ".join(sorted({m.get("commit", "not recorded") for m in runs}))
+
+
+def budget(config) -> str:
+    steps, minutes = config.train.num_steps, config.train.max_minutes
+    return f"{steps} steps" + (f" or {minutes:g} minutes (start-up included), whichever first" if minutes > 0 else
+                               " (no time limit)")
+
+
+def report(a, runs: list, uniform: list, config, seconds: float) -> None:
+    shapes, fractions = runs[0]["shapes"], runs[0]["fractions"]
+    H = shapes["cross"][1]
+    n = len(runs)
+    r = Report(a.out, "Which heads matter? Michel, Voita and Vashishth et al. on the translation model, 8 heads "
+                      "per layer")
     r.text(f"""
-{environment_line()} Total {(time.time() - t0) / 60:.1f} min.
+{environment_line()} Measurements made with commit {measured_by(runs + uniform)}. Wall time:
+training {sum(m["train_minutes"] for m in runs + uniform):.0f} min ({len(runs) + len(uniform)} runs), analyses
+{sum(m["measure_minutes"] for m in runs):.0f} min; this report took {seconds / 60:.1f} min (runs reused from `--raw`
+are loaded, not re-measured).
 
-`python scripts/repro_head_importance.py --seeds {a.seeds} --minutes {a.minutes} --steps {a.steps}
---eval_batches {a.eval_batches} --split_examples {a.split_examples}{' --quick' if a.quick else ''}`
+`python scripts/repro_head_importance.py --seeds {a.seeds} --uniform_seeds {a.uniform_seeds} --minutes {a.minutes}
+--steps {a.steps} --eval_batches {a.eval_batches} --sentences {a.sentences}{' --quick' if a.quick else ''}`
 
-**Protocol.** `configs/repro_head_importance.py`: Spanish → English Bible translation, d_model
-{config.model.d_model}, {config.model.num_encoder_layers}+{config.model.num_decoder_layers} layers, {H} heads
-per layer (head width {config.model.d_model // H}), pre-LN with QK-LayerNorm; training stops at
-{config.train.num_steps} steps or {config.train.max_minutes} minutes, whichever first; seeds 0..{a.seeds - 1}.
-Measurements are the teacher-forced validation NLL (nats per target token) on the first {a.eval_batches}
-validation batches, with the head mask ξ (`models.Interventions(head_mask=...)`) multiplying each head's output
-before the output projection. **Not BLEU**: masked heads are not threaded into KV-cache decoding, and a
-decoded BLEU set per masked head is too slow on 2 CPU cores; BLEU of the unmasked model is the engine's
-final test evaluation. Importance I_h = mean over batches of |∂NLL/∂ξ_h| at ξ = 1, normalised per layer (l2),
-as in Michel et al.; pruning removes the heads with the lowest normalised importance first.
+**Protocol.** `configs/repro_head_importance.py`: the main job (Spanish → English Bible verses, d_model
+{config.model.d_model}, {config.model.num_encoder_layers}+{config.model.num_decoder_layers} layers, pre-LN,
+QK-LayerNorm) with {H} heads per layer (head width {config.model.d_model // H}); training stops at
+{budget(config)}; seeds 0..{a.seeds - 1}.
+Interventions are `models.Interventions` passed to the model and to `models.greedy_decode` (through
+`Evaluator.bleu(..., interventions=)`), in the encoder and at every KV-cache decoding step:
+- **BLEU**: sacreBLEU on the first **{a.sentences} test sentences**, greedy decoding (the same sentences for every
+  measurement and for the engine's final test BLEU).
+- **NLL**: teacher-forced validation NLL (nats per target token) on the first {a.eval_batches} validation
+  batches (64 sentences each).
+- **Head mask** ξ_h multiplies head h's output before the output projection; ξ_h = 0 removes the head.
+  Importance I_h = mean over batches of |∂NLL/∂ξ_h| at ξ = 1, l2-normalised per layer (Michel et al.);
+  pruning removes the heads with the lowest normalised importance first (globally, or within one group).
+- **Confidence** (Voita et al.): mean over non-padding queries of the head's largest attention weight;
+  **previous / next-token** behaviour: the mean weight on the token at relative position -1 / +1 and the
+  fraction of queries whose largest weight sits there (a head is *positional* when that fraction is
+  ≥ {POSITIONAL}, Voita et al.'s threshold); measured on the same validation batches, teacher forced.
+- **Cross-attention overrides** (Vashishth et al.): `WeightOverride("cross", layer, "permute" | "uniform")`,
+  each row's weights shuffled among the source tokens (a fresh permutation per decoding step) or replaced by
+  1/(source length); BLEU at decode time, and under teacher forcing the total variation distance between the
+  next-token distributions of the modified and the unmodified model, per target token.
+- **Uniform baseline** (Wiegreffe & Pinter): the same config with `model.uniform_attention_groups=("cross",)`,
+  trained from scratch for the same budget, {len(uniform)} seed(s).
 """)
-    r.section("What the paper reports")
+    r.section("What the papers report")
     r.text(PAPER)
+
     r.section("Trained models")
-    r.table(["seed", "steps", f"test BLEU ({config.eval.split_examples} sentences)", "validation NLL (measured batches)"],
-            [[i, m["steps"], m["bleu"], m["base"]] for i, m in enumerate(runs)], csv_name="models.csv")
+    r.table(["seed", "steps", "train minutes", f"test BLEU ({a.sentences} sentences)",
+             "the engine's final test BLEU (same sentences)", "validation NLL", "seconds per BLEU decode",
+             "analysis minutes"],
+            [[i, m["steps"], m["train_minutes"], m["base_bleu"], m["engine_bleu"], m["base_nll"],
+              m["seconds_per_decode"], m["measure_minutes"]] for i, m in enumerate(runs)], csv_name="models.csv")
 
-    r.section("Masking one head at a time: NLL increase (mean over seeds)")
-    rows, csv_rows = [], []
+    # -------------------------------------------------------------------------------- single heads
+    r.section("Masking one head at a time")
+    rows, seed0_rows, csv_rows = [], [], []
     for g in GROUPS:
-        stack = np.stack([m["single"][g] for m in runs])  # [seeds, L, H]
-        imp = np.stack([m["norm"][g] for m in runs])
-        for layer in range(L[g]):
-            rows.append([g, layer] + [float(x) for x in stack[:, layer].mean(0)])
+        bleu = stack(runs, "single_bleu", g) - np.array([m["base_bleu"] for m in runs])[:, None, None]
+        nll = stack(runs, "single_nll", g) - np.array([m["base_nll"] for m in runs])[:, None, None]
+        conf = np.stack([m["behaviour"][g]["confidence"] for m in runs])
+        for layer in range(shapes[g][0]):
+            # heads are interchangeable between seeds, layers are not: per-layer summaries over seeds
+            rows.append([g, layer, mean_std(bleu[:, layer].mean(1)), mean_std(bleu[:, layer].min(1)),
+                         mean_std(bleu[:, layer].max(1)), mean_std(nll[:, layer].mean(1)),
+                         mean_std(stack(runs, "raw", g)[:, layer].mean(1)), mean_std(conf[:, layer].mean(1))])
+            seed0_rows.append([g, layer] + [f"{x:+.2f}" for x in bleu[0, layer]])
             for h in range(H):
-                for s in range(len(runs)):
-                    csv_rows.append([s, g, layer, h, float(stack[s, layer, h]), float(runs[s]["raw"][g][layer, h]),
-                                     float(imp[s, layer, h])])
-    r.text(markdown_table(["group", "layer"] + [f"h{h}" for h in range(H)], rows, digits=2))
+                for s, m in enumerate(runs):
+                    b = m["behaviour"][g]
+                    csv_rows.append([s, g, layer, h, float(bleu[s, layer, h]), float(nll[s, layer, h]),
+                                     float(m["raw"][g][layer, h]), float(m["norm"][g][layer, h]),
+                                     m["order"].index((g, layer, h)) / len(m["order"]),
+                                     float(b["confidence"][layer, h])]
+                                    + ([float(b[k][layer, h]) for k in ("prev", "next", "prev_arg", "next_arg")]
+                                       if g in SELF_GROUPS else [None] * 4))
+    r.text(f"BLEU change when one head alone is masked, summarised per layer (heads are interchangeable between "
+           f"seeds, layers are not), mean ± std over {n} seed(s); the unmasked BLEU is "
+           f"{mean_std([m['base_bleu'] for m in runs])}:")
+    r.table(["group", "layer", "mean over the layer's heads", "largest drop", "largest gain", "mean NLL change",
+             "mean raw importance", "mean confidence"], rows, csv_name="per_layer.csv")
+    r.text("Seed 0, every head (BLEU change when masked alone):")
+    r.text(markdown_table(["group", "layer"] + [f"h{h}" for h in range(H)], seed0_rows))
     write_csv(os.path.join(a.out, "per_head.csv"),
-              ["seed", "group", "layer", "head", "nll_increase_masked_alone", "importance_raw", "importance_norm"],
-              csv_rows)
-    r.text("Per head and seed (NLL increase, raw and normalised importance): [per_head.csv](per_head.csv).")
+              ["seed", "group", "layer", "head", "bleu_change_masked_alone", "nll_change_masked_alone",
+               "importance_raw", "importance_norm", "pruned_at_fraction", "confidence", "prev_token_weight",
+               "next_token_weight", "prev_token_argmax", "next_token_argmax"], csv_rows)
+    r.text("Per head and seed (BLEU and NLL change, raw and normalised importance, when pruning removes it, "
+           "confidence and positional behaviour): [per_head.csv](per_head.csv).")
 
-    r.section("Per group")
+    all_bleu = np.array([np.concatenate([(m["single_bleu"][g] - m["base_bleu"]).ravel() for g in GROUPS])
+                         for m in runs])  # [seeds, heads], in head_list order
+    all_nll = np.array([np.concatenate([(m["single_nll"][g] - m["base_nll"]).ravel() for g in GROUPS]) for m in runs])
+    worst = [(float(all_bleu[s].min()), head_list(shapes)[int(all_bleu[s].argmin())]) for s in range(n)]
+    r.text("Over all {} heads, per seed: {}.".format(all_bleu.shape[1], "; ".join(
+        f"seed {s}: {int((all_bleu[s] <= -1).sum())} heads lose ≥ 1 BLEU, {int((all_bleu[s] > 0).sum())} gain, "
+        f"largest drop {w:+.2f} ({g} layer {l} head {h}), largest NLL increase {all_nll[s].max():+.3f}"
+        for s, (w, (g, l, h)) in enumerate(worst))))
+
     group_rows = []
     for g in GROUPS:
-        inc = [float(m["single"][g].mean()) for m in runs]
-        worst = [float(m["single"][g].max()) for m in runs]
-        frac_small = [float(np.mean(m["single"][g] < 0.01)) for m in runs]
-        half = FRACTIONS.index(0.5)
-        at_half = [m["group_curves"][g][half] - m["base"] for m in runs]
-        group_rows.append([g, mean_std(inc), mean_std(worst), mean_std(frac_small), mean_std(at_half)])
-    r.table(["group", "mean NLL increase, one head masked", "largest single-head increase",
-             "fraction of heads with increase < 0.01", "NLL increase with 50% of the group's heads pruned"],
+        half = fractions.index(0.5)
+        b = [float((m["single_bleu"][g] - m["base_bleu"]).mean()) for m in runs]
+        w = [float((m["single_bleu"][g] - m["base_bleu"]).min()) for m in runs]
+        nl = [float((m["single_nll"][g] - m["base_nll"]).mean()) for m in runs]
+        at_half_b = [m["group_bleu"][g][half] - m["base_bleu"] for m in runs]
+        at_half_n = [m["group_nll"][g][half] - m["base_nll"] for m in runs]
+        at_90_b = [m["group_bleu"][g][-1] - m["base_bleu"] for m in runs]
+        group_rows.append([g, mean_std(b), mean_std(w), mean_std(nl), mean_std(at_half_b), mean_std(at_half_n),
+                           mean_std(at_90_b)])
+    r.section("Per group: which is most sensitive?")
+    r.table(["group", "mean BLEU change, one head masked", "largest single-head BLEU drop",
+             "mean NLL change, one head masked", "BLEU change, 50% of the group pruned",
+             "NLL change, 50% of the group pruned", f"BLEU change, {fractions[-1]:.0%} of the group pruned"],
             group_rows, csv_name="groups.csv")
 
-    r.section("Progressive pruning (by normalised importance)")
+    # ------------------------------------------------------------------------------------- pruning
+    r.section("Progressive pruning by normalised importance")
     curve_rows = []
-    for i, f in enumerate(FRACTIONS):
-        curve_rows.append([f, mean_std([m["curve"][i] for m in runs])]
-                          + [mean_std([m["group_curves"][g][i] for m in runs]) for g in GROUPS])
-    r.table(["fraction pruned", "all heads: NLL", "encoder_self only", "decoder_self only", "cross only"],
-            curve_rows, csv_name="pruning.csv")
+    for i, f in enumerate(fractions):
+        curve_rows.append([f, mean_std([m["curve_bleu"][i] for m in runs]), mean_std([m["curve_nll"][i] for m in runs])]
+                          + [mean_std([m["group_bleu"][g][i] for m in runs]) for g in GROUPS]
+                          + [mean_std([m["group_nll"][g][i] for m in runs]) for g in GROUPS])
+    r.table(["fraction pruned", "all heads: BLEU", "all heads: NLL"] + [f"{g} only: BLEU" for g in GROUPS]
+            + [f"{g} only: NLL" for g in GROUPS], curve_rows, csv_name="pruning.csv")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.plot(FRACTIONS, np.mean([m["curve"] for m in runs], 0), "k-o", label="all heads")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for ax, key, gkey, label in ((axes[0], "curve_bleu", "group_bleu", f"test BLEU ({a.sentences} sentences)"),
+                                 (axes[1], "curve_nll", "group_nll", "validation NLL")):
+        for name, ys, style in [("all heads", [m[key] for m in runs], "k-o")] + [
+                (f"{g} only", [m[gkey][g] for m in runs], "-o") for g in GROUPS]:
+            ys = np.array(ys)
+            ax.errorbar(fractions, ys.mean(0), yerr=ys.std(0) if n > 1 else None, fmt=style, ms=3, capsize=2,
+                        label=name)
+        ax.set_xlabel("fraction of heads pruned")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=7)
+    r.figure(fig, "pruning", f"BLEU and NLL vs fraction of heads pruned by normalised importance (mean ± std over "
+                             f"{n} seed(s)); per group, only that group's heads are pruned.")
+
+    # ------------------------------------------------------------------------------------- Voita
+    r.section("Confidence, positional heads and importance (Voita et al.)")
+    behaviour_rows = []
     for g in GROUPS:
-        ax.plot(FRACTIONS, np.mean([m["group_curves"][g] for m in runs], 0), "-o", label=f"{g} only", ms=3)
-    ax.set_xlabel("fraction of heads pruned")
-    ax.set_ylabel("validation NLL")
-    ax.legend(fontsize=7)
-    r.figure(fig, "pruning", f"Validation NLL vs fraction of heads pruned by importance (mean over {a.seeds} seed(s)).")
+        conf = [m["behaviour"][g]["confidence"] for m in runs]
+        row = [g, mean_std([float(c.mean()) for c in conf]), mean_std([float(c.max()) for c in conf]),
+               mean_std([spearman(c, m["raw"][g]) for c, m in zip(conf, runs)]),
+               mean_std([spearman(c, m["norm"][g]) for c, m in zip(conf, runs)]),
+               mean_std([spearman(c, m["single_bleu"][g]) for c, m in zip(conf, runs)])]
+        if g in SELF_GROUPS:
+            pos = [positional_fraction(m, g) for m in runs]
+            row += [mean_std([float((p >= POSITIONAL).sum()) for p in pos]),
+                    mean_std([spearman(p, m["norm"][g]) for p, m in zip(pos, runs)])]
+        else:
+            row += ["—", "—"]
+        behaviour_rows.append(row)
+    r.table(["group", "mean confidence", "most confident head", "Spearman(confidence, raw importance)",
+             "Spearman(confidence, normalised importance)", "Spearman(confidence, BLEU with the head masked)",
+             f"positional heads (max at ±1 in ≥ {POSITIONAL:.0%} of queries)",
+             "Spearman(positional fraction, normalised importance)"], behaviour_rows, csv_name="voita.csv")
+    r.text("Spearman over the heads of a group, per seed, then mean ± std. A positive correlation with importance "
+           "(a negative one with the BLEU of the masked model) means confident heads matter more, as Voita et al. "
+           "found for encoder heads.")
+    kinds = {"positional (self-attention)": is_positional, "top-quarter confidence in its group": is_confident,
+             "neither": lambda m, g, l, h: not (is_positional(m, g, l, h) or is_confident(m, g, l, h))}
+    survival_rows = []
+    for label, pick in kinds.items():
+        counts, when = [], []
+        for m in runs:
+            chosen = [i / len(m["order"]) for i, (g, l, h) in enumerate(m["order"]) if pick(m, g, l, h)]
+            counts.append(len(chosen))
+            when.append(float(np.mean(chosen)) if chosen else float("nan"))
+        survival_rows.append([label, mean_std(counts), mean_std(when)])
+    r.table(["heads", "count per seed", "mean fraction of all heads pruned before it is removed"], survival_rows,
+            csv_name="survival.csv")
+    r.text("Pruning order is the global normalised-importance order of the pruning curves; a head removed last "
+           "has a value near 1, the average head about 0.49.")
+
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3))
+    for ax, g in zip(axes, GROUPS):
+        for s, (m, marker) in enumerate(zip(runs, "os^vD")):
+            for layer in range(shapes[g][0]):
+                ax.scatter(m["behaviour"][g]["confidence"][layer], m["raw"][g][layer], s=12, marker=marker,
+                           color=f"C{layer}", label=f"layer {layer}" if s == 0 else None)
+        ax.set_yscale("log")
+        ax.set_title(g, fontsize=9)
+        ax.set_xlabel("confidence (mean max weight)")
+    axes[0].set_ylabel("raw importance |dNLL/dxi|")
+    axes[0].legend(fontsize=6)
+    r.figure(fig, "confidence", "Head confidence vs raw importance, every head of every seed (colour: layer; "
+                                "marker: seed).")
+
+    # ------------------------------------------------------------------------------------- Vashishth
+    r.section("Permuted and uniform cross-attention at decode time (Vashishth et al.)")
+    names = list(runs[0]["vashishth"])
+    vrows = [["unmodified", mean_std([m["base_bleu"] for m in runs]), "0", "0",
+              mean_std([m["base_nll"] for m in runs])]]
+    for name in names:
+        v = [m["vashishth"][name] for m in runs]
+        vrows.append([name, mean_std([x["bleu"] for x in v]), mean_std([x["tvd_mean"] for x in v]),
+                      mean_std([x["tvd_median"] for x in v]), mean_std([x["nll"] for x in v])])
+    r.table(["cross-attention", f"test BLEU ({a.sentences} sentences)", "TVD of next-token distribution: mean",
+             "TVD: median", "validation NLL"], vrows, csv_name="vashishth.csv")
+
+    # ------------------------------------------------------------------------------------- uniform
+    r.section("Uniform cross-attention trained from scratch (Wiegreffe & Pinter's baseline)")
+    if uniform:
+        r.table(["model", "seeds", "steps", f"test BLEU ({a.sentences} sentences)", "validation NLL"],
+                [["normal (learned cross-attention)", n, mean_std([m["steps"] for m in runs]),
+                  mean_std([m["base_bleu"] for m in runs]), mean_std([m["base_nll"] for m in runs])],
+                 ["cross-attention frozen to uniform", len(uniform), mean_std([u["steps"] for u in uniform]),
+                  mean_std([u["base_bleu"] for u in uniform]), mean_std([u["base_nll"] for u in uniform])]],
+                csv_name="uniform_baseline.csv")
+    else:
+        r.text("Not run (`--uniform_seeds 0`).")
+    r.section("What the data say")
+    r.text(verdict(runs, uniform, a.sentences))
     r.write()
-    print(f"wrote {a.out}/README.md")
+
+
+def _ms(values, digits: int = 2) -> str:
+    """'mean ± std' with ``digits`` decimals (the value alone for one seed)."""
+    v = np.asarray([x for x in values if np.isfinite(x)], np.float64)
+    if v.size == 0:
+        return "—"
+    return f"{v.mean():.{digits}f}" + (f" ± {v.std(ddof=1):.{digits}f}" if v.size > 1 else "")
+
+
+def verdict(runs: list, uniform: list, sentences: int) -> str:
+    """Sentences computed from the measurements, each against the paper it tests."""
+    n, fractions = len(runs), runs[0]["fractions"]
+    base = np.array([m["base_bleu"] for m in runs])
+    drops = {g: np.stack([m["single_bleu"][g] - m["base_bleu"] for m in runs]) for g in GROUPS}  # [seeds, L, H]
+    flat = np.concatenate([drops[g].reshape(n, -1) for g in GROUPS], axis=1)  # [seeds, heads]
+    heads = flat.shape[1]
+    lines = [f"All numbers are mean ± std over {n} seed(s); BLEU on {sentences} test sentences (unmasked "
+             f"{_ms(base)}), so differences below ~1 BLEU are within the noise of the subset and the seeds."]
+
+    big = [(flat[s] <= -1).sum() for s in range(n)]
+    worst = [flat[s].min() for s in range(n)]
+    worst_group = [GROUPS[int(np.argmin([drops[g][s].min() for g in GROUPS]))] for s in range(n)]
+    lines.append(
+        f"- **Michel et al., one head at a time.** {_ms(big, 1)} of {heads} heads lose 1 BLEU or more when masked "
+        f"alone, {_ms([(flat[s] > 0).sum() for s in range(n)], 1)} gain; the largest single-head drop is "
+        f"{_ms(worst)} BLEU (in {', '.join(worst_group)}, seed by seed). Michel et al. found 8 of 96 heads with a "
+        f"significant change, half of them improvements; here no single head is indispensable either, but "
+        f"masked heads cost BLEU more often than they help.")
+
+    curve = np.array([m["curve_bleu"] for m in runs])  # [seeds, fractions]
+    ok = [max([f for f, b in zip(fractions, c) if b >= c[0] - 1.0]) for c in curve]
+    half = fractions.index(0.5)
+    lines.append(
+        f"- **Michel et al., progressive pruning.** The largest pruned fraction (of all heads, by normalised "
+        f"importance) at which BLEU stays within 1 point of the unpruned model is {_ms(np.array(ok) * 100, 0)}%; "
+        f"BLEU is {_ms(curve[:, 1])} at {fractions[1]:.0%}, {_ms(curve[:, half])} at 50% and "
+        f"{_ms(curve[:, -1])} at {fractions[-1]:.0%}. Michel et al. pruned 20% of the WMT model's heads (40% of "
+        f"BERT's) without noticeable loss: this 8-head, 3+3-layer model (head width 16, trained for minutes) "
+        f"has less to spare than their 16-head Transformer-large.")
+
+    at = {g: np.array([m["group_bleu"][g] for m in runs]) for g in GROUPS}  # [seeds, fractions]
+    loss_half = {g: base - at[g][:, half] for g in GROUPS}
+    loss_end = {g: base - at[g][:, -1] for g in GROUPS}
+    most = max(GROUPS, key=lambda g: loss_half[g].mean() + loss_end[g].mean())
+    lines.append(
+        "- **Which group is most sensitive.** BLEU lost with 50% / 90% of one group's heads pruned: "
+        + "; ".join(f"{g} {_ms(loss_half[g])} / {_ms(loss_end[g])}" for g in GROUPS)
+        + f". Most sensitive: **{most}**"
+        + (" — as in Michel et al., where encoder-decoder attention was the most dependent on multi-headedness "
+           "(pruning >60% of it was catastrophic while self-attention kept ~30 BLEU with 20% of its heads)."
+           if most == "cross" else
+           " — unlike Michel et al., where encoder-decoder (cross) attention was the most sensitive group."))
+    enc80 = at["encoder_self"][:, fractions.index(0.8)] if 0.8 in fractions else at["encoder_self"][:, -1]
+    lines.append(
+        f"- **Voita et al., pruning the encoder.** With {0.8 if 0.8 in fractions else fractions[-1]:.0%} of the "
+        f"encoder self-attention heads masked (and none retrained) BLEU is {_ms(enc80)} against {_ms(base)}; "
+        "Voita et al. pruned 38 of 48 encoder heads (79%, with fine-tuning under their L0 gates) for 0.15 BLEU.")
+
+    rho = {g: [spearman(m["behaviour"][g]["confidence"], m["norm"][g]) for m in runs] for g in GROUPS}
+    rho_raw = {g: [spearman(m["behaviour"][g]["confidence"], m["raw"][g]) for m in runs] for g in GROUPS}
+    rho_bleu = {g: [spearman(m["behaviour"][g]["confidence"], m["single_bleu"][g]) for m in runs] for g in GROUPS}
+    pos = {g: [float((positional_fraction(m, g) >= POSITIONAL).sum()) for m in runs] for g in SELF_GROUPS}
+    surv = {k: [] for k in ("pos", "conf", "other")}
+    for m in runs:
+        for i, (g, l, h) in enumerate(m["order"]):
+            k = "pos" if is_positional(m, g, l, h) else "conf" if is_confident(m, g, l, h) else "other"
+            surv[k].append(i / len(m["order"]))
+    mean = {k: (float(np.mean(v)) if v else float("nan")) for k, v in surv.items()}
+    lines.append(
+        "- **Voita et al., confidence and position.** Spearman correlation of confidence with the normalised / "
+        "raw importance / the BLEU of the model with the head masked, per group (normalised importance compares "
+        "heads within a layer, raw importance across layers too): "
+        + "; ".join(f"{g} {_ms(rho[g])} / {_ms(rho_raw[g])} / {_ms(rho_bleu[g])}" for g in GROUPS)
+        + " (Voita et al. would predict positive / positive / negative). Positional heads (maximum on the previous/next token in ≥90% of queries): "
+        + "; ".join(f"{g} {_ms(pos[g], 1)}" for g in SELF_GROUPS)
+        + f" per seed. Mean pruning position (0 = removed first, 1 = last): positional heads "
+        f"{_ms([mean['pos']])}, other top-quarter-confidence heads {_ms([mean['conf']])}, the rest "
+        f"{_ms([mean['other']])}. "
+        "Voita et al. found the important encoder heads to be the confident and specialised (positional, "
+        "syntactic, rare-word) ones, and those to be pruned last.")
+
+    v = {name: np.array([m["vashishth"][name]["bleu"] for m in runs]) for name in runs[0]["vashishth"]}
+    t = {name: np.array([m["vashishth"][name]["tvd_mean"] for m in runs]) for name in runs[0]["vashishth"]}
+    lines.append(
+        f"- **Vashishth et al., cross-attention replaced at decode time.** Permuted in all layers BLEU falls from "
+        f"{_ms(base)} to {_ms(v['permute, all layers'])} (next-token TVD {_ms(t['permute, all layers'])}); "
+        f"uniform in all layers to {_ms(v['uniform, all layers'])} (TVD {_ms(t['uniform, all layers'])})"
+        + ("; one layer at a time: " + "; ".join(f"{k} {_ms(x)}" for k, x in v.items() if "layer " in k)
+           if any("layer " in k for k in v) else "")
+        + ". Vashishth et al. report that in translation, unlike single-sequence classification, changing the "
+        "attention weights changes the output drastically; the verse classifier of `docs/results/explanation/` "
+        "(3 classes, attention pooling) moved by a median TVD of 0.023 under permuted attention, the translation "
+        "model's next-token distribution (8,000 tokens) by the mean TVD above.")
+
+    if uniform:
+        ub = np.array([u["base_bleu"] for u in uniform])
+        lines.append(
+            f"- **Wiegreffe & Pinter's uniform baseline.** Trained from scratch with cross-attention frozen to "
+            f"uniform ({len(uniform)} seed(s)), the model reaches {_ms(ub)} BLEU against {_ms(base)} with learned "
+            f"cross-attention (validation NLL {_ms([u['base_nll'] for u in uniform])} vs "
+            f"{_ms([m['base_nll'] for m in runs])}): "
+            + ("learned attention is needed for translation." if ub.mean() < base.mean() - 1 else
+               "no clear gap, so attention weights would not be shown to matter by this test."))
+
+    def said(claim: str, holds: bool, partly: bool = False) -> str:
+        return f"{claim} ({'reproduced' if holds else 'partly' if partly else 'not reproduced'})"
+
+    perm = np.array([m["vashishth"]["permute, all layers"]["bleu"] for m in runs])
+    enc_raw, enc_norm = (float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
+                         for x in (rho_raw["encoder_self"], rho["encoder_self"]))
+    lines.append("- **In short:** " + "; ".join([
+        said("most single heads can be masked at test time for little loss (at most ~1 BLEU)",
+             float(np.mean(big)) <= 0.15 * heads),
+        said("a fifth of all heads can be pruned without noticeable loss", float(np.mean(ok)) >= 0.2),
+        said("encoder-decoder attention is the group most sensitive to pruning", most == "cross"),
+        said("confident encoder heads are the important ones (across and within layers)",
+             enc_raw > 0.3 and enc_norm > 0.3, partly=enc_raw > 0.3 or enc_norm > 0.3),
+        said("positional heads exist and survive pruning", sum(np.mean(pos[g]) for g in SELF_GROUPS) > 0),
+        said("permuting or uniformizing cross-attention wrecks translation", perm.mean() < 0.5 * base.mean()),
+    ] + ([said("translation with uniform cross-attention is clearly worse than with learned attention",
+               float(np.mean([u["base_bleu"] for u in uniform])) < base.mean() - 1)] if uniform else [])) + ".")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -184,3 +184,150 @@ def test_uniform_attention_trains_through_the_engine():
     assert r["step"] == 3 and math.isfinite(r["train/loss"])
     pool = [rec["pool"] for _, rec in r["attention"]]
     assert pool and all(np.allclose(np.asarray(p["norm_entropy"]), 1.0, atol=1e-5) for p in pool)
+
+
+# ------------------------------------------------------------------------------ interventions in decoding
+FORCED = jnp.array([[5, 6, 7, 8], [8, 9, 10, 11]])  # targets without padding: every position is scored
+
+
+def stepwise_logits(model, iv, targets=FORCED):
+    """Logits [B, T, V] of KV-cache decoding (``decode_step``) fed the teacher-forced decoder inputs, with
+    ``iv`` at the encoder and at every step."""
+    seg = (INPUTS != 0).astype(jnp.int32)
+    cache = model.init_cache(model.encode(INPUTS, inputs_segmentation=seg, interventions=iv), seg, targets.shape[1])
+    decoder_inputs = models.shift_right(targets, None, model.cfg.bos_id)
+    out = []
+    for i in range(targets.shape[1]):
+        logits, cache = model.decode_step(decoder_inputs[:, i], cache, jnp.int32(i), iv)
+        out.append(logits)
+    return jnp.stack(out, axis=1)
+
+
+def masked(model, group, layer, head) -> models.Interventions:
+    mask = models.unit_head_mask(model)
+    mask[group] = mask[group].at[layer, head].set(0.0)
+    return models.Interventions(head_mask=mask)
+
+
+@pytest.mark.parametrize("backend", ["reference", "xla"])
+@pytest.mark.parametrize("group,layer,head", [("encoder_self", 0, 1), ("decoder_self", 1, 2), ("cross", 0, 3)])
+def test_decode_steps_with_head_mask_equal_teacher_forced(backend, group, layer, head):
+    m = build(tiny(attention_impl=backend))
+    iv = masked(m, group, layer, head)
+    full = m(INPUTS, FORCED, interventions=iv)
+    np.testing.assert_allclose(stepwise_logits(m, iv), full, atol=1e-5)
+    assert float(jnp.abs(full - m(INPUTS, FORCED)).max()) > 1e-4  # the mask did something
+
+
+def _row_softmax(key, shape, visible):
+    return jnp.where(visible, jax.nn.softmax(jnp.where(visible, jax.random.normal(key, shape), -1e9), -1), 0.0)
+
+
+@pytest.mark.parametrize("name", ["cross_uniform", "cross_uniform_heads", "self_uniform", "cross_given",
+                                  "self_given", "cross_function"])
+def test_decode_step_overrides_equal_teacher_forced(name):
+    m = build(tiny())
+    B, H, T, S = 2, 4, FORCED.shape[1], INPUTS.shape[1]
+    src_visible = (INPUTS != 0)[:, None, None, :]
+    causal = jnp.tril(jnp.ones((T, T), bool))
+    override = {
+        "cross_uniform": models.WeightOverride("cross", 1, "uniform"),
+        "cross_uniform_heads": models.WeightOverride("cross", 0, "uniform", heads=(0, 2)),
+        "self_uniform": models.WeightOverride("decoder_self", 0, "uniform"),
+        "cross_given": models.WeightOverride("cross", 1, "given",
+                                             value=_row_softmax(jax.random.key(2), (B, H, T, S), src_visible)),
+        "self_given": models.WeightOverride("decoder_self", 1, "given",
+                                            value=_row_softmax(jax.random.key(3), (1, 1, T, T), causal)),
+        "cross_function": models.WeightOverride("cross", 0, "function", fn=lambda p, visible: p ** 2),
+    }[name]
+    iv = models.Interventions(overrides=(override,))
+    full = m(INPUTS, FORCED, interventions=iv)
+    np.testing.assert_allclose(stepwise_logits(m, iv), full, atol=1e-5)
+    assert float(jnp.abs(full - m(INPUTS, FORCED)).max()) > 1e-4
+
+
+def test_decode_step_permutation_shuffles_anew_each_step():
+    m = build(tiny())
+    iv = models.Interventions(overrides=(models.WeightOverride("cross", 0, "permute", key=jax.random.key(0)),))
+    got = stepwise_logits(m, iv)
+    assert np.all(np.isfinite(got)) and float(jnp.abs(got - m(INPUTS, FORCED)).max()) > 1e-4
+
+
+def _greedy_by_full_forward(model, iv, max_len):
+    """Greedy decoding without a cache: the whole model (with ``iv``) on the prefix at every step."""
+    B = INPUTS.shape[0]
+    out = np.zeros((B, max_len), np.int32)
+    done = np.zeros(B, bool)
+    for i in range(max_len):
+        logits = model(INPUTS, jnp.asarray(out), targets_segmentation=jnp.ones((B, max_len), jnp.int32),
+                       interventions=iv)
+        nxt = np.where(done, model.cfg.pad_id, np.asarray(jnp.argmax(logits[:, i], -1)))
+        out[:, i] = nxt
+        done |= nxt == model.cfg.eos_id
+    return out
+
+
+def test_greedy_with_identity_interventions_equals_plain_greedy():
+    m = build(tiny())
+    plain = models.greedy_decode(m, INPUTS, max_len=6)
+    iv = models.Interventions(head_mask=models.unit_head_mask(m),
+                              overrides=(models.WeightOverride("cross", 1, "function", fn=identity),
+                                         models.WeightOverride("decoder_self", 0, "function", fn=identity)))
+    np.testing.assert_array_equal(models.greedy_decode(m, INPUTS, max_len=6, interventions=iv), plain)
+    np.testing.assert_array_equal(models.beam_search(m, INPUTS, beam_size=2, max_len=6, interventions=iv),
+                                  models.beam_search(m, INPUTS, beam_size=2, max_len=6))
+
+
+@pytest.mark.parametrize("name", ["encoder_mask", "cross_mask", "cross_uniform"])
+def test_greedy_and_beam1_with_interventions_equal_uncached_greedy(name):
+    m = build(tiny())
+    iv = {"encoder_mask": masked(m, "encoder_self", 1, 0), "cross_mask": masked(m, "cross", 1, 1),
+          "cross_uniform": models.Interventions(overrides=(models.WeightOverride("cross", 0, "uniform"),))}[name]
+    got = models.greedy_decode(m, INPUTS, max_len=6, interventions=iv)
+    np.testing.assert_array_equal(got, _greedy_by_full_forward(m, iv, 6))
+    beam1 = models.beam_search(m, INPUTS, beam_size=1, max_len=6, length_penalty=0.0, interventions=iv)
+    np.testing.assert_array_equal(beam1, got)
+
+
+def test_decoding_reuses_its_program_for_new_mask_values():
+    from models.decoding import _greedy
+
+    m = build(tiny())
+    models.greedy_decode(m, INPUTS, max_len=5, interventions=masked(m, "cross", 0, 0))
+    size = _greedy._cache_size()
+    models.greedy_decode(m, INPUTS, max_len=5, interventions=masked(m, "decoder_self", 1, 3))
+    assert _greedy._cache_size() == size
+
+
+def test_beam_search_repeats_given_values_per_beam():
+    m = build(tiny())
+    S, L = INPUTS.shape[1], 5
+    value = _row_softmax(jax.random.key(4), (2, 4, L, S), (INPUTS != 0)[:, None, None, :])
+
+    def beam(inputs, v):
+        iv = models.Interventions(overrides=(models.WeightOverride("cross", 1, "given", value=v),))
+        return models.beam_search(m, inputs, beam_size=3, max_len=L, interventions=iv)
+
+    both = beam(INPUTS, value)
+    for b in range(2):
+        np.testing.assert_array_equal(both[b], beam(INPUTS[b:b + 1], value[b:b + 1])[0])
+
+
+def test_decoding_rejects_bad_interventions():
+    m = build(tiny())
+    with pytest.raises(ValueError, match=r"expected \[layers, heads\]"):
+        models.greedy_decode(m, INPUTS, max_len=4, interventions=models.Interventions(head_mask={"cross": jnp.ones(4)}))
+    with pytest.raises(ValueError, match="must be a models.Interventions"):
+        models.greedy_decode(m, INPUTS, max_len=4, interventions={"cross": jnp.ones((2, 4))})
+
+
+def test_uniform_cross_model_decodes_like_a_uniform_override():
+    """``uniform_attention_groups=("cross",)`` (the trained baseline) and a uniform cross override in every
+    layer of the same parameters are one computation, teacher forced and in KV-cache decoding."""
+    m = build(tiny())
+    frozen = nnx.merge(nnx.split(build(tiny(uniform_attention_groups=("cross",))))[0], nnx.split(m)[1])
+    iv = models.Interventions(overrides=tuple(models.WeightOverride("cross", l, "uniform") for l in range(2)))
+    np.testing.assert_allclose(frozen(INPUTS, FORCED), m(INPUTS, FORCED, interventions=iv), atol=1e-6)
+    np.testing.assert_allclose(stepwise_logits(frozen, None), stepwise_logits(m, iv), atol=1e-6)
+    np.testing.assert_array_equal(models.greedy_decode(frozen, INPUTS, max_len=6),
+                                  models.greedy_decode(m, INPUTS, max_len=6, interventions=iv))
