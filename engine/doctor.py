@@ -391,6 +391,24 @@ def _two_token(m: models.MultiHeadAttention, causal: bool, seed: int) -> float:
     return float(err.max() / max(np.abs(expected[check_rows]).max(), 1e-30))
 
 
+def score_std_status(s: float, layer_median: float, th) -> tuple[str, str, str]:
+    """(status, advice key, rule) of one head's score std ``s`` given the median over its layer's heads.
+
+    Above ``score_std_fail_high`` fails; between the warn and fail bounds warns only when the layer's median is
+    also above the warn bound: a missing scale lifts every head of a layer, while a trained head that aligns
+    sharply (a cross-attention head on one source word) stands alone among ordinary heads."""
+    rule = (f"ok {th.score_std_warn_low:g}-{th.score_std_warn_high:g} (up to {th.score_std_fail_high:g} when the "
+            f"layer's median is <= {th.score_std_warn_high:g}); fail < {th.score_std_fail_low:g} or > "
+            f"{th.score_std_fail_high:g}")
+    if s > th.score_std_warn_high or not math.isfinite(s):
+        status = status_above(s, th.score_std_warn_high, th.score_std_fail_high)
+        if status == "warn" and layer_median <= th.score_std_warn_high:
+            status = "ok"
+        return status, "score_high", rule
+    status = "fail" if s < th.score_std_fail_low else "warn" if s < th.score_std_warn_low else "ok"
+    return status, "score_low", rule
+
+
 def diagnose(
     model: nnx.Module,
     batches: Iterable[Mapping[str, Any]],
@@ -538,18 +556,14 @@ def diagnose(
         sink, n_sink = acc.mean(("sink", group, layer))
         fail_special = th.special_mass_fail if th.fail_on_special else math.inf
         fail_sink = th.sink_fail if th.fail_on_special else math.inf
+        layer_median = float(np.median(std[n > 0])) if np.any(n > 0) else 0.0
         for head in range(len(std)):
             if n[head]:
                 s = float(std[head])
-                if s > th.score_std_warn_high or not math.isfinite(s):
-                    status, key = status_above(s, th.score_std_warn_high, th.score_std_fail_high), "score_high"
-                else:
-                    status = "fail" if s < th.score_std_fail_low else "warn" if s < th.score_std_warn_low else "ok"
-                    key = "score_low"
-                rule = (f"ok {th.score_std_warn_low:g}-{th.score_std_warn_high:g}; fail < {th.score_std_fail_low:g} "
-                        f"or > {th.score_std_fail_high:g}")
+                status, key, rule = score_std_status(s, layer_median, th)
                 findings.append(make_finding("score_std", group, layer, head, s, rule, status, key,
-                                         f"score mean {float(mean[head]):.3g}, std {s:.3g}"))
+                                         f"score mean {float(mean[head]):.3g}, std {s:.3g}; layer median "
+                                         f"{layer_median:.3g}"))
             if n_ent[head]:
                 e = float(ent[head])
                 findings.append(make_finding("entropy", group, layer, head, e,

@@ -233,6 +233,17 @@ def test_default_thresholds_are_ordered_and_punctuation_pieces_are_special():
     assert all(perm_q[h] // 4 == perm_kv[h // 4] for h in range(8))  # query heads move with their kv head
 
 
+def test_score_std_warns_on_a_lifted_layer_not_on_one_sharp_head():
+    th = doctor.default_thresholds()  # warn 5, fail 8
+    status = lambda s, median: doctor.score_std_status(s, median, th)[:2]  # noqa: E731
+    assert status(6.2, 2.5) == ("ok", "score_high")  # one sharp cross-attention head among ordinary ones
+    assert status(6.2, 5.7) == ("warn", "score_high")  # the whole layer lifted: a missing scale at d_k ~ 32
+    assert status(9.0, 2.5) == ("fail", "score_high")  # above the fail bound whatever the layer
+    assert status(float("nan"), 1.0) == ("fail", "score_high")
+    assert status(1.0, 1.0) == ("ok", "score_low")
+    assert status(0.2, 1.0) == ("warn", "score_low") and status(0.05, 1.0) == ("fail", "score_low")
+
+
 def test_numpy_positions_and_decoder_inputs_match_the_models():
     seg = np.array([[1, 1, 1, 2, 2, 0, 0], [1, 1, 1, 1, 1, 1, 1]], np.int32)
     targets = np.array([[7, 8, 1, 9, 1, 0, 0], [5, 6, 7, 8, 9, 10, 1]], np.int32)
