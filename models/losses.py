@@ -28,7 +28,6 @@ def cross_entropy(
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1); got {label_smoothing!r}")
     logits = logits.astype(jnp.float32)
-    vocab = logits.shape[-1]
     lse = jax.nn.logsumexp(logits, axis=-1)
     true_logit = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
     loss = lse - (1.0 - label_smoothing) * true_logit

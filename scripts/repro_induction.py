@@ -488,12 +488,12 @@ def verdict(runs: dict, seeds: Sequence[int], every: int) -> str:
         lines.append(
             f"- {layers} layer(s), end-of-training scores per seed: prefix-matching of the layer-{last} heads "
             + "; ".join(", ".join(f"{x:.2f}" for x in v) for v in prefix_end)
-            + f"; previous-token of the layer-0 heads " + "; ".join(", ".join(f"{x:.2f}" for x in v) for v in prev_end)
+            + "; previous-token of the layer-0 heads " + "; ".join(", ".join(f"{x:.2f}" for x in v) for v in prev_end)
             + ". Share of the ICL drop lost with the top prefix-matching head masked "
             + f"{mean_std([share_lost(r, 'top prefix-matching head') for r in rs])}, its control "
             + f"{mean_std([share_lost(r, 'lowest prefix-matching head of that layer') for r in rs])}, the top "
             + f"{H} prefix-matching heads {mean_std([share_lost(r, f'top {H} prefix-matching heads') for r in rs])}; "
-            + f"the top previous-token head of layer 0 "
+            + "the top previous-token head of layer 0 "
             + f"{mean_std([share_lost(r, 'top previous-token head of layer 0') for r in rs])}, its control "
             + f"{mean_std([share_lost(r, 'lowest previous-token head of layer 0') for r in rs])}.")
     lines.append("")

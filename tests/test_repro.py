@@ -1,26 +1,9 @@
 """Each reproduction's --quick mode runs and writes its Markdown report with figures."""
-import csv
 import math
-import os
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-
-
-def _report(out_dir, *figures):
-    text = open(os.path.join(out_dir, "README.md")).read()
-    for fig in figures:
-        assert os.path.getsize(os.path.join(out_dir, f"{fig}.png")) > 0
-        assert f"]({fig}.png)" in text
-    return text
-
-
-def _csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+from reports import read_csv as _csv, read_report as _report
 
 
 def test_scale_quick(tmp_path):

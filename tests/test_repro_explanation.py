@@ -1,19 +1,10 @@
 """The explanation study's --quick mode trains through the engine and writes a complete report."""
-import csv
-import os
-import sys
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+from reports import read_csv as _rows
 
-import repro_explanation  # noqa: E402
-
-
-def _rows(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+import repro_explanation  # noqa: E402  (scripts/ is on the path once reports is imported)
 
 
 def test_repro_explanation_quick(tmp_path):

@@ -1,22 +1,14 @@
 """The induction-head reproduction: its --quick report (ICL score, head scores, ablations), the score
 functions on hand-made attention, and the data layout it trains on."""
-import csv
 import math
 import os
-import sys
 
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+from reports import read_csv as _csv
 
-import repro_induction  # noqa: E402
-
-
-def _csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+import repro_induction  # noqa: E402  (scripts/ is on the path once reports is imported)
 
 
 def test_induction_quick(tmp_path):

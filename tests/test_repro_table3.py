@@ -6,19 +6,16 @@ Points are trained by a stand-in for train.py (written below) that logs what eng
 a ``bleu`` event and the hypotheses file in ``outputs/``; the references come from a fixed list instead of
 the corpus (``sweep.split_references`` is patched), so nothing here trains a model.
 """
-import csv
 import json
 import math
 import os
 import shutil
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+from reports import read_csv as _csv
 
 import _stats  # noqa: E402
 import sweep  # noqa: E402
@@ -79,11 +76,6 @@ def stand_in(tmp_path, monkeypatch):
 
 def _calls(calls):
     return calls.read_text().split() if calls.exists() else []
-
-
-def _csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand_in):

@@ -1,0 +1,26 @@
+"""Shared by the reproduction tests: ``scripts/`` on the import path, and readers for the reports they write."""
+from __future__ import annotations
+
+import csv
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = os.path.join(REPO, "scripts")
+if SCRIPTS not in sys.path:
+    sys.path.insert(0, SCRIPTS)
+
+
+def read_csv(path) -> list[dict[str, str]]:
+    """The rows of a report's CSV file, as dicts keyed by its header."""
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def read_report(out_dir, *figures: str) -> str:
+    """The text of ``<out_dir>/README.md``, after checking that each figure's PNG exists and is linked."""
+    text = open(os.path.join(out_dir, "README.md")).read()
+    for fig in figures:
+        assert os.path.getsize(os.path.join(out_dir, f"{fig}.png")) > 0
+        assert f"]({fig}.png)" in text
+    return text
