@@ -701,7 +701,7 @@ def verdict(runs: list, uniform: list, sentences: int) -> str:
            if any("layer " in k for k in v) else "")
         + ". Vashishth et al. report that in translation, unlike single-sequence classification, changing the "
         "attention weights changes the output drastically; the verse classifier of `docs/results/explanation/` "
-        "(3 classes, attention pooling) moved by a median TVD of 0.023 under permuted attention, the translation "
+        "(2 classes, attention pooling) moved by a median TVD of 0.023 under permuted attention, the translation "
         "model's next-token distribution (8,000 tokens) by the mean TVD above.")
 
     if uniform:
