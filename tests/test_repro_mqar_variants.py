@@ -1,0 +1,146 @@
+"""The attention-variants MQAR reproduction: committed point records (written once, never retrained), the
+report built from records alone, the verdicts against Zoology, and the config's errors.
+
+Points are trained by a stand-in for train.py (below) that logs what engine/loop.py logs for an LM task, with
+an accuracy that depends on the kind, the number of pairs and the width, so nothing here trains a model.
+"""
+import csv
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+import sweep  # noqa: E402
+
+STAND_IN = textwrap.dedent('''
+    """Stand-in for train.py: metrics.jsonl as engine/loop.py writes it for the MQAR LM task."""
+    import json, os, sys
+    args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+    workdir = args["workdir"]
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.environ["CALLS_FILE"], "a") as f:
+        f.write(workdir + "\\n")
+    kind = args["config.model.attention_kind"]
+    pairs = int(args["config.data.mqar_num_kv_pairs"])
+    d = int(args["config.model.d_model"])
+    seed = int(args["config.seed"])
+    # softmax always solves; linear solves only when d_model >= 8 * pairs; the others sit at 0.5
+    acc = {"softmax": 1.0, "linear": 1.0 if d >= 8 * pairs else 0.2}.get(kind, 0.5) - 0.001 * seed
+    recs = [{"step": 0, "event": "start", "params": 100 * d}]
+    for step in range(10, 201, 10):
+        recs.append({"step": step, "train/loss": 4.0 * (1 - acc) + 1.0 / step, "train/grad_norm": 1.0})
+    recs.append({"step": 200, "event": "train_end", "reason": "num_steps", "minutes": 0.1})
+    recs.append({"step": 200, "validation/loss": 4.0 * (1 - acc), "validation/nll": 4.0 * (1 - acc),
+                 "validation/accuracy": acc})
+    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+        for i, r in enumerate(recs):
+            f.write(json.dumps(dict({"time": 1000.0 + i}, **r)) + "\\n")
+''')
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    train = tmp_path / "stand_in_train.py"
+    train.write_text(STAND_IN)
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("CALLS_FILE", str(calls))
+    return train, calls
+
+
+def _calls(calls):
+    return calls.read_text().split() if calls.exists() else []
+
+
+def test_quick_writes_records_and_report_and_never_retrains(tmp_path, stand_in):
+    import repro_mqar_variants as rmv
+
+    train, calls = stand_in
+    out, runs = tmp_path / "report", tmp_path / "runs"
+    argv = ["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]
+    (out).mkdir()
+    (out / "timing.md").write_text("STATIC TIMING TABLE\n")
+    rmv.main(argv)
+    names = sorted(os.listdir(out / "points"))
+    assert names == sorted(f"attention_kind_{k}-mqar_num_kv_pairs_{n}.json"
+                           for k in ("softmax", "linear", "additive", "hard") for n in (2, 4))
+    assert len(_calls(calls)) == 8
+    rec = json.loads((out / "points" / "attention_kind_linear-mqar_num_kv_pairs_4.json").read_text())
+    assert rec["config"].startswith("configs/mqar_variants.py:seeds=1,quick")
+    assert rec["overrides"]["model.attention_kind"] == "linear" and rec["overrides"]["data.seq_len"] == 16
+    assert rec["validation"]["accuracy"] == pytest.approx(0.2) and rec["steps"] == 200
+
+    text = (out / "README.md").read_text()
+    assert "STATIC TIMING TABLE" in text and "## What the data say" in text and "Not finished yet" not in text
+    assert (out / "accuracy_vs_pairs.png").exists() and (out / "train_loss.png").exists()
+    with open(out / "cells.csv") as f:
+        cells = {(r["kind"], r["pairs"]): float(r["mean accuracy"]) for r in csv.DictReader(f)}
+    assert cells[("softmax", "2")] == 1.0 and cells[("linear", "4")] == pytest.approx(0.2)
+    # d_model 16: linear solves 2 pairs (16 >= 8 * 2), not 4, so the width needed grows with the pairs
+    assert "Softmax solves MQAR at every width (Zoology): **reproduced**" in text
+    assert "width growing with the number of pairs (Zoology): **reproduced**" in text
+
+    # a second run trains nothing: every point has its record, even without the run folders
+    for d, _, files in os.walk(runs):
+        for f in files:
+            os.remove(os.path.join(d, f))
+    rmv.main(argv)
+    assert len(_calls(calls)) == 8
+
+
+def test_report_only_lists_unfinished_points(tmp_path, stand_in):
+    import repro_mqar_variants as rmv
+
+    train, calls = stand_in
+    out, runs = tmp_path / "report", tmp_path / "runs"
+    spec = os.path.join(REPO, "configs/mqar_variants.py") + ":seeds=1,quick"
+    points = sweep.sweep_points(spec)
+    for p in points[:3]:  # softmax 2, softmax 4, linear 2
+        assert sweep.run_point(spec, str(runs), p, {}, group="g", train_script=str(train),
+                               record=str(out / "points" / f"{p.name}.json"))
+    rmv.main(["--quick", "--report_only", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"])
+    assert len(_calls(calls)) == 3
+    text = (out / "README.md").read_text()
+    assert "**Not finished yet (5 points):**" in text and "`attention_kind_hard-mqar_num_kv_pairs_4`" in text
+    assert "undecided: not every linear cell has finished" in text
+    assert "Not measured yet: `python scripts/bench_variants.py --markdown" in text
+
+
+def test_sweep_grid_and_point_shapes():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mv", os.path.join(REPO, "configs/mqar_variants.py"))
+    mv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mv)
+    points = list(mv.sweep("seeds=3"))
+    assert len(points) == len(mv.KINDS) * len(mv.PAIRS) * len(mv.WIDTHS) * 3
+    assert [p["seed"] for p in points[:3]] == [0, 0, 0] and points[-1]["seed"] == 2  # seed-major
+    for p in points:
+        n = p["data.mqar_num_kv_pairs"]
+        assert p["data.seq_len"] >= 4 * n and p["model.max_len"] == p["data.seq_len"]
+        assert p["data.batch_size"] * n == 256  # the same number of answers per step at every N
+    c = mv.get_config("kind=additive,pairs=16,d_model=32")
+    assert (c.model.attention_kind, c.data.mqar_num_kv_pairs, c.data.seq_len, c.model.d_model, c.model.d_ff) == (
+        "additive", 16, 64, 32, 128)
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("pairs=16,seq_len=32", "seq_len=32 is too short for pairs=16; MQAR needs at least 4 * pairs = 64 tokens"),
+    ("kind=sparse", "kind='sparse'; expected one of ('softmax', 'linear', 'additive', 'hard')"),
+    ("pairs=200", "vocab=256 leaves 125 distinct keys; pairs=200 needs vocab >= 405"),
+    ("heads=3", "heads=3 must be a positive divisor of d_model=64"),
+    ("pairs=16,queries=40", "queries=40 must be a positive multiple of pairs=16"),
+])
+def test_config_errors_are_one_line(arg, message):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mv", os.path.join(REPO, "configs/mqar_variants.py"))
+    mv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mv)
+    with pytest.raises(ValueError) as e:
+        mv.get_config(arg)
+    assert message in str(e.value) and "\n" not in str(e.value)
