@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The long CPU sweeps behind docs/results/table3/, heads_depth/ and table3_d256/ (10-20 hours on 2 cores), as
-# one queue at the lowest priority so other work goes on:
+# The long CPU sweeps behind docs/results/table3/, mqar_variants/, heads_depth/ and table3_d256/ (13-24 hours
+# on 2 cores), as one queue at the lowest priority so other work goes on:
 #   1. Table 3 at d_model 128: rows (A), (B) and the A/A control (3 seeds each, 2,400 steps per point)
-#   2. heads vs depth (8 heads x 3+3 against 1 head x 6+6, QK-LayerNorm off/on, 3 seeds)
-#   3. Table 3 at d_model 256
+#   2. attention variants on MQAR (softmax, linear, additive, hard x pairs x width, 3 seeds; about 3-4 hours)
+#   3. heads vs depth (8 heads x 3+3 against 1 head x 6+6, QK-LayerNorm off/on, 3 seeds)
+#   4. Table 3 at d_model 256
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
 # (commit those; a point with a record is never trained again, even in a fresh checkout without runs/), an
 # interrupted point resumes from its checkpoints in runs/repro/, and every report is rebuilt from the records.
@@ -25,6 +26,8 @@ PY="${PYTHON:-python}"
   date -u +"%F %T start (commit $(git rev-parse --short HEAD 2>/dev/null))"
   nice -n 19 "$PY" scripts/repro_table3.py                   # d 128: rows (A) h 1..32, (B) d_k 8, 4, A/A seeds 3-5
   date -u +"%F %T table3 d128 ended ($?)"
+  nice -n 19 "$PY" scripts/repro_mqar_variants.py            # softmax/linear/additive/hard x pairs x d_model
+  date -u +"%F %T mqar_variants ended ($?)"
   nice -n 19 "$PY" scripts/repro_heads_depth.py              # 8 heads x 3+3 vs 1 head x 6+6, QK-LN off/on
   date -u +"%F %T heads_depth ended ($?)"
   nice -n 19 "$PY" scripts/repro_table3.py --d_model=256     # d 256: h 16 still has d_k 16

@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from _report import Report, environment_line, mean_std, plt
+from _report import Report, environment_line, mean_std, plt, write_csv
 import _stats
 import sweep as sweep_lib
 
@@ -116,6 +116,8 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     report = Report(out, "Attention variants on multi-query associative recall (Zoology) at CPU scale")
     report.text(environment_line() + (" Quick mode (tiny model, few steps)." if quick else ""))
     m, d, t = base.model, base.data, base.train
+    lrs = ", ".join(f"d_model {w}: {c['overrides']['train.learning_rate']:g}" for w in widths
+                    for c in [next(v for k, v in cells.items() if k[2] == w)])
     shapes = ", ".join(f"{n} pairs: {c['overrides']['data.seq_len']} tokens x {c['overrides']['data.batch_size']} "
                        f"sequences" for n in pairs
                        for c in [next(v for k, v in cells.items() if k[1] == n)])
@@ -125,7 +127,8 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         f"(`model.attention_kind`: {', '.join(kinds)}), on MQAR (`data/synthetic.py`): N key-value pairs, then each "
         f"key queried once; vocabulary {d.vocab_size}. Per number of pairs N ({shapes}): the sequence is 4 N tokens, "
         f"the shortest the generator takes, and the batch holds the same number of answers and tokens at every "
-        f"N. Widths d_model {', '.join(map(str, widths))}. AdamW, learning rate {t.learning_rate:g}, "
+        f"N. Widths d_model {', '.join(map(str, widths))}. AdamW, learning rate per width ({lrs}; from pilot runs of "
+        f"softmax, [pilot.csv](pilot.csv)), "
         f"{t.warmup_steps} warmup steps then cosine decay to {t.final_lr_fraction:g}x, {t.num_steps} steps, no "
         f"weight decay or clipping (`configs/mqar_variants.py`). Metric: exact-match accuracy of the value at the "
         f"answer positions of {d.num_eval_batches} held-out batches at the end (chance about "
@@ -161,7 +164,6 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
                  digits=4)
     settings = [[k, n, w, len(acc[(k, n, w)]), _mean(acc[(k, n, w)]), _std(acc[(k, n, w)])]
                 for k in kinds for n in pairs for w in widths if (k, n, w) in cells]
-    from _report import write_csv
     write_csv(os.path.join(out, "cells.csv"), ["kind", "pairs", "d_model", "n", "mean accuracy", "std"], settings)
     report.text("(Per cell: [cells.csv](cells.csv).)")
 
