@@ -101,11 +101,13 @@ class AttentionStatistics(Hook):
     """Every ``every`` steps (and at the last step): the per-layer, per-head attention summary of the step's
     training forward pass (entropy, normalized entropy, max logit, sink; see ``engine.metrics``), logged as
     ``attn/<group>/<field>/L<l>H<h>`` with ``attn/step``, and checked by the health monitor (warnings logged
-    as ``health_warning`` events and kept in ``warnings``). ``records`` keeps (step, summary) pairs."""
+    as ``health_warning`` events and kept in ``warnings``; groups in ``frozen_groups``, frozen to uniform
+    attention on purpose, are not checked). ``records`` keeps (step, summary) pairs."""
 
-    def __init__(self, every: int, health: Any):
+    def __init__(self, every: int, health: Any, frozen_groups: tuple = ()):
         self.every = int(every)
         self.monitor = health_lib.HealthMonitor(health)
+        self.frozen_groups = frozenset(frozen_groups)  # frozen to uniform by config: logged, not checked
         self.pending: list[tuple[int, Any]] = []
         self.records: list[tuple[int, dict]] = []
         self.warnings: list[health_lib.HealthWarning] = []
@@ -123,7 +125,7 @@ class AttentionStatistics(Hook):
             host = jax.tree.map(np.asarray, jax.device_get(summary))
             self.records.append((s_step, host))
             flat = metrics_lib.flatten_summary(host)
-            warnings = self.monitor.update(s_step, host)
+            warnings = self.monitor.update(s_step, {g: v for g, v in host.items() if g not in self.frozen_groups})
             for w in warnings:
                 log.warning("health: %s", w.message())
                 run.event("health_warning", kind=w.kind, group=w.group, layer=w.layer, head=w.head, value=w.value,
@@ -212,7 +214,8 @@ def default_hooks(config, workdir: Optional[str]) -> list[Hook]:
         hooks.append(Checkpointing(os.path.join(workdir, "checkpoints"), t.checkpoint_every,
                                    keep=t.keep_checkpoints, async_save=t.async_checkpoint, config=config))
     if t.stats_every > 0:
-        hooks.append(AttentionStatistics(t.stats_every, config.health))
+        hooks.append(AttentionStatistics(t.stats_every, config.health,
+                                         tuple(config.model.get("uniform_attention_groups", ()))))
     hooks.append(Evaluation(t.eval_every, at_end=config.eval.at_end))
     if t.early_stop_metric:
         hooks.append(EarlyStopping(t.early_stop_metric, t.early_stop_value, t.early_stop_mode))

@@ -180,10 +180,17 @@ def test_uniform_attention_trains_through_the_engine():
     c = load(os.path.join(REPO, "configs", "classification.py") + ":quick")
     c.train.num_steps = 3
     c.model.uniform_attention_groups = ("pool",)
+    c.train.stats_every = 1
+    c.health.uniform_after_step = 0  # a uniform head is flagged from the first check on
     r = engine.run(c)
     assert r["step"] == 3 and math.isfinite(r["train/loss"])
     pool = [rec["pool"] for _, rec in r["attention"]]
     assert pool and all(np.allclose(np.asarray(p["norm_entropy"]), 1.0, atol=1e-5) for p in pool)
+    # The health monitor does not warn about a group frozen to uniform on purpose; it does check it otherwise.
+    assert not [w for w in r["health_warnings"] if w.group == "pool"]
+    c.model.uniform_attention_groups = ()
+    c.health.uniform_ratio = 0.0  # every head counts as "near uniform": the check itself runs on pool
+    assert [w for w in engine.run(c)["health_warnings"] if w.group == "pool" and w.kind == "uniform_attention"]
 
 
 # ------------------------------------------------------------------------------ interventions in decoding
