@@ -6,7 +6,7 @@ runs this grid in-process and writes docs/results/mqar/; ``scripts/sweep.py`` ru
 train.py points with W&B.
 
     python scripts/repro_mqar.py                                          # the report
-    python scripts/sweep.py --config=configs/mqar_grid.py:seeds=3,steps=5000
+    python scripts/sweep.py --config=configs/mqar_grid.py:seeds=5,steps=5000
     python train.py --config=configs/mqar_grid.py:heads=4,qk_dim=8        # one point
 
 Arguments: heads, qk_dim, seed (the point train.py trains), seeds (the sweep runs seeds 0..seeds-1), steps,
@@ -19,7 +19,7 @@ QK_DIMS = (2, 8, 32)
 
 
 def _parse(arg):
-    return parse_arg(arg, heads=2, qk_dim=8, seed=0, seeds=2, steps=800, pairs=4, quick=False)
+    return parse_arg(arg, heads=2, qk_dim=8, seed=0, seeds=3, steps=3000, pairs=4, quick=False)
 
 
 def get_config(arg=None):

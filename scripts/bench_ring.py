@@ -27,7 +27,6 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import attention  # noqa: E402
-from attention import ring  # noqa: E402
 
 MB = 2**20
 
