@@ -2,8 +2,9 @@
 QK-LayerNorm as the remedy.
 
 A 2-layer pre-LN decoder (d_model 64, one head, d_ff 256) on multi-query associative recall (4 key-value
-pairs in 16 tokens, vocabulary 256, 64 sequences per batch) at a stable and at two too-high constant learning
-rates (5% linear warmup), with and without QK-LayerNorm (``model.qk_layernorm``); attention statistics and
+pairs in 16 tokens, vocabulary 256, 64 sequences per batch), AdamW with 10% warmup then cosine decay, 1,500
+steps (the set-up of ``configs/repro_scale.py``, which learns at lr 3e-3), at the stable learning rate 3e-3 and
+two too-high ones, with and without QK-LayerNorm (``model.qk_layernorm``); attention statistics and
 the health monitor every 5 steps; a non-finite loss ends the run and is its result
 (``train.on_non_finite="stop"``).
 
@@ -20,7 +21,7 @@ LEARNING_RATES = (("stable", 3e-3), ("high", 3e-2), ("very high", 1e-1))
 
 
 def _parse(arg):
-    return parse_arg(arg, lr=3e-3, qk_layernorm=False, seed=0, seeds=3, steps=1000, quick=False)
+    return parse_arg(arg, lr=3e-3, qk_layernorm=False, seed=0, seeds=3, steps=1500, quick=False)
 
 
 def get_config(arg=None):
@@ -33,7 +34,7 @@ def get_config(arg=None):
     c = small_decoder_config(
         "mqar", quick=q, d_model=16 if q else 64, heads=1, layers=1 if q else 2, learning_rate=a.lr, steps=steps,
         batch_size=8 if q else 64, seq_len=16, vocab=32 if q else 256, log_every=1 if q else 5,
-        num_eval_batches=1 if q else 8, schedule="constant", warmup_steps=max(1, steps // 20))
+        num_eval_batches=1 if q else 8)
     c.data.mqar_num_kv_pairs = 2 if q else 4
     c.model.qk_layernorm = a.qk_layernorm
     c.train.on_non_finite = "stop"

@@ -4,8 +4,8 @@ monitor, with QK-LayerNorm as the remedy.
 Zhai et al. report that unstable Transformer training goes with "entropy collapse": the attention entropy of
 some heads falls to near zero (one-hot attention) as the loss becomes unstable, and that keeping the
 attention logits in check (their sigmaReparam) prevents it. This trains the small decoder of
-``configs/repro_entropy_collapse.py`` on multi-query associative recall at a stable and at two too-high
-constant learning rates, with and without QK-LayerNorm (``model.qk_layernorm``, the remedy tested here), three
+``configs/repro_entropy_collapse.py`` on multi-query associative recall at a stable and at two too-high peak
+learning rates, with and without QK-LayerNorm (``model.qk_layernorm``, the remedy tested here), three
 seeds. The engine's health monitor (``engine.health``, defaults of ``config.health``) checks every head every
 5 steps; its warnings are the *alarms*. Every point trains with train.py through ``scripts/sweep.py`` and
 leaves a committed record in ``<out>/points/<point>.json`` (the sweep record plus ``monitor``: every warning,
@@ -29,9 +29,12 @@ Definitions and pass criteria (fixed before the sweep ran):
 - Entropy collapse goes with instability (Zhai et al.): among the runs without QK-LayerNorm that have an event,
   the fraction with an entropy-collapse warning at or before the event; reproduced at >= 0.8, partial at
   >= 0.5, not reproduced below.
-- QK-LayerNorm as the remedy: at each too-high learning rate, fewer runs with an event with QK-LayerNorm than
-  without, and QK-LayerNorm learns (no event) in at least 2/3 of its too-high-LR runs: reproduced; fewer
-  events over the too-high learning rates together: partial; otherwise not reproduced.
+- QK-LayerNorm as the remedy: only judged when QK-LayerNorm at the stable learning rate also learned (no event)
+  in every one of at least MIN_SEEDS seeds (otherwise a failure at a high learning rate cannot be told from
+  QK-LayerNorm not learning the task at all: undecided). Then: at each too-high learning rate, fewer runs with
+  an event with QK-LayerNorm than without, and QK-LayerNorm learns (no event) in at least 2/3 of its
+  too-high-LR runs: reproduced; fewer events over the too-high learning rates together: partial; otherwise
+  not reproduced.
 - The monitor as an early warning (this project's claim for it, any warning kind): recall >= 0.8, precision
   >= 0.8 and median lead time > 0: reproduced; recall >= 0.8 alone: partial; otherwise not reproduced.
 """
@@ -96,12 +99,17 @@ def monitor_trace(point_dir: str) -> dict:
             "max_logit": [checks[s][1] for s in steps]}
 
 
-def run_points(spec: str, points, workdir: str, records_dir: str, train_script: Optional[str]) -> list[str]:
-    """Train every point without a record (train.py through ``scripts/sweep.py``), then add the monitor trace
-    to each new record; the names that failed."""
+def run_points(spec: str, points, workdir: str, records_dir: str, train_script: Optional[str],
+               max_points: Optional[int] = None) -> list[str]:
+    """Train every point without a record (train.py through ``scripts/sweep.py``; at most ``max_points`` of them
+    when given), then add the monitor trace to each new record; the names that failed."""
     failed = []
     for p in points:
         record = os.path.join(records_dir, f"{p.name}.json")
+        if not os.path.exists(record):
+            if max_points is not None and max_points <= 0:
+                continue
+            max_points = None if max_points is None else max_points - 1
         if not sweep_lib.run_point(spec, workdir, p, {}, group=sweep_lib.sweep_name(spec), train_script=train_script,
                                    record=record):
             failed.append(p.name)
@@ -119,6 +127,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a few steps, one seed (for tests)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
+    parser.add_argument("--max_points", type=int, default=None, help="train at most this many unfinished points "
+                        "(in sweep order, seed-major), then write the report")
     parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/entropy_collapse[_quick])")
     parser.add_argument("--out", default=None, help="report and records folder (default docs/results/entropy_collapse"
                         ", or runs/repro/entropy_collapse_quick with --quick)")
@@ -134,7 +144,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     points = sweep_lib.sweep_points(spec)
     sweep_lib.check_overrides(spec, points, {})
     failed = [] if args.report_only else run_points(spec, points, workdir, os.path.join(out, "points"),
-                                                    args.train_script)
+                                                    args.train_script, args.max_points)
     module = sweep_lib.load_config_module(os.path.join(REPO, CONFIG))
     base = module.get_config(config_arg)
     command = "python scripts/repro_entropy_collapse.py" + (" --quick" if args.quick else "") + (
@@ -230,8 +240,14 @@ def verdicts(rows: list[dict], stable_lr: float, high_lrs: Sequence[float]) -> l
     e_off_all = sum(r["event"] is not None for r in rows if not r["qk_ln"] and r["lr"] in high_lrs)
     e_on_all = on_total - on_healthy
     measured = "; ".join(per_lr)
+    base_on = [r for r in rows if r["qk_ln"] and r["lr"] == stable_lr]
     if not ok_base:
         out.append([claim, paper, measured, "undecided", why_not])
+    elif len(base_on) < MIN_SEEDS or any(r["event"] is not None for r in base_on):
+        out.append([claim, paper, measured + f"; stable lr {stable_lr:g} with QK-LayerNorm: events "
+                    f"{sum(r['event'] is not None for r in base_on)}/{len(base_on)}", "undecided",
+                    f"QK-LayerNorm did not learn at the stable learning rate in every one of {MIN_SEEDS} seeds, so "
+                    "its failures at high learning rates say nothing about stability"])
     elif fewer_each and on_total and on_healthy >= 2 * on_total / 3:
         out.append([claim, paper, measured, "reproduced", f"fewer events at every too-high LR; QK-LayerNorm healthy "
                     f"in {on_healthy}/{on_total}"])
@@ -288,8 +304,9 @@ def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
     report.text(
         f"Protocol: a {m.num_decoder_layers}-layer pre-LN decoder (d_model {m.d_model}, {m.num_heads} head, d_ff "
         f"{m.d_ff}) on multi-query associative recall ({d.mqar_num_kv_pairs} pairs, sequence {d.seq_len}, vocabulary "
-        f"{d.vocab_size}, batch {d.batch_size}), AdamW (0.9, 0.95), {t.warmup_steps} linear warmup steps then a "
-        f"constant learning rate ({', '.join(f'{x:g}' for x in lrs)}; {stable_lr:g} is the stable one), "
+        f"{d.vocab_size}, batch {d.batch_size}), AdamW (0.9, 0.95), {t.warmup_steps} linear warmup steps then cosine "
+        f"decay to {t.final_lr_fraction:g}x, peak learning rates {', '.join(f'{x:g}' for x in lrs)} ({stable_lr:g} is "
+        f"the stable one), "
         f"{t.num_steps} steps, no weight decay, no clipping, QK-LayerNorm off/on (`{CONFIG}`, every point through "
         f"`train.py` / `engine.run`). The health monitor checks every head every {t.stats_every} steps with the "
         f"defaults of `config.health` (entropy collapse: entropy < min({h.collapse_ratio:g} x early entropy, "

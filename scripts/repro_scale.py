@@ -254,10 +254,15 @@ def compare(rows_by_scale: dict[str, list[dict]]) -> tuple[list[list], str, str]
 
 
 def run_points(spec: str, points: Sequence[sweep_lib.Point], workdir: str, records_dir: str,
-               train_script: Optional[str]) -> list[str]:
-    """Train every point without a record (train.py through ``scripts/sweep.py``); the names that failed."""
+               train_script: Optional[str], max_points: Optional[int] = None) -> list[str]:
+    """Train every point without a record (train.py through ``scripts/sweep.py``; at most ``max_points`` of them
+    when given); the names that failed."""
     failed = []
     for p in points:
+        if not os.path.exists(os.path.join(records_dir, f"{p.name}.json")):
+            if max_points is not None and max_points <= 0:
+                continue
+            max_points = None if max_points is None else max_points - 1
         if not sweep_lib.run_point(spec, workdir, p, {}, group=sweep_lib.sweep_name(spec), train_script=train_script,
                                    record=os.path.join(records_dir, f"{p.name}.json")):
             failed.append(p.name)
@@ -269,6 +274,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a few steps, one seed (for tests)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
+    parser.add_argument("--max_points", type=int, default=None, help="train at most this many unfinished points "
+                        "(in sweep order, seed-major), then write the report")
     parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/scale[_quick])")
     parser.add_argument("--out", default=None, help="report and records folder (default docs/results/scale, or "
                         "runs/repro/scale_quick with --quick)")
@@ -284,7 +291,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     points = sweep_lib.sweep_points(spec)
     sweep_lib.check_overrides(spec, points, {})
     failed = [] if args.report_only else run_points(spec, points, workdir, os.path.join(out, "points"),
-                                                    args.train_script)
+                                                    args.train_script, args.max_points)
     base = sweep_lib.load_config_module(os.path.join(REPO, CONFIG)).get_config(config_arg)
     command = "python scripts/repro_scale.py" + (" --quick" if args.quick else "") + (
         f" --seeds={args.seeds}" if args.seeds != 3 else "")

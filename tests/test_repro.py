@@ -67,11 +67,14 @@ def _calls(calls):
 
 
 def _run_twice(module, tmp_path, stand_in, n_points):
-    """--quick with the stand-in: records for every point; a second run (run folders deleted) trains nothing;
-    --report_only with one record removed lists that point as not finished. Returns the report folder."""
+    """--quick with the stand-in: --max_points=1 trains one point; then records for every point; a second run
+    (run folders deleted) trains nothing; --report_only with one record removed lists that point as not
+    finished. Returns the report folder."""
     train, calls = stand_in
     out, runs = tmp_path / "report", tmp_path / "runs"
     argv = ["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]
+    module.main(argv + ["--max_points=1"])
+    assert len(_calls(calls)) == 1 and f"**Not finished yet ({n_points - 1} points):**" in (out / "README.md").read_text()
     module.main(argv)
     assert len(_calls(calls)) == n_points and len(os.listdir(out / "points")) == n_points
     shutil.rmtree(runs)
@@ -179,14 +182,18 @@ def test_entropy_collapse_quick(tmp_path, stand_in):
         return {"qk_ln": qk_ln, "lr": lr, "event": event and "loss spike", "event_step": event, "first_any": alarm,
                 "first": {} if alarm is None else {"entropy_collapse": alarm}, "min_entropy_low": 0.1}
     rows = ([run(False, 3e-3, None, None) for _ in range(3)] + [run(False, 0.1, 100, 40) for _ in range(3)]
-            + [run(True, 3e-3, None, 500)] + [run(True, 0.1, None, None) for _ in range(3)])
+            + [run(True, 3e-3, None, 500)] + [run(True, 3e-3, None, None) for _ in range(2)]
+            + [run(True, 0.1, None, None) for _ in range(3)])
     d = ec.detection(rows, None)
-    assert (d["precision"], d["recall"], d["lead_median"]) == (0.75, 1.0, 60.0)
+    assert (d["precision"], d["recall"], d["lead_median"]) == (0.75, 1.0, 60.0)  # one false alarm of four
     v = ec.verdicts(rows, 3e-3, [0.1])
     assert [x[3] for x in v] == ["reproduced", "reproduced", "partial"]  # a false alarm: precision 0.75
     v = ec.verdicts([dict(r, event=r["event"] or "failed to learn", event_step=r["event_step"] or 1000)
                      if not r["qk_ln"] else r for r in rows], 3e-3, [0.1])
     assert [x[3] for x in v] == ["undecided"] * 3  # the stable baseline failed: no verdict
+    v = ec.verdicts([dict(r, event="failed to learn", event_step=1500) if r["qk_ln"] and r["lr"] == 3e-3 else r
+                     for r in rows], 3e-3, [0.1])
+    assert v[1][3] == "undecided" and "did not learn at the stable learning rate" in v[1][4]
 
 
 def test_mqar_quick(tmp_path):
