@@ -344,12 +344,15 @@ def _figures(report: Report, rows, widths, lrs, init_loss) -> None:
 def what_the_data_say(rows, sweeps, widths, lrs, verdicts, missing, init_loss) -> str:
     if not rows:
         return "No point has finished yet: nothing can be said."
-    paras = ["Wortsman et al. (2023) train decoder-only language models from about 10M to 1.2B parameters on C4 "
-             "for 10^4 steps and report, without QK-LayerNorm, attention logits that grow by orders of magnitude at "
-             "high learning rates, a final loss that rises sharply above a learning rate that falls as the model "
-             "grows, and, with QK-LayerNorm, no logit growth and a lower LR sensitivity at every size. Here the "
-             f"models are {len(widths)} widths of a 2-layer decoder on a synthetic recall task, 1,000 steps each, so "
-             "only the direction of each effect can be compared, not its size."]
+    paras = ["Wortsman et al. (2023) train pre-LN GPT-2-style language models (millions to about a billion "
+             "parameters) on C4 with AdamW (0.9, 0.95), gradient clipping at 1, weight decay 1e-4, z-loss 1e-4, "
+             "5% warmup and cosine decay, over learning rates 3e-4 to 3e-1, and report: without QK-LayerNorm the "
+             "attention logits grow at high learning rates until attention is nearly one-hot and the loss "
+             "degrades; the learning rate where this starts falls as the model grows; with QK-LayerNorm the logits "
+             "stay small and the LR sensitivity is much lower at every size. Here the models are "
+             f"{len(widths)} widths of a 2-layer, one-head decoder on a synthetic recall task, "
+             f"{max(r['steps'] or 0 for r in rows):,} steps each (fewer where the loss turned non-finite), without clipping, weight decay or z-loss (so instability sets in at lower learning "
+             "rates than theirs), so only the direction of each effect can be compared, not its size."]
     lines = []
     for w in widths:
         for q in (False, True):

@@ -371,8 +371,8 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     report.table(["claim", "paper", "measured", "verdict", "reason"], [
         ["q.k variance grows with d_k; 1/sqrt(d_k) keeps the logit std at 1", "Var(q.k) = d_k (section 3.2.1 "
          "footnote)", "init.csv", i_verdict, i_reason],
-        ["1/sqrt(d_k) trains better than no scale and than 1/d_k", "argument only, no measurement", "runs.csv, "
-         "contrasts.csv", verdict, reason]], csv_name="verdicts.csv")
+        ["1/sqrt(d_k) trains better than no scale and than 1/d_k", "argument only, no measurement",
+         "runs.csv, contrasts.csv" if table else "runs.csv", verdict, reason]], csv_name="verdicts.csv")
     report.section("What the data say")
     report.text(what_the_data_say(init_rows, by_scale, verdict, reason, missing, d_k, num_keys))
     return report.write()

@@ -186,6 +186,7 @@ def test_entropy_collapse_quick(tmp_path, stand_in):
             + [run(True, 0.1, None, None) for _ in range(3)])
     d = ec.detection(rows, None)
     assert (d["precision"], d["recall"], d["lead_median"]) == (0.75, 1.0, 60.0)  # one false alarm of four
+    assert (d["sudden_caught"], d["sudden_events"], d["sudden_lead_median"]) == (3, 3, 60.0)
     v = ec.verdicts(rows, 3e-3, [0.1])
     assert [x[3] for x in v] == ["reproduced", "reproduced", "partial"]  # a false alarm: precision 0.75
     v = ec.verdicts([dict(r, event=r["event"] or "failed to learn", event_step=r["event_step"] or 1000)
