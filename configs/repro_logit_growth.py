@@ -46,12 +46,13 @@ def get_config(arg=None):
 
 
 def sweep(arg=None):
-    """Points, seed-major: seed x d_model in WIDTHS x QK-LayerNorm off/on x LEARNING_RATES."""
+    """Points, seed-major: seed x QK-LayerNorm off/on x d_model in WIDTHS x LEARNING_RATES (so a partial sweep
+    has the width comparison without QK-LayerNorm first)."""
     a = _parse(arg)
     widths, lrs, seeds = ((16,), QUICK_LEARNING_RATES, 1) if a.quick else (WIDTHS, LEARNING_RATES, a.seeds)
     for seed in range(seeds):
-        for d in widths:
-            for qk_ln in (False, True):
+        for qk_ln in (False, True):
+            for d in widths:
                 for lr in lrs:
                     yield {"model.d_model": d, "model.d_ff": 4 * d, "model.qk_layernorm": qk_ln,
                            "train.learning_rate": lr, "seed": seed}
