@@ -1,10 +1,10 @@
 """Reproduction 4: entropy collapse and loss instability (Zhai et al. 2023), seen by the health monitor, with
 QK-LayerNorm as the remedy.
 
-A 2-layer pre-LN decoder (d_model 64, one head, d_ff 256) on multi-query associative recall (4 key-value
-pairs in 16 tokens, vocabulary 256, 64 sequences per batch), AdamW with 10% warmup then cosine decay, 1,500
-steps (the set-up of ``configs/repro_scale.py``, which learns at lr 3e-3), at the stable learning rate 3e-3 and
-two too-high ones, with and without QK-LayerNorm (``model.qk_layernorm``); attention statistics and
+A 2-layer pre-LN decoder (d_model 64, two heads of d_k 32, d_ff 256) on multi-query associative recall (4
+key-value pairs in 16 tokens, vocabulary 256, 64 sequences per batch), AdamW with 10% warmup then cosine
+decay, 1,500 steps (the set-up of ``configs/repro_scale.py``, which learns at lr 3e-3), at the stable
+learning rate 3e-3 and two too-high ones, with and without QK-LayerNorm (``model.qk_layernorm``); attention statistics and
 the health monitor every 5 steps; a non-finite loss ends the run and is its result
 (``train.on_non_finite="stop"``).
 
@@ -32,7 +32,8 @@ def get_config(arg=None):
     q = a.quick
     steps = min(a.steps, 8) if q else a.steps
     c = small_decoder_config(
-        "mqar", quick=q, d_model=16 if q else 64, heads=1, layers=1 if q else 2, learning_rate=a.lr, steps=steps,
+        "mqar", quick=q, d_model=16 if q else 64, heads=1 if q else 2, layers=1 if q else 2, learning_rate=a.lr,
+        steps=steps,
         batch_size=8 if q else 64, seq_len=16, vocab=32 if q else 256, log_every=1 if q else 5,
         num_eval_batches=1 if q else 8)
     c.data.mqar_num_kv_pairs = 2 if q else 4

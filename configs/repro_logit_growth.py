@@ -1,10 +1,10 @@
 """Reproduction 3: attention logit growth and learning-rate sensitivity across widths (Wortsman et al. 2023 proxies).
 
-A 2-layer pre-LN decoder (one head, d_k = d_model, d_ff = 4 d_model) on multi-query associative recall (4
+A 2-layer pre-LN decoder (two heads, d_k = d_model / 2, d_ff = 4 d_model) on multi-query associative recall (4
 key-value pairs in 16 tokens, vocabulary 256, 64 sequences per batch) over a learning-rate grid at two widths,
 with and without QK-LayerNorm (``model.qk_layernorm``); AdamW (0.9, 0.95), no weight decay or clipping, 10%
-warmup then cosine decay, 1,000 steps; a non-finite loss ends the run (``train.on_non_finite="stop"``) and
-counts as its result.
+warmup then cosine decay, 1,500 steps (the set-up of ``configs/repro_scale.py``); a non-finite loss ends the
+run (``train.on_non_finite="stop"``) and counts as its result.
 
     python scripts/repro_logit_growth.py                                          # points, records, report
     python train.py --config=configs/repro_logit_growth.py:d_model=128,lr=0.03    # one point
@@ -22,7 +22,7 @@ QUICK_LEARNING_RATES = (1e-2, 1.0)
 
 
 def _parse(arg):
-    return parse_arg(arg, lr=1e-2, d_model=64, qk_layernorm=False, seed=0, seeds=3, steps=1000, quick=False)
+    return parse_arg(arg, lr=1e-2, d_model=64, qk_layernorm=False, seed=0, seeds=3, steps=1500, quick=False)
 
 
 def get_config(arg=None):
@@ -34,7 +34,8 @@ def get_config(arg=None):
     steps = min(a.steps, 6) if q else a.steps
     d_model = 16 if q else a.d_model
     c = small_decoder_config(
-        "mqar", quick=q, d_model=d_model, heads=1, layers=1 if q else 2, learning_rate=a.lr, steps=steps,
+        "mqar", quick=q, d_model=d_model, heads=1 if q else 2, layers=1 if q else 2, learning_rate=a.lr,
+        steps=steps,
         batch_size=8 if q else 64, seq_len=16, vocab=32 if q else 256, log_every=max(1, steps // 100),
         num_eval_batches=1 if q else 8)
     c.data.mqar_num_kv_pairs = 2 if q else 4

@@ -306,7 +306,7 @@ def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
     m, d, t, h = base.model, base.data, base.train, base.health
     wall = sum(r["wall_s"] or 0.0 for r in rows)
     report.text(
-        f"Protocol: a {m.num_decoder_layers}-layer pre-LN decoder (d_model {m.d_model}, {m.num_heads} head, d_ff "
+        f"Protocol: a {m.num_decoder_layers}-layer pre-LN decoder (d_model {m.d_model}, {m.num_heads} head(s), d_ff "
         f"{m.d_ff}) on multi-query associative recall ({d.mqar_num_kv_pairs} pairs, sequence {d.seq_len}, vocabulary "
         f"{d.vocab_size}, batch {d.batch_size}), AdamW (0.9, 0.95), {t.warmup_steps} linear warmup steps then cosine "
         f"decay to {t.final_lr_fraction:g}x, peak learning rates {', '.join(f'{x:g}' for x in lrs)} ({stable_lr:g} is "

@@ -333,7 +333,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     report.section("Training comparison")
     wall = sum(r["wall_s"] or 0.0 for r in rows)
     report.text(
-        f"Protocol: a {m.num_decoder_layers}-layer pre-LN decoder (d_model {m.d_model}, {m.num_heads} head, d_k = "
+        f"Protocol: a {m.num_decoder_layers}-layer pre-LN decoder (d_model {m.d_model}, {m.num_heads} head(s), d_k = "
         f"{d_k}, d_v = {m.v_dim}, d_ff {m.d_ff}) on multi-query associative recall ({d.mqar_num_kv_pairs} key-value "
         f"pairs, sequence {d.seq_len}, vocabulary {d.vocab_size}, batch {d.batch_size}), AdamW (0.9, 0.95) lr "
         f"{t.learning_rate:g}, {t.warmup_steps} warmup steps then cosine decay, {t.num_steps} steps, no weight decay "
