@@ -413,9 +413,10 @@ def what_the_data_say(rows, lrs, verdict_rows, missing) -> str:
             f"At the stable learning rate {lrs[0]:g}, QK-LayerNorm learned in {sum(r['event'] is None for r in on)} of "
             f"{len(on)} seeds (without: {sum(r['event'] is None for r in off)} of {len(off)}), with largest logit "
             f"{mean_std([r['max_logit'] for r in on])} against {mean_std([r['max_logit'] for r in off])}. Where it "
-            "did not learn, this disagrees with the papers' picture of QK-LayerNorm as free of cost: on this task, at "
-            "this budget, bounding the logits also slows the sharp key matching that MQAR needs, so a failure with "
-            "QK-LayerNorm at a high learning rate is not evidence of instability.")
+            "did not learn, this disagrees with Wortsman et al., where QK-LayerNorm models reach about the same loss "
+            "as the others at their best learning rate: on this task, at this budget, bounding the logits also "
+            "slows the sharp key matching that MQAR needs, so a failure with QK-LayerNorm at a high learning rate "
+            "is not evidence of instability.")
     paras.append("\n".join(f"- {v[0]}: **{v[3]}** ({v[4]}); {v[2]}." for v in verdict_rows))
     if missing:
         paras.append(f"{len(missing)} points have not finished; the statements above may change as they do.")
