@@ -12,7 +12,8 @@ with train.py through ``scripts/sweep.py`` and leaves a committed record in ``<o
 point with a record is never trained again, and ``--report_only`` rebuilds the report from the records
 (listing the points not finished yet).
 
-    python scripts/repro_logit_growth.py                  # 72 points, records, report -> docs/results/logit_growth/
+    python scripts/repro_logit_growth.py                  # 72 points, records, report
+                                                          #   -> docs/results/logit_growth/
     python scripts/repro_logit_growth.py --report_only    # the report from the committed records
     python scripts/repro_logit_growth.py --quick          # tiny model, a few steps; for tests
 
@@ -176,8 +177,8 @@ def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
     m, d, t = base.model, base.data, base.train
     wall = sum(r["wall_s"] or 0.0 for r in rows)
     report.text(
-        f"Protocol: a {m.num_decoder_layers}-layer pre-LN decoder ({m.num_heads} head(s), d_k = d_model / heads, d_ff = 4 "
-        f"d_model; widths d_model {', '.join(map(str, widths))}) on multi-query associative recall "
+        f"Protocol: a {m.num_decoder_layers}-layer pre-LN decoder ({m.num_heads} head(s), d_k = d_model / heads, "
+        f"d_ff = 4 d_model; widths d_model {', '.join(map(str, widths))}) on multi-query associative recall "
         f"({d.mqar_num_kv_pairs} pairs, sequence {d.seq_len}, vocabulary {d.vocab_size}, batch {d.batch_size}), "
         f"AdamW (0.9, 0.95), {t.warmup_steps} warmup steps then cosine decay, {t.num_steps} steps, no weight decay, "
         f"no clipping (`{CONFIG}`, every point through `train.py` / `engine.run`); peak learning rates "
@@ -351,8 +352,9 @@ def what_the_data_say(rows, sweeps, widths, lrs, verdicts, missing, init_loss) -
              "degrades; the learning rate where this starts falls as the model grows; with QK-LayerNorm the logits "
              "stay small and the LR sensitivity is much lower at every size. Here the models are "
              f"{len(widths)} widths of a 2-layer, 2-head decoder on a synthetic recall task, "
-             f"{max(r['steps'] or 0 for r in rows):,} steps each (fewer where the loss turned non-finite), without clipping, weight decay or z-loss (so instability sets in at lower learning "
-             "rates than theirs), so only the direction of each effect can be compared, not its size."]
+             f"{max(r['steps'] or 0 for r in rows):,} steps each (fewer where the loss turned non-finite), without "
+             "clipping, weight decay or z-loss (so instability sets in at lower learning rates than theirs), so "
+             "only the direction of each effect can be compared, not its size."]
     lines = []
     for w in widths:
         for q in (False, True):

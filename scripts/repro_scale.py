@@ -16,7 +16,8 @@ through ``scripts/sweep.py`` and leaves a committed record in ``<out>/points/<po
 record is never trained again, and ``--report_only`` rebuilds the report from the records (listing the points
 not finished yet). The initialization part is recomputed each time (seconds, deterministic).
 
-    python scripts/repro_scale.py                  # 9 points (3 scales x 3 seeds), records, report -> docs/results/scale/
+    python scripts/repro_scale.py                  # 9 points (3 scales x 3 seeds), records, report
+                                                   #   -> docs/results/scale/
     python scripts/repro_scale.py --report_only    # the report from the committed records
     python scripts/repro_scale.py --quick          # tiny model, a few steps, one seed; for tests
 
