@@ -253,8 +253,8 @@ def verdicts(rows: list[dict], stable_lr: float, high_lrs: Sequence[float]) -> l
     below = min(too_high) if too_high else math.inf
     on_seeds = {r["seed"] for r in rows if r["qk_ln"]}
     learned_seeds = {r["seed"] for r in rows if r["qk_ln"] and r["lr"] < below and r["event"] is None}
-    measured = ("; ".join(per_lr) or "no too-high learning rate") + (
-        f"; QK-LayerNorm learned below lr {below:g} in {len(learned_seeds)} of {len(on_seeds)} seeds")
+    measured = ("; ".join(per_lr) + f"; QK-LayerNorm learned below lr {below:g} in {len(learned_seeds)} of "
+                f"{len(on_seeds)} seeds") if too_high else "no too-high learning rate (yet)"
     if not ok_base:
         out.append([claim, paper, measured, "undecided", why_not])
     elif not too_high:
