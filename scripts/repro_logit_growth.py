@@ -1,16 +1,40 @@
-"""Reproduction 3: attention logit growth and learning-rate sensitivity (Wortsman et al. 2023, small-scale proxies).
+"""Reproduction 3: attention logit growth, learning-rate sensitivity and its trend across widths (Wortsman et
+al. 2023, "Small-scale proxies for large-scale Transformer training instabilities").
 
-Wortsman et al. find that small Transformers reproduce large-scale instabilities when the learning rate is
-high: attention logits grow without bound, attention entropy collapses and the loss diverges; QK-LayerNorm
-(LayerNorm on queries and keys) removes the logit growth and widens the range of good learning rates.
+Wortsman et al. find that small Transformers show the instabilities of large ones when the learning rate is
+high: attention logits grow without bound and the loss degrades; the learning rate at which training
+degrades falls as the model grows, and QK-LayerNorm (LayerNorm on queries and keys) removes the logit growth
+and lowers the learning-rate sensitivity.
 
-This trains the same small decoder on multi-query associative recall over a learning-rate grid, with and
-without ``model.qk_layernorm``, and reports the final loss vs learning rate, the max attention logit over
-training, and the learning-rate sensitivity ``E_lr[min(loss(lr), loss_init) - min_lr loss(lr)]`` (their
-LR-sensitivity metric, over our grid).
+This trains the small decoder of ``configs/repro_logit_growth.py`` on multi-query associative recall over a
+learning-rate grid at two widths, with and without ``model.qk_layernorm``, three seeds. Every point trains
+with train.py through ``scripts/sweep.py`` and leaves a committed record in ``<out>/points/<point>.json``; a
+point with a record is never trained again, and ``--report_only`` rebuilds the report from the records
+(listing the points not finished yet).
 
-    python scripts/repro_logit_growth.py          # full: a few minutes on 2 CPU cores -> docs/results/logit_growth/
-    python scripts/repro_logit_growth.py --quick  # seconds; for tests
+    python scripts/repro_logit_growth.py                  # 72 points, records, report
+                                                          #   -> docs/results/logit_growth/
+    python scripts/repro_logit_growth.py --report_only    # the report from the committed records
+    python scripts/repro_logit_growth.py --quick          # tiny model, a few steps; for tests
+
+Pass criteria (fixed before the sweep ran). A *sweep* is one (width, QK-LayerNorm, seed) over the grid.
+- Final loss of a run: its held-out loss at the end (8 batches, answer positions); a run whose loss became
+  non-finite has final loss +inf. The sweep's *best* run has the lowest final loss; the sweep *learned* when
+  its best run's held-out accuracy is at least LEARNED (0.9). Sweeps that did not learn take part in no
+  comparison.
+- *Degradation LR* of a sweep: the smallest grid learning rate above the best one whose final loss is more
+  than DEGRADE_NATS (0.5) above the best (or non-finite); none in the grid counts as above the largest.
+- Width trend (Wortsman et al.: the learning rate at which training degrades falls as width grows), without
+  QK-LayerNorm: reproduced when the degradation LR at the larger width is below the smaller width's in every
+  seed where both sweeps learned (at least MIN_SEEDS = 3 such seeds); partial when it is below in some seeds
+  and above in none; not reproduced otherwise; undecided with fewer than 3 seeds.
+- Logit growth: at each width, over the two largest learning rates, the log10 of the largest attention logit
+  without QK-LayerNorm minus with it, 95% Welch interval over runs; reproduced when it is above 0 with the
+  interval excluding 0 at every width, partial at some widths, not reproduced at none.
+- QK-LayerNorm lowers the LR sensitivity (Wortsman et al.'s metric, mean over the grid of min(final loss,
+  log V) minus the grid's minimum): per width, sensitivity without minus with QK-LayerNorm over seeds, 95%
+  Welch interval; reproduced when positive with the interval excluding 0 at every width, partial at some
+  widths, not reproduced at none.
 """
 from __future__ import annotations
 
@@ -22,136 +46,333 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from _report import Report, environment_line, plt
-from _runs import config_path, load, points, run_point
+from _report import Report, environment_line, mean_std, plt
+import _stats
+import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = "configs/repro_logit_growth.py"
+LEARNED = 0.9  # held-out accuracy at which a sweep's best run has learned MQAR
+DEGRADE_NATS = 0.5  # final loss this far above the sweep's best = degraded
+MIN_SEEDS = 3
 
 
-def final_loss(hist: dict) -> float:
-    """Mean training loss over the last quarter of the logged steps; inf when the run diverged."""
-    if hist["diverged_step"] is not None:
+def final_loss(record: dict) -> float:
+    """Held-out loss at the end; +inf when the run's loss became non-finite or no loss was recorded."""
+    if (record.get("stability") or {}).get("non_finite_step") is not None:
         return math.inf
-    losses = hist["loss"]
-    tail = losses[-max(1, len(losses) // 4):]
-    return float(np.mean(tail))
+    v = (record.get("validation") or {}).get("loss")
+    return math.inf if v is None else float(v)
 
 
 def lr_sensitivity(losses: Sequence[float], init_loss: float) -> float:
-    """Wortsman et al.'s LR sensitivity over a grid: mean of min(loss, init_loss) minus the best loss."""
+    """Wortsman et al.'s LR sensitivity over a grid: mean of min(loss, init_loss) minus the best of them."""
     capped = [min(x, init_loss) for x in losses]
     return float(np.mean(capped) - min(capped))
 
 
+def degradation_lr(lrs: Sequence[float], losses: Sequence[float]) -> Optional[float]:
+    """The smallest learning rate above the best one whose loss is more than DEGRADE_NATS above the best
+    (non-finite counts); None when no grid point degrades. ``lrs`` ascending, one loss each."""
+    best = int(np.argmin(losses))
+    for lr, loss in zip(lrs[best + 1:], losses[best + 1:]):
+        if not math.isfinite(loss) or loss > losses[best] + DEGRADE_NATS:
+            return float(lr)
+    return None
+
+
+def max_logit(record: dict) -> Optional[float]:
+    vals = [v for v in ((record.get("stability") or {}).get("max_attention_logit") or {}).values() if v is not None]
+    return max(vals) if vals else None
+
+
+def run_points(spec: str, points, workdir: str, records_dir: str, train_script: Optional[str],
+               max_points: Optional[int] = None) -> list[str]:
+    """Train every point without a record (train.py through ``scripts/sweep.py``; at most ``max_points`` of them
+    when given); the names that failed."""
+    failed = []
+    for p in points:
+        if not os.path.exists(os.path.join(records_dir, f"{p.name}.json")):
+            if max_points is not None and max_points <= 0:
+                continue
+            max_points = None if max_points is None else max_points - 1
+        if not sweep_lib.run_point(spec, workdir, p, {}, group=sweep_lib.sweep_name(spec), train_script=train_script,
+                                   record=os.path.join(records_dir, f"{p.name}.json")):
+            failed.append(p.name)
+    return failed
+
+
 def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, runs in seconds (for tests)")
-    parser.add_argument("--out", default=None, help="report folder (default docs/results/logit_growth, or "
-                        "runs/repro/logit_growth_quick with --quick)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few steps, one seed (for tests)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
+    parser.add_argument("--max_points", type=int, default=None, help="train at most this many unfinished points "
+                        "(in sweep order, seed-major), then write the report")
+    parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/logit_growth[_quick])")
+    parser.add_argument("--out", default=None, help="report and records folder (default docs/results/logit_growth, "
+                        "or runs/repro/logit_growth_quick with --quick)")
+    parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     args = parser.parse_args(argv)
-    out = args.out or os.path.join(REPO, "runs/repro/logit_growth_quick" if args.quick else "docs/results/logit_growth")
-
-    spec = config_path("repro_logit_growth") + f":seed={args.seed}" + (",quick" if args.quick else "")
-    base = load(spec)
-    steps, d_model, layers = base.train.num_steps, base.model.d_model, base.model.num_decoder_layers
-    pairs, seq_len, vocab, batch = (base.data.mqar_num_kv_pairs, base.data.seq_len, base.data.vocab_size,
-                                    base.data.batch_size)
-    runs = []
-    for point in points(spec):
-        hist = run_point(spec, point.overrides)
-        qk_ln, lr = point.overrides["model.qk_layernorm"], point.overrides["train.learning_rate"]
-        runs.append({"qk_layernorm": qk_ln, "lr": lr, "hist": hist})
-        print(f"qk_layernorm={qk_ln} lr={lr:g}: final loss {final_loss(hist):.4g}, max logit "
-              f"{max(float(np.max(m)) for m in hist['max_logit']):.4g}, {hist['seconds']:.0f}s", flush=True)
-
-    init_loss = math.log(vocab)
-    report = Report(out, "Attention logit growth and learning-rate sensitivity (Wortsman et al. 2023 proxies)")
-    report.text(environment_line() + (" Quick mode (tiny sizes)." if args.quick else ""))
-    m = runs[0]["hist"]
-    report.text(
-        f"A {layers}-layer pre-LN decoder (d_model {d_model}, 4 heads of d_k {d_model // 4}, "
-        f"{m['params']:,} parameters) on multi-query associative recall ({pairs} pairs, sequence "
-        f"{seq_len}, vocabulary {vocab}, batch {batch}; config `configs/repro_logit_growth.py`, each run "
-        f"through `engine.run`), AdamW (0.9, 0.95) "
-        f"with 10% linear warmup and cosine decay, {steps} steps, no weight decay, no gradient clipping, seed "
-        f"{args.seed}. Only the peak learning rate and ``model.qk_layernorm`` change. 'Final loss': mean training "
-        "loss over the last quarter of training (inf: the loss became NaN/Inf and the run stopped)."
-    )
-    rows = []
-    for r in runs:
-        h = r["hist"]
-        ml = [float(np.max(x)) for x in h["max_logit"]]
-        rows.append(["on" if r["qk_layernorm"] else "off", r["lr"], final_loss(r["hist"]), h["eval_accuracy"],
-                     ml[0], max(ml), ml[-1], h["diverged_step"],
-                     sum(1 for w in h["warnings"] if w.kind == "max_logit")])
-    report.table(["QK-LayerNorm", "peak lr", "final loss", "eval accuracy", "max logit (step 1)",
-                  "max logit (max over training)", "max logit (end)", "diverged at step", "max-logit warnings"],
-                 rows, csv_name="runs.csv")
-    sens = {}
-    for qk_ln in (False, True):
-        losses = [final_loss(r["hist"]) for r in runs if r["qk_layernorm"] == qk_ln]
-        sens[qk_ln] = lr_sensitivity(losses, init_loss)
-    report.text(f"LR sensitivity (lower is better; losses capped at the initial loss log(V) = {init_loss:.3f}): "
-                f"without QK-LayerNorm {sens[False]:.3f}, with QK-LayerNorm {sens[True]:.3f}.")
-
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    for qk_ln, marker in ((False, "o"), (True, "s")):
-        sub = [r for r in runs if r["qk_layernorm"] == qk_ln]
-        ax.plot([r["lr"] for r in sub], [min(final_loss(r["hist"]), init_loss) for r in sub], marker=marker,
-                label="QK-LayerNorm" if qk_ln else "no QK-LayerNorm")
-    ax.axhline(init_loss, color="gray", ls=":", lw=1, label="log(V) (cap)")
-    ax.set_xscale("log")
-    ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("final train loss")
-    ax.legend(fontsize=7)
-    report.figure(fig, "loss_vs_lr", "Final loss vs learning rate, with and without QK-LayerNorm.")
-
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
-    cmap = plt.get_cmap("viridis")
-    for ax, qk_ln in zip(axes, (False, True)):
-        sub = [r for r in runs if r["qk_layernorm"] == qk_ln]
-        for i, r in enumerate(sub):
-            h = r["hist"]
-            ax.plot(h["stats_step"], [float(np.max(x)) for x in h["max_logit"]], color=cmap(i / max(1, len(sub) - 1)),
-                    label=f"lr {r['lr']:g}")
-        ax.set_yscale("symlog")
-        ax.set_xlabel("step")
-        ax.set_title("QK-LayerNorm" if qk_ln else "no QK-LayerNorm", fontsize=9)
-    axes[0].set_ylabel("max attention logit (all layers, heads)")
-    axes[0].legend(fontsize=7)
-    report.figure(fig, "max_logit", "Largest attention logit over training for each learning rate.")
-
-    report.section("What the data say")
-    report.text(verdict(runs, sens))
-    path = report.write()
+    if args.seeds < 1:
+        raise ValueError(f"--seeds={args.seeds}; expected at least 1")
+    tag = "logit_growth_quick" if args.quick else "logit_growth"
+    workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
+    out = args.out or os.path.join(REPO, "runs/repro" if args.quick else "docs/results", tag)
+    config_arg = f"seeds={args.seeds}" + (",quick" if args.quick else "")
+    spec = f"{os.path.join(REPO, CONFIG)}:{config_arg}"
+    points = sweep_lib.sweep_points(spec)
+    sweep_lib.check_overrides(spec, points, {})
+    failed = [] if args.report_only else run_points(spec, points, workdir, os.path.join(out, "points"),
+                                                    args.train_script, args.max_points)
+    base = sweep_lib.load_config_module(os.path.join(REPO, CONFIG)).get_config(config_arg)
+    command = "python scripts/repro_logit_growth.py" + (" --quick" if args.quick else "") + (
+        f" --seeds={args.seeds}" if args.seeds != 3 else "")
+    path = write_report(out, points, base, quick=args.quick, command=command)
     print(f"wrote {path}")
+    if failed:
+        print(f"[repro_logit_growth] failed points: {failed}; rerun the same command to retry them", file=sys.stderr)
     return path
 
 
-def verdict(runs: list[dict], sens: dict) -> str:
-    """Sentences computed from the runs."""
+def _sweeps(rows: list[dict], lrs: Sequence[float]) -> dict[tuple[int, bool, int], dict]:
+    """(width, qk_ln, seed) -> the sweep's complete grid: losses, best run, learned, degradation LR."""
+    out = {}
+    for key in sorted({(r["d_model"], r["qk_ln"], r["seed"]) for r in rows}):
+        got = {r["lr"]: r for r in rows if (r["d_model"], r["qk_ln"], r["seed"]) == key}
+        if set(got) != set(lrs):
+            continue
+        losses = [got[lr]["final_loss"] for lr in lrs]
+        best = int(np.argmin(losses))
+        acc = got[lrs[best]]["accuracy"]
+        out[key] = {"losses": losses, "best_lr": lrs[best], "best_accuracy": acc,
+                    "learned": acc is not None and acc >= LEARNED, "degrade_lr": degradation_lr(lrs, losses)}
+    return out
+
+
+def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
+    """The report from the records under ``<out>/points``."""
+    recs = sweep_lib.read_records_dir(os.path.join(out, "points"))
+    missing = [p.name for p in points if p.name not in recs]
+    rows = []
+    for p in points:
+        r = recs.get(p.name)
+        if r is None:
+            continue
+        o = p.overrides
+        rows.append({"point": p.name, "d_model": int(o.get("model.d_model", base.model.d_model)),
+                     "qk_ln": bool(o["model.qk_layernorm"]), "lr": float(o["train.learning_rate"]),
+                     "seed": r.get("seed"), "steps": r.get("steps"), "final_loss": final_loss(r),
+                     "accuracy": (r.get("validation") or {}).get("accuracy"), "max_logit": max_logit(r),
+                     "non_finite": (r.get("stability") or {}).get("non_finite_step"),
+                     "warnings": (r.get("stability") or {}).get("health_warnings"), "wall_s": r.get("wall_s"),
+                     "commit": r.get("commit"), "curve": (r.get("stability") or {}).get("max_logit_curve") or {}})
+    lrs = sorted({float(p.overrides["train.learning_rate"]) for p in points})
+    widths = sorted({int(p.overrides.get("model.d_model", base.model.d_model)) for p in points})
+    init_loss = math.log(base.data.vocab_size)
+    sweeps = _sweeps(rows, lrs)
+
+    report = Report(out, "Attention logit growth, learning-rate sensitivity and width (Wortsman et al. 2023 proxies)")
+    report.text(environment_line() + (" Quick mode (tiny sizes)." if quick else ""))
+    m, d, t = base.model, base.data, base.train
+    wall = sum(r["wall_s"] or 0.0 for r in rows)
+    report.text(
+        f"Protocol: a {m.num_decoder_layers}-layer pre-LN decoder ({m.num_heads} head(s), d_k = d_model / heads, "
+        f"d_ff = 4 d_model; widths d_model {', '.join(map(str, widths))}) on multi-query associative recall "
+        f"({d.mqar_num_kv_pairs} pairs, sequence {d.seq_len}, vocabulary {d.vocab_size}, batch {d.batch_size}), "
+        f"AdamW (0.9, 0.95), {t.warmup_steps} warmup steps then cosine decay, {t.num_steps} steps, no weight decay, "
+        f"no clipping (`{CONFIG}`, every point through `train.py` / `engine.run`); peak learning rates "
+        f"{', '.join(f'{x:g}' for x in lrs)}, QK-LayerNorm off/on. A non-finite loss ends a run (its final loss is "
+        f"+inf). Final loss: held-out loss on the answers at the end; chance (uniform over the vocabulary) is "
+        f"log {d.vocab_size} = {init_loss:.2f}, guessing among the {d.mqar_num_kv_pairs} values in context "
+        f"log {d.mqar_num_kv_pairs} = {math.log(d.mqar_num_kv_pairs):.2f}. Max attention logit: the largest scaled "
+        f"logit of any layer and head at the logged steps.\n\nCommand: `{command}` (resumable; `--report_only` "
+        f"rebuilds this report from `points/`). Records: {len(rows)} of {len(points)} points; training wall time of "
+        f"the recorded points {wall / 60:.1f} min. Made by commit(s): "
+        f"{', '.join(sorted({str(r['commit']) for r in rows})) or '—'}.")
+    if missing:
+        report.text(f"**Not finished yet ({len(missing)} points):** " + ", ".join(f"`{n}`" for n in missing)
+                    + ". Everything below uses the finished points only.")
+
+    report.section("Every run")
+    report.table(["point", "d_model", "QK-LayerNorm", "peak lr", "seed", "steps", "final loss", "held-out accuracy",
+                  "max attention logit", "non-finite at step", "health warnings", "wall (s)", "commit"],
+                 [[r["point"], r["d_model"], r["qk_ln"], r["lr"], r["seed"], r["steps"], r["final_loss"],
+                   r["accuracy"], r["max_logit"], r["non_finite"], r["warnings"], r["wall_s"], r["commit"]]
+                  for r in rows], csv_name="runs.csv", digits=4)
+
+    report.section("Per sweep: best and degradation learning rate")
+    report.text(f"A sweep is one (d_model, QK-LayerNorm, seed) over the whole grid; learned: its best run has "
+                f"held-out accuracy >= {LEARNED:g}; degradation LR: the smallest grid LR above the best whose final "
+                f"loss is more than {DEGRADE_NATS:g} nats above the best (or non-finite); '—': none in the grid.")
+    report.table(["d_model", "QK-LayerNorm", "seed", "best lr", "best accuracy", "learned", "degradation lr",
+                  "LR sensitivity"],
+                 [[w, q, s, v["best_lr"], v["best_accuracy"], v["learned"], v["degrade_lr"],
+                   lr_sensitivity(v["losses"], init_loss)] for (w, q, s), v in sweeps.items()],
+                 csv_name="sweeps.csv", digits=4)
+    if rows:
+        _figures(report, rows, widths, lrs, init_loss)
+
+    verdicts = [width_trend(sweeps, widths), logit_growth(rows, widths, lrs), sensitivity(sweeps, widths, init_loss)]
+    report.section("Verdicts")
+    report.text("Criteria: see the docstring of `scripts/repro_logit_growth.py` (fixed before the sweep ran).")
+    report.table(["claim", "paper", "measured", "verdict", "reason"], verdicts, csv_name="verdicts.csv")
+    report.section("What the data say")
+    report.text(what_the_data_say(rows, sweeps, widths, lrs, verdicts, missing, init_loss))
+    return report.write()
+
+
+def _learned(sweeps, width, qk_ln) -> dict[int, dict]:
+    return {s: v for (w, q, s), v in sweeps.items() if w == width and q == qk_ln and v["learned"]}
+
+
+def width_trend(sweeps, widths) -> list:
+    claim = "the LR where training degrades falls as width grows (no QK-LayerNorm)"
+    paper = "Wortsman et al. 2023, Fig. 1 (LR vs final loss per model size)"
+    if len(widths) < 2:
+        return [claim, paper, "one width", "undecided", "needs two widths"]
+    small, large = _learned(sweeps, widths[0], False), _learned(sweeps, widths[-1], False)
+    seeds = sorted(set(small) & set(large))
+    inf = math.inf
+    pairs = [((small[s]["degrade_lr"] or inf), (large[s]["degrade_lr"] or inf)) for s in seeds]
+    measured = "; ".join(f"seed {s}: {a:g} -> {b:g}" for s, (a, b) in zip(seeds, pairs)) or "no seed"
+    if len(seeds) < MIN_SEEDS:
+        return [claim, paper, measured, "undecided", f"{len(seeds)} seed(s) where both widths' sweeps learned; "
+                f"{MIN_SEEDS} needed"]
+    below = sum(b < a for a, b in pairs)
+    above = sum(b > a for a, b in pairs)
+    if below == len(pairs):
+        v = "reproduced"
+    elif below and not above:
+        v = "partial"
+    else:
+        v = "not reproduced"
+    return [claim, paper, f"degradation LR d_model {widths[0]} -> {widths[-1]}: {measured}", v,
+            f"lower at the larger width in {below}, higher in {above}, equal in {len(pairs) - below - above} of "
+            f"{len(pairs)} seeds"]
+
+
+def logit_growth(rows, widths, lrs) -> list:
+    claim = "attention logits grow at high LR without QK-LayerNorm; QK-LayerNorm prevents it"
+    paper = "Wortsman et al. 2023, section 3.1 (attention logit growth)"
+    top = lrs[-2:]
+    parts, ok, decided = [], 0, 0
+    for w in widths:
+        off = [math.log10(r["max_logit"]) for r in rows if r["d_model"] == w and not r["qk_ln"] and r["lr"] in top
+               and r["max_logit"] and r["max_logit"] > 0]
+        on = [math.log10(r["max_logit"]) for r in rows if r["d_model"] == w and r["qk_ln"] and r["lr"] in top
+              and r["max_logit"] and r["max_logit"] > 0]
+        if len(off) < 2 or len(on) < 2:
+            parts.append(f"d_model {w}: not enough runs")
+            continue
+        decided += 1
+        iv = _stats.welch_ci(off, on)
+        ok += int(iv.excludes_zero() and iv.diff > 0)
+        parts.append(f"d_model {w}: log10 max logit off - on {iv.text(2)} (off {10 ** np.mean(off):.3g}, on "
+                     f"{10 ** np.mean(on):.3g}, geometric means at lr {', '.join(f'{x:g}' for x in top)})")
+    if decided < len(widths):
+        return [claim, paper, "; ".join(parts), "undecided", "not every width has runs at the two largest LRs"]
+    v = "reproduced" if ok == len(widths) else ("partial" if ok else "not reproduced")
+    return [claim, paper, "; ".join(parts), v, f"higher without QK-LayerNorm (interval excludes 0) at {ok} of "
+            f"{len(widths)} widths"]
+
+
+def sensitivity(sweeps, widths, init_loss) -> list:
+    claim = "QK-LayerNorm lowers the LR sensitivity"
+    paper = "Wortsman et al. 2023, Fig. 1 / section 3.1 (LR sensitivity with and without qk-layernorm)"
+    parts, ok, decided = [], 0, 0
+    for w in widths:
+        off, on = _learned(sweeps, w, False), _learned(sweeps, w, True)
+        a = [lr_sensitivity(v["losses"], init_loss) for v in off.values()]
+        b = [lr_sensitivity(v["losses"], init_loss) for v in on.values()]
+        if len(a) < 2 or len(b) < 2:
+            parts.append(f"d_model {w}: {len(a)}/{len(b)} learned sweeps off/on")
+            continue
+        decided += 1
+        iv = _stats.welch_ci(a, b)
+        ok += int(iv.excludes_zero() and iv.diff > 0)
+        parts.append(f"d_model {w}: off {np.mean(a):.3f}, on {np.mean(b):.3f}, off - on {iv.text(3)}")
+    if decided < len(widths):
+        return [claim, paper, "; ".join(parts), "undecided", "fewer than 2 learned sweeps per variant at some width"]
+    v = "reproduced" if ok == len(widths) else ("partial" if ok else "not reproduced")
+    return [claim, paper, "; ".join(parts), v, f"lower with QK-LayerNorm (interval excludes 0) at {ok} of "
+            f"{len(widths)} widths"]
+
+
+def _figures(report: Report, rows, widths, lrs, init_loss) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for i, w in enumerate(widths):
+        for qk_ln, ls, marker in ((False, "-", "o"), (True, "--", "s")):
+            xs, mean, lo, hi = [], [], [], []
+            for lr in lrs:
+                v = [min(r["final_loss"], init_loss) for r in rows if r["d_model"] == w and r["qk_ln"] == qk_ln
+                     and r["lr"] == lr]
+                ml = [r["max_logit"] for r in rows if r["d_model"] == w and r["qk_ln"] == qk_ln and r["lr"] == lr
+                      and r["max_logit"]]
+                if v:
+                    xs.append(lr)
+                    mean.append(np.mean(v))
+                    lo.append(np.min(v))
+                    hi.append(np.max(v))
+                if ml:
+                    axes[1].scatter([lr] * len(ml), ml, color=f"C{i}", marker=marker, s=12)
+            label = f"d_model {w}, QK-LN {'on' if qk_ln else 'off'}"
+            if xs:
+                axes[0].plot(xs, mean, ls=ls, marker=marker, color=f"C{i}", label=label)
+                axes[0].fill_between(xs, lo, hi, color=f"C{i}", alpha=0.12)
+            ml_mean = [np.exp(np.mean(np.log([r["max_logit"] for r in rows if r["d_model"] == w and
+                                              r["qk_ln"] == qk_ln and r["lr"] == lr and r["max_logit"]])))
+                       for lr in lrs if any(r["d_model"] == w and r["qk_ln"] == qk_ln and r["lr"] == lr and
+                                            r["max_logit"] for r in rows)]
+            xs_ml = [lr for lr in lrs if any(r["d_model"] == w and r["qk_ln"] == qk_ln and r["lr"] == lr and
+                                             r["max_logit"] for r in rows)]
+            if xs_ml:
+                axes[1].plot(xs_ml, ml_mean, ls=ls, color=f"C{i}", label=label)
+    axes[0].axhline(init_loss, color="gray", ls=":", lw=1)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("peak learning rate")
+    axes[0].set_ylabel(f"final held-out loss (capped at log V = {init_loss:.2f})")
+    axes[0].set_title("mean over seeds (band: min-max)", fontsize=9)
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("largest attention logit during training")
+    axes[1].set_title("per run (dots) and geometric mean (lines)", fontsize=9)
+    axes[0].legend(fontsize=7)
+    report.figure(fig, "loss_vs_lr", "Final loss and largest attention logit against the learning rate, per width, "
+                  "with (dashed) and without (solid) QK-LayerNorm.")
+
+
+def what_the_data_say(rows, sweeps, widths, lrs, verdicts, missing, init_loss) -> str:
+    if not rows:
+        return "No point has finished yet: nothing can be said."
+    paras = ["Wortsman et al. (2023) train pre-LN GPT-2-style language models (millions to about a billion "
+             "parameters) on C4 with AdamW (0.9, 0.95), gradient clipping at 1, weight decay 1e-4, z-loss 1e-4, "
+             "5% warmup and cosine decay, over learning rates 3e-4 to 3e-1, and report: without QK-LayerNorm the "
+             "attention logits grow at high learning rates until attention is nearly one-hot and the loss "
+             "degrades; the learning rate where this starts falls as the model grows; with QK-LayerNorm the logits "
+             "stay small and the LR sensitivity is much lower at every size. Here the models are "
+             f"{len(widths)} widths of a 2-layer, 2-head decoder on a synthetic recall task, "
+             f"{max(r['steps'] or 0 for r in rows):,} steps each (fewer where the loss turned non-finite), without "
+             "clipping, weight decay or z-loss (so instability sets in at lower learning rates than theirs), so "
+             "only the direction of each effect can be compared, not its size."]
     lines = []
-    for qk_ln in (False, True):
-        sub = [r for r in runs if r["qk_layernorm"] == qk_ln]
-        peak = max(sub, key=lambda r: max(float(np.max(x)) for x in r["hist"]["max_logit"]))
-        best = min(sub, key=lambda r: final_loss(r["hist"]))
-        diverged = [f"{r['lr']:g}" for r in sub if r["hist"]["diverged_step"] is not None]
-        lines.append(
-            f"- {'With' if qk_ln else 'Without'} QK-LayerNorm: the largest attention logit seen was "
-            f"{max(float(np.max(x)) for x in peak['hist']['max_logit']):.3g} (lr {peak['lr']:g}); best final loss "
-            f"{final_loss(best['hist']):.3g} at lr {best['lr']:g}; "
-            + (f"diverged at lr {', '.join(diverged)}." if diverged else "no run diverged.")
-        )
-    better = "lower" if sens[True] < sens[False] else "not lower"
-    lines.append(f"- LR sensitivity with QK-LayerNorm is {better} than without ({sens[True]:.3f} vs "
-                 f"{sens[False]:.3f}); the metric is relative to each variant's own best loss.")
-    on = {r["lr"]: final_loss(r["hist"]) for r in runs if r["qk_layernorm"]}
-    off = {r["lr"]: final_loss(r["hist"]) for r in runs if not r["qk_layernorm"]}
-    wins = [lr for lr in on if on[lr] < off.get(lr, math.inf)]
-    lines.append(f"- QK-LayerNorm reaches a lower final loss at {len(wins)} of {len(on)} learning rates"
-                 + (f" ({', '.join(f'{lr:g}' for lr in wins)})." if wins else "."))
-    return "\n".join(lines)
+    for w in widths:
+        for q in (False, True):
+            sw = {s: v for (ww, qq, s), v in sweeps.items() if ww == w and qq == q}
+            if not sw:
+                continue
+            deg = [v["degrade_lr"] for v in sw.values()]
+            lines.append(f"- d_model {w}, QK-LayerNorm {'on' if q else 'off'}: {sum(v['learned'] for v in sw.values())}"
+                         f" of {len(sw)} sweeps learned; best LR per seed "
+                         + ", ".join(f"{v['best_lr']:g}" for v in sw.values()) + "; degradation LR per seed "
+                         f"{', '.join('—' if x is None else f'{x:g}' for x in deg)}; largest attention logit at lr "
+                         f"{lrs[-1]:g}: " + mean_std([r["max_logit"] for r in rows if r["d_model"] == w and
+                                                      r["qk_ln"] == q and r["lr"] == lrs[-1]]) + ".")
+    paras.append("\n".join(lines))
+    paras.append("\n".join(f"- {v[0]}: **{v[3]}** ({v[4]})." for v in verdicts))
+    if missing:
+        paras.append(f"{len(missing)} points have not finished; the statements above may change as they do.")
+    return "\n\n".join(paras)
 
 
 if __name__ == "__main__":

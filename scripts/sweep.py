@@ -50,7 +50,9 @@ from engine.config import config_name  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER = "sweep_point.json"
 METRICS = "metrics.jsonl"
-FINISHED_REASONS = ("num_steps", "max_minutes")  # train_end reasons of a run that trained to its end
+# train_end reasons of a run that trained to its end; "non_finite" is the end of a train.on_non_finite="stop" run
+# (a learning-rate sweep meant to diverge: the divergence is its result, and a rerun would diverge again).
+FINISHED_REASONS = ("num_steps", "max_minutes", "non_finite")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,17 +1,104 @@
 """Each reproduction's --quick mode runs and writes its Markdown report with figures."""
+import json
 import math
+import os
+import shutil
+import textwrap
 
 import pytest
 
 from reports import read_csv as _csv, read_report as _report
 
 
-def test_scale_quick(tmp_path):
+STAND_IN = textwrap.dedent('''
+    """Stand-in for train.py: metrics.jsonl as engine/loop.py writes it for an MQAR LM run with attention
+    statistics and the health monitor. Unscaled attention (scale 1) fails to learn and warns about its max
+    logit; lr >= 1 without QK-LayerNorm collapses (entropy warning at step 30) and turns non-finite at step 50;
+    everything else learns."""
+    import json, math, os, sys
+    args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+    workdir = args["workdir"]
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.environ["CALLS_FILE"], "a") as f:
+        f.write(workdir + "\\n")
+    lr = float(args.get("config.train.learning_rate", 3e-3))
+    qk = args.get("config.model.qk_layernorm") == "true"
+    unscaled = float(args.get("config.model.attention_scale", 0.25)) == 1.0
+    seed = int(args.get("config.seed", 0))
+    blowup = lr >= 1.0 and not qk
+    acc = 0.3 if unscaled else 1.0 - 0.001 * seed
+    recs = [{"step": 0, "event": "start", "params": 1000}]
+    for step in range(10, 201, 10):
+        if blowup and step >= 50:
+            recs.append({"step": 50, "event": "non_finite", "at_step": 50})
+            break
+        loss = 1.4 if unscaled else max(0.01, 1.4 - step / 100)
+        recs.append({"step": step, "train/loss": loss, "train/grad_norm": 1.0})
+        ml = 100.0 * step if blowup else (60.0 if unscaled else 8.0)
+        ent = 0.01 if blowup and step >= 30 else 1.0
+        recs.append({"step": step, "attn/step": step, "attn/decoder_self/max_logit/L0H0": ml,
+                     "attn/decoder_self/entropy/L0H0": ent, "attn/decoder_self/max_logit": ml})
+        for kind, at in (("entropy_collapse", 30), ("max_logit", 30)) if blowup else (
+                (("max_logit", 100),) if unscaled else ()):
+            if step == at:
+                recs.append({"step": step, "event": "health_warning", "kind": kind, "group": "decoder_self",
+                             "layer": 0, "head": 0, "value": ml, "threshold": 50.0, "at_step": step})
+    end = recs[-1]["step"]
+    recs.append({"step": end, "event": "train_end", "reason": "non_finite" if blowup else "num_steps"})
+    if not blowup:
+        recs.append({"step": end, "validation/loss": 4.0 * (1 - acc), "validation/accuracy": acc})
+    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+        for i, r in enumerate(recs):
+            f.write(json.dumps(dict({"time": 1000.0 + i}, **r)) + "\\n")
+''')
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    train = tmp_path / "stand_in_train.py"
+    train.write_text(STAND_IN)
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("CALLS_FILE", str(calls))
+    return train, calls
+
+
+def _calls(calls):
+    return calls.read_text().split() if calls.exists() else []
+
+
+def _run_twice(module, tmp_path, stand_in, n_points):
+    """--quick with the stand-in: --max_points=1 trains one point; then records for every point; a second run
+    (run folders deleted) trains nothing; --report_only with one record removed lists that point as not
+    finished. Returns the report folder."""
+    train, calls = stand_in
+    out, runs = tmp_path / "report", tmp_path / "runs"
+    argv = ["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]
+    module.main(argv + ["--max_points=1"])
+    assert len(_calls(calls)) == 1 and f"**Not finished yet ({n_points - 1} points):**" in (out / "README.md").read_text()
+    module.main(argv)
+    assert len(_calls(calls)) == n_points and len(os.listdir(out / "points")) == n_points
+    shutil.rmtree(runs)
+    module.main(argv)
+    assert len(_calls(calls)) == n_points
+    text = (out / "README.md").read_text()
+    assert "Not finished yet" not in text and "## What the data say" in text and "## Verdicts" in text
+    assert "Command: `python scripts/" in text
+    first = sorted(os.listdir(out / "points"))[0]
+    shutil.move(out / "points" / first, tmp_path / first)
+    module.main(argv + ["--report_only"])
+    assert len(_calls(calls)) == n_points
+    assert f"`{first[:-len('.json')]}`" in (out / "README.md").read_text()
+    shutil.move(tmp_path / first, out / "points" / first)
+    module.main(argv + ["--report_only"])
+    return out
+
+
+def test_scale_quick(tmp_path, stand_in):
     import repro_scale
 
-    repro_scale.main(["--quick", f"--out={tmp_path}"])
-    text = _report(tmp_path, "init", "training")
-    rows = _csv(tmp_path / "init.csv")
+    out = _run_twice(repro_scale, tmp_path, stand_in, 3)
+    text = _report(out, "init", "training")
+    rows = _csv(out / "init.csv")
     assert len(rows) == 9 and {r["scale"] for r in rows} == {"1", "1/sqrt(d_k)", "1/d_k"}
     cell = {(int(r["d_k"]), r["scale"]): {k: float(v) for k, v in r.items() if k not in ("d_k", "scale")}
             for r in rows}
@@ -21,30 +108,97 @@ def test_scale_quick(tmp_path):
     assert s1["mean max weight"] > 0.7 and s1["keys with gradient"] < 6  # saturated: few keys get gradient
     assert s3["entropy (nats)"] == pytest.approx(math.log(32), rel=0.01)  # 1/d_k: near uniform over 32 keys
     assert s2["keys with gradient"] > 3 * s1["keys with gradient"]
-    assert len(_csv(tmp_path / "training.csv")) == 3
+    runs = {r["scale"]: r for r in _csv(out / "runs.csv")}
+    assert runs["1"]["learned"] == "False" and runs["1/sqrt(d_k)"]["learned"] == "True"
+    assert runs["1/sqrt(d_k)"]["steps to learn"] == "200" and runs["1"]["steps to learn"] == "200*"
+    verdicts = _csv(out / "verdicts.csv")
+    assert [v["verdict"] for v in verdicts] == ["reproduced", "undecided"]  # one seed in quick mode
     assert "What the initialization data say" in text
 
+    def rows_of(scale, accs, steps):
+        return [{"seed": i, "accuracy": a, "learned": a >= repro_scale.LEARNED, "steps_to_learn": s}
+                for i, (a, s) in enumerate(zip(accs, steps))]
+    base = rows_of("1/sqrt(d_k)", [1.0, 1.0, 0.99], [600, 500, 600])
+    _, v, _ = repro_scale.compare({"1/sqrt(d_k)": base, "1": rows_of("1", [0.3, 0.25, 0.3], [1500] * 3),
+                                   "1/d_k": rows_of("1/d_k", [1.0, 1.0, 1.0], [500, 600, 600])})
+    assert v == "partial"
+    _, v, _ = repro_scale.compare({"1/sqrt(d_k)": base, "1": rows_of("1", [0.3, 0.25, 0.3], [1500] * 3),
+                                   "1/d_k": rows_of("1/d_k", [1.0, 1.0, 1.0], [900, 1000, 1100])})
+    assert v == "reproduced"
+    _, v, reason = repro_scale.compare({"1/sqrt(d_k)": rows_of("s", [1.0, 0.5, 1.0], [600, 1500, 600]),
+                                        "1": base, "1/d_k": base})
+    assert v == "undecided" and "did not learn" in reason
 
-def test_logit_growth_quick(tmp_path):
-    import repro_logit_growth
 
-    repro_logit_growth.main(["--quick", f"--out={tmp_path}"])
-    _report(tmp_path, "loss_vs_lr", "max_logit")
-    rows = _csv(tmp_path / "runs.csv")
-    assert {r["QK-LayerNorm"] for r in rows} == {"on", "off"}
-    assert repro_logit_growth.lr_sensitivity([1.0, 2.0, 9.0], init_loss=3.0) == pytest.approx(1.0)
+def test_logit_growth_quick(tmp_path, stand_in):
+    import repro_logit_growth as lg
+
+    out = _run_twice(lg, tmp_path, stand_in, 4)
+    _report(out, "loss_vs_lr")
+    rows = _csv(out / "runs.csv")
+    assert {r["QK-LayerNorm"] for r in rows} == {"True", "False"}
+    blown = [r for r in rows if r["QK-LayerNorm"] == "False" and float(r["peak lr"]) == 1.0]
+    assert len(blown) == 1 and blown[0]["non-finite at step"] == "50" and blown[0]["final loss"] == "inf"
+    sweeps = _csv(out / "sweeps.csv")
+    assert {(s["QK-LayerNorm"], s["degradation lr"]) for s in sweeps} == {("False", "1.0"), ("True", "")}
+    assert [v["verdict"] for v in _csv(out / "verdicts.csv")][0] == "undecided"  # one width in quick mode
+    assert lg.lr_sensitivity([1.0, 2.0, 9.0], init_loss=3.0) == pytest.approx(1.0)
+    assert lg.degradation_lr([1, 2, 3, 4], [2.0, 1.0, 1.4, 1.6]) == 4
+    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, math.inf]) == 3
+    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, 1.2]) is None
+    # width trend: the larger width degrades at a lower LR in every seed -> reproduced; in one seed -> partial
+    def sweeps_of(deg64, deg128):
+        out = {}
+        for s, (a, b) in enumerate(zip(deg64, deg128)):
+            out[(64, False, s)] = {"learned": True, "degrade_lr": a, "losses": []}
+            out[(128, False, s)] = {"learned": True, "degrade_lr": b, "losses": []}
+        return out
+    assert lg.width_trend(sweeps_of([0.03, 0.03, 0.1], [0.01, 0.01, 0.03]), [64, 128])[3] == "reproduced"
+    assert lg.width_trend(sweeps_of([0.03, 0.03, None], [0.01, 0.03, None]), [64, 128])[3] == "partial"
+    assert lg.width_trend(sweeps_of([0.03, 0.03, 0.03], [0.1, 0.03, 0.03]), [64, 128])[3] == "not reproduced"
 
 
-def test_entropy_collapse_quick(tmp_path):
-    import repro_entropy_collapse
+def test_entropy_collapse_quick(tmp_path, stand_in):
+    import repro_entropy_collapse as ec
 
-    repro_entropy_collapse.main(["--quick", f"--out={tmp_path}"])
-    _report(tmp_path, "entropy_collapse")
-    assert [r["run"] for r in _csv(tmp_path / "summary.csv")] == ["stable", "high", "very high"]
-    div = repro_entropy_collapse.divergence_step
+    out = _run_twice(ec, tmp_path, stand_in, 4)
+    _report(out, "entropy_collapse")
+    rec = json.loads((out / "points" / "qk_layernorm_false-learning_rate_1.0.json").read_text())
+    assert rec["monitor"]["warnings"][0][:2] == [30, "entropy_collapse"] and rec["monitor"]["check_step"][:2] == [10, 20]
+    runs = {(r["QK-LayerNorm"], float(r["lr"])): r for r in _csv(out / "runs.csv")}
+    blown = runs[("False", 1.0)]
+    assert (blown["event"], blown["event step"], blown["first warning (any)"]) == ("non-finite loss", "50", "30")
+    assert all(runs[k]["event"] == "none" for k in runs if k != ("False", 1.0))
+    monitor = {m["alarm"]: m for m in _csv(out / "monitor.csv")}
+    assert (monitor["any"]["precision"], monitor["any"]["recall"], monitor["any"]["lead time median (steps)"]) == (
+        "1.0", "1.0", "20.0")
+    assert [v["verdict"] for v in _csv(out / "verdicts.csv")] == ["undecided"] * 3  # one seed in quick mode
+    div = ec.divergence_step
     assert div([1, 2, 3, 4], [5.0, 3.0, 3.5, 4.5], spike=1.0) == 4
     assert div([1, 2, 3], [5.0, float("nan"), 1.0], spike=1.0) == 2
     assert div([1, 2], [5.0, 4.0], spike=1.0) is None
+
+    def run(qk_ln, lr, event, alarm, seed):
+        return {"qk_ln": qk_ln, "lr": lr, "event": event and "loss spike", "event_step": event, "first_any": alarm,
+                "first": {} if alarm is None else {"entropy_collapse": alarm}, "min_entropy_low": 0.1, "seed": seed}
+    rows = ([run(False, 3e-3, None, None, s) for s in range(3)] + [run(False, 0.1, 100, 40, s) for s in range(3)]
+            + [run(True, 3e-3, None, 500, 0)] + [run(True, 3e-3, None, None, s) for s in (1, 2)]
+            + [run(True, 0.1, None, None, s) for s in range(3)])
+    d = ec.detection(rows, None)
+    assert (d["precision"], d["recall"], d["lead_median"]) == (0.75, 1.0, 60.0)  # one false alarm of four
+    assert (d["sudden_caught"], d["sudden_events"], d["sudden_lead_median"]) == (3, 3, 60.0)
+    v = ec.verdicts(rows, 3e-3, [0.1])
+    assert [x[3] for x in v] == ["reproduced", "reproduced", "partial"]  # a false alarm: precision 0.75
+    v = ec.verdicts([dict(r, event=r["event"] or "failed to learn", event_step=r["event_step"] or 1000)
+                     if not r["qk_ln"] else r for r in rows], 3e-3, [0.1])
+    assert [x[3] for x in v] == ["undecided"] * 3  # the stable baseline failed: no verdict
+    v = ec.verdicts([dict(r, event="failed to learn", event_step=1500) if r["qk_ln"] and r["lr"] == 3e-3 else r
+                     for r in rows], 3e-3, [0.1])
+    assert v[1][3] == "undecided" and "did not learn below lr 0.1" in v[1][4]
+    # QK-LayerNorm failing at 3e-3 but learning at 1e-2 (below the too-high 0.1) in every seed is a baseline
+    more = [dict(r, event="failed to learn", event_step=1500) if r["qk_ln"] and r["lr"] == 3e-3 else r for r in rows]
+    more += [run(True, 1e-2, None, None, s) for s in range(3)] + [run(False, 1e-2, None, None, s) for s in range(3)]
+    assert ec.verdicts(more, 3e-3, [1e-2, 0.1])[1][3] == "reproduced"  # 1e-2 is not too high: no events without
 
 
 def test_mqar_quick(tmp_path):
