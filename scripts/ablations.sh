@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The long CPU sweeps behind docs/results/table3/, mqar_variants/, heads_depth/ and table3_d256/ (13-24 hours
-# on 2 cores), as one queue at the lowest priority so other work goes on:
-#   1. Table 3 at d_model 128: rows (A), (B) and the A/A control (3 seeds each, 2,400 steps per point)
-#   2. attention variants on MQAR (softmax, linear, additive, hard x pairs x width, 3 seeds; about 3-4 hours)
-#   3. heads vs depth (8 heads x 3+3 against 1 head x 6+6, QK-LayerNorm off/on, 3 seeds)
-#   4. Table 3 at d_model 256
+# The long CPU sweeps behind docs/results/entropy_collapse/, logit_growth/, table3/, mqar_variants/, heads_depth/
+# and table3_d256/ (15-26 hours on 2 cores), as one queue at the lowest priority so other work goes on, the
+# short studies first:
+#   1. entropy collapse (4 lrs x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 30 min)
+#   2. logit growth (6 lrs x d_model 64/128 x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 2 hours)
+#   3. Table 3 at d_model 128: rows (A), (B) and the A/A control (3 seeds each, 2,400 steps per point)
+#   4. attention variants on MQAR (softmax, linear, additive, hard x pairs x width, 3 seeds; about 3-4 hours)
+#   5. heads vs depth (8 heads x 3+3 against 1 head x 6+6, QK-LayerNorm off/on, 3 seeds)
+#   6. Table 3 at d_model 256
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
 # (commit those; a point with a record is never trained again, even in a fresh checkout without runs/), an
 # interrupted point resumes from its checkpoints in runs/repro/, and every report is rebuilt from the records.
@@ -24,6 +27,10 @@ PY="${PYTHON:-python}"
 [ -w /proc/self/autogroup ] && echo 19 > /proc/self/autogroup 2>/dev/null
 {
   date -u +"%F %T start (commit $(git rev-parse --short HEAD 2>/dev/null))"
+  nice -n 19 "$PY" scripts/repro_entropy_collapse.py         # 4 lrs x QK-LN off/on x 3 seeds
+  date -u +"%F %T entropy_collapse ended ($?)"
+  nice -n 19 "$PY" scripts/repro_logit_growth.py             # 6 lrs x d_model 64/128 x QK-LN off/on x 3 seeds
+  date -u +"%F %T logit_growth ended ($?)"
   nice -n 19 "$PY" scripts/repro_table3.py                   # d 128: rows (A) h 1..32, (B) d_k 8, 4, A/A seeds 3-5
   date -u +"%F %T table3 d128 ended ($?)"
   nice -n 19 "$PY" scripts/repro_mqar_variants.py            # softmax/linear/additive/hard x pairs x d_model
