@@ -291,11 +291,14 @@ def measure(keep: KeepModel, seed: int, eval_batches: int, sentences: int, fract
     return m
 
 
+START_COMMIT = source_commit()  # the code this process runs, whatever the checkout becomes while it runs
+
+
 def train(spec: str, overrides: dict) -> tuple[KeepModel, dict]:
     keep = KeepModel()
     result = engine.run(with_overrides(load(spec), overrides), hooks=[keep])
     return keep, {"steps": result["step"], "engine_bleu": result.get("test/bleu"),
-                  "train_minutes": result["wall_minutes"], "commit": source_commit()}
+                  "train_minutes": result["wall_minutes"], "commit": START_COMMIT}
 
 
 def cached(raw_dir, name: str, make):
