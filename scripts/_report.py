@@ -84,14 +84,18 @@ def source_commit() -> str:
     return (head + (" + local changes" if dirty else "")) if head else "unknown"
 
 
+PROCESS_COMMIT = source_commit()  # the code this process imported, whatever the checkout becomes while it runs
+
+
 def environment_line() -> str:
-    """Where, when and by which commit numbers were measured: date, commit, host platform, CPU count, jax."""
+    """Where, when and by which commit numbers were measured: date, the commit this process started from,
+    host platform, CPU count, jax."""
     import jax
 
     devices = jax.devices()
     return (
         f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC with commit "
-        f"{source_commit()} on {platform.platform()}, {os.cpu_count()} CPU cores, jax {jax.__version__} "
+        f"{PROCESS_COMMIT} on {platform.platform()}, {os.cpu_count()} CPU cores, jax {jax.__version__} "
         f"({devices[0].platform}, {len(devices)} device(s)), python {sys.version.split()[0]}."
     )
 

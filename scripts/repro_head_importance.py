@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _report import Report, environment_line, markdown_table, mean_std, source_commit, write_csv  # noqa: E402
+from _report import PROCESS_COMMIT, Report, environment_line, markdown_table, mean_std, write_csv  # noqa: E402
 from _runs import load, with_overrides  # noqa: E402
 
 import jax  # noqa: E402
@@ -291,14 +291,11 @@ def measure(keep: KeepModel, seed: int, eval_batches: int, sentences: int, fract
     return m
 
 
-START_COMMIT = source_commit()  # the code this process runs, whatever the checkout becomes while it runs
-
-
 def train(spec: str, overrides: dict) -> tuple[KeepModel, dict]:
     keep = KeepModel()
     result = engine.run(with_overrides(load(spec), overrides), hooks=[keep])
     return keep, {"steps": result["step"], "engine_bleu": result.get("test/bleu"),
-                  "train_minutes": result["wall_minutes"], "commit": START_COMMIT}
+                  "train_minutes": result["wall_minutes"], "commit": PROCESS_COMMIT}
 
 
 def cached(raw_dir, name: str, make):
