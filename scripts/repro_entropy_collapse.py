@@ -42,15 +42,15 @@ Definitions and pass criteria (fixed before the sweep ran):
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from _report import Report, environment_line, mean_std, plt
+import _study
 import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,62 +102,23 @@ def monitor_trace(point_dir: str) -> dict:
             "max_logit": [checks[s][1] for s in steps]}
 
 
-def run_points(spec: str, points, workdir: str, records_dir: str, train_script: Optional[str],
-               max_points: Optional[int] = None) -> list[str]:
-    """Train every point without a record (train.py through ``scripts/sweep.py``; at most ``max_points`` of them
-    when given), then add the monitor trace to each new record; the names that failed."""
-    failed = []
-    for p in points:
-        record = os.path.join(records_dir, f"{p.name}.json")
-        if not os.path.exists(record):
-            if max_points is not None and max_points <= 0:
-                continue
-            max_points = None if max_points is None else max_points - 1
-        if not sweep_lib.run_point(spec, workdir, p, {}, group=sweep_lib.sweep_name(spec), train_script=train_script,
-                                   record=record):
-            failed.append(p.name)
-            continue
+def add_monitor_trace(workdir: str) -> Callable[[str, Any], None]:
+    """``after`` for ``_study.train_missing``: adds the monitor trace of the point's run folder under
+    ``workdir`` to its record when the record has none."""
+    def after(record: str, point) -> None:
         rec = sweep_lib.read_record(record)
-        point_dir = os.path.join(workdir, p.name)
+        point_dir = os.path.join(workdir, point.name)
         if "monitor" not in rec and os.path.exists(os.path.join(point_dir, sweep_lib.METRICS)):
             rec["monitor"] = monitor_trace(point_dir)
             sweep_lib.write_record(record, rec)
-    return failed
+    return after
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few steps, one seed (for tests)")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
-    parser.add_argument("--max_points", type=int, default=None, help="train at most this many unfinished points "
-                        "(in sweep order, seed-major), then write the report")
-    parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/entropy_collapse[_quick])")
-    parser.add_argument("--out", default=None, help="report and records folder (default docs/results/entropy_collapse"
-                        ", or runs/repro/entropy_collapse_quick with --quick)")
-    parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
-    args = parser.parse_args(argv)
-    if args.seeds < 1:
-        raise ValueError(f"--seeds={args.seeds}; expected at least 1")
-    tag = "entropy_collapse_quick" if args.quick else "entropy_collapse"
-    workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
-    out = args.out or os.path.join(REPO, "runs/repro" if args.quick else "docs/results", tag)
-    config_arg = f"seeds={args.seeds}" + (",quick" if args.quick else "")
-    spec = f"{os.path.join(REPO, CONFIG)}:{config_arg}"
-    points = sweep_lib.sweep_points(spec)
-    sweep_lib.check_overrides(spec, points, {})
-    failed = [] if args.report_only else run_points(spec, points, workdir, os.path.join(out, "points"),
-                                                    args.train_script, args.max_points)
-    module = sweep_lib.load_config_module(os.path.join(REPO, CONFIG))
-    base = module.get_config(config_arg)
-    command = "python scripts/repro_entropy_collapse.py" + (" --quick" if args.quick else "") + (
-        f" --seeds={args.seeds}" if args.seeds != 3 else "")
-    path = write_report(out, points, base, quick=args.quick, command=command)
-    print(f"wrote {path}")
-    if failed:
-        print(f"[repro_entropy_collapse] failed points: {failed}; rerun the same command to retry them",
-              file=sys.stderr)
-    return path
+    study = _study.open_study("entropy_collapse", CONFIG, __doc__, argv)
+    failed = [] if study.args.report_only else _study.train_missing(study, add_monitor_trace(study.workdir))
+    path = write_report(study.out, study.points, study.base, quick=study.args.quick, command=study.command)
+    return _study.finish(study, path, failed)
 
 
 # --------------------------------------------------------------------------------------------- analysis

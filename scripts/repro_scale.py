@@ -37,7 +37,6 @@ Pass criteria (fixed before the sweep ran):
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import os
@@ -46,11 +45,11 @@ from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import attention
 from _report import Report, environment_line, mean_std, plt
 import _stats
+import _study
 import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -254,53 +253,12 @@ def compare(rows_by_scale: dict[str, list[dict]]) -> tuple[list[list], str, str]
     return table, verdict, reason
 
 
-def run_points(spec: str, points: Sequence[sweep_lib.Point], workdir: str, records_dir: str,
-               train_script: Optional[str], max_points: Optional[int] = None) -> list[str]:
-    """Train every point without a record (train.py through ``scripts/sweep.py``; at most ``max_points`` of them
-    when given); the names that failed."""
-    failed = []
-    for p in points:
-        if not os.path.exists(os.path.join(records_dir, f"{p.name}.json")):
-            if max_points is not None and max_points <= 0:
-                continue
-            max_points = None if max_points is None else max_points - 1
-        if not sweep_lib.run_point(spec, workdir, p, {}, group=sweep_lib.sweep_name(spec), train_script=train_script,
-                                   record=os.path.join(records_dir, f"{p.name}.json")):
-            failed.append(p.name)
-    return failed
-
-
 def main(argv: Optional[Sequence[str]] = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few steps, one seed (for tests)")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
-    parser.add_argument("--max_points", type=int, default=None, help="train at most this many unfinished points "
-                        "(in sweep order, seed-major), then write the report")
-    parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/scale[_quick])")
-    parser.add_argument("--out", default=None, help="report and records folder (default docs/results/scale, or "
-                        "runs/repro/scale_quick with --quick)")
-    parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
-    args = parser.parse_args(argv)
-    if args.seeds < 1:
-        raise ValueError(f"--seeds={args.seeds}; expected at least 1")
-    tag = "scale_quick" if args.quick else "scale"
-    workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
-    out = args.out or os.path.join(REPO, "runs/repro" if args.quick else "docs/results", tag)
-    config_arg = f"seeds={args.seeds}" + (",quick" if args.quick else "")
-    spec = f"{os.path.join(REPO, CONFIG)}:{config_arg}"
-    points = sweep_lib.sweep_points(spec)
-    sweep_lib.check_overrides(spec, points, {})
-    failed = [] if args.report_only else run_points(spec, points, workdir, os.path.join(out, "points"),
-                                                    args.train_script, args.max_points)
-    base = sweep_lib.load_config_module(os.path.join(REPO, CONFIG)).get_config(config_arg)
-    command = "python scripts/repro_scale.py" + (" --quick" if args.quick else "") + (
-        f" --seeds={args.seeds}" if args.seeds != 3 else "")
-    path = write_report(out, points, base, quick=args.quick, workdir=workdir, command=command)
-    print(f"wrote {path}")
-    if failed:
-        print(f"[repro_scale] failed points: {failed}; rerun the same command to retry them", file=sys.stderr)
-    return path
+    study = _study.open_study("scale", CONFIG, __doc__, argv)
+    failed = [] if study.args.report_only else _study.train_missing(study)
+    path = write_report(study.out, study.points, study.base, quick=study.args.quick, workdir=study.workdir,
+                        command=study.command)
+    return _study.finish(study, path, failed)
 
 
 def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bool, workdir: str,

@@ -1,0 +1,100 @@
+"""Studies whose points are ``train.py`` runs with a committed record each (``scripts/sweep.py --records``): the
+command line they share and the training of the points that have no record yet.
+
+    study = open_study("scale", "configs/repro_scale.py", __doc__, argv)
+    failed = [] if study.args.report_only else train_missing(study)
+    path = write_report(study.out, study.points, study.base, ...)
+    return finish(study, path, failed)
+
+Records go to ``<out>/points/<point>.json`` (``out``: ``docs/results/<name>``, or ``runs/repro/<name>_quick``
+with ``--quick``), run folders to ``runs/repro/<name>[_quick]/<point>``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+import sweep as sweep_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass
+class Study:
+    name: str
+    args: argparse.Namespace  # quick, seeds, report_only, max_points, workdir, out, train_script
+    spec: str  # "<config path>:<config arg>"
+    points: list  # [sweep.Point], seed-major
+    workdir: str  # run folders
+    out: str  # report folder; records in <out>/points
+    base: Any  # the config at the study's arguments (sizes for the report)
+    command: str  # the command line that reproduces the report
+
+    @property
+    def records_dir(self) -> str:
+        return os.path.join(self.out, "points")
+
+
+def open_study(name: str, config: str, doc: str, argv: Optional[Sequence[str]] = None) -> Study:
+    """Parse the shared command line (``--quick --seeds --report_only --max_points --workdir --out
+    --train_script``) of study ``name`` on ``config`` (a path relative to the repository)."""
+    tag = f"{name}_quick"
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few steps, one seed (for tests)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
+    parser.add_argument("--max_points", type=int, default=None, help="train at most this many unfinished points "
+                        "(in sweep order, seed-major), then write the report")
+    parser.add_argument("--workdir", default=None, help=f"run folders (default runs/repro/{name}[_quick])")
+    parser.add_argument("--out", default=None, help=f"report and records folder (default docs/results/{name}, or "
+                        f"runs/repro/{tag} with --quick)")
+    parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        raise ValueError(f"--seeds={args.seeds}; expected at least 1")
+    if args.max_points is not None and args.max_points < 0:
+        raise ValueError(f"--max_points={args.max_points}; expected a count >= 0")
+    config_arg = f"seeds={args.seeds}" + (",quick" if args.quick else "")
+    spec = f"{os.path.join(REPO, config)}:{config_arg}"
+    points = sweep_lib.sweep_points(spec)
+    sweep_lib.check_overrides(spec, points, {})
+    command = f"python scripts/repro_{name}.py" + (" --quick" if args.quick else "") + (
+        f" --seeds={args.seeds}" if args.seeds != 3 else "")
+    return Study(name=name, args=args, spec=spec, points=points,
+                 workdir=os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag if args.quick else name)),
+                 out=args.out or os.path.join(REPO, "runs/repro" if args.quick else "docs/results",
+                                              tag if args.quick else name),
+                 base=sweep_lib.load_config_module(os.path.join(REPO, config)).get_config(config_arg),
+                 command=command)
+
+
+def train_missing(study: Study, after: Optional[Callable[[str, Any], None]] = None) -> list[str]:
+    """Train every point without a record (at most ``--max_points`` of them when given); ``after(record path,
+    point)`` runs after each point that trained or already had a record. The names of the points that failed."""
+    failed = []
+    budget = study.args.max_points
+    for p in study.points:
+        record = os.path.join(study.records_dir, f"{p.name}.json")
+        if not os.path.exists(record):
+            if budget is not None and budget <= 0:
+                continue
+            budget = None if budget is None else budget - 1
+        if not sweep_lib.run_point(study.spec, study.workdir, p, {}, group=sweep_lib.sweep_name(study.spec),
+                                   train_script=study.args.train_script, record=record):
+            failed.append(p.name)
+            continue
+        if after is not None:
+            after(record, p)
+    return failed
+
+
+def finish(study: Study, path: str, failed: Sequence[str]) -> str:
+    """Say where the report is and which points failed; ``path``."""
+    print(f"wrote {path}")
+    if failed:
+        print(f"[repro_{study.name}] failed points: {list(failed)}; rerun the same command to retry them",
+              file=sys.stderr)
+    return path
