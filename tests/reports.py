@@ -24,3 +24,18 @@ def read_report(out_dir, *figures: str) -> str:
         assert os.path.getsize(os.path.join(out_dir, f"{fig}.png")) > 0
         assert f"]({fig}.png)" in text
     return text
+
+
+def install_stand_in(tmp_path, monkeypatch, source: str):
+    """Write ``source`` (a stand-in for train.py) to ``tmp_path`` and point ``CALLS_FILE`` at a file that lists
+    the run folder of every call; (stand-in path, calls file)."""
+    train = tmp_path / "stand_in_train.py"
+    train.write_text(source)
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("CALLS_FILE", str(calls))
+    return train, calls
+
+
+def calls_of(calls) -> list[str]:
+    """The run folders the stand-in was called with, in order."""
+    return calls.read_text().split() if calls.exists() else []

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from reports import read_csv as _csv, read_report as _report
+from reports import calls_of, install_stand_in, read_csv as _csv, read_report as _report
 
 
 STAND_IN = textwrap.dedent('''
@@ -55,15 +55,7 @@ STAND_IN = textwrap.dedent('''
 
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
-    train = tmp_path / "stand_in_train.py"
-    train.write_text(STAND_IN)
-    calls = tmp_path / "calls.txt"
-    monkeypatch.setenv("CALLS_FILE", str(calls))
-    return train, calls
-
-
-def _calls(calls):
-    return calls.read_text().split() if calls.exists() else []
+    return install_stand_in(tmp_path, monkeypatch, STAND_IN)
 
 
 def _run_twice(module, tmp_path, stand_in, n_points):
@@ -74,19 +66,19 @@ def _run_twice(module, tmp_path, stand_in, n_points):
     out, runs = tmp_path / "report", tmp_path / "runs"
     argv = ["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]
     module.main(argv + ["--max_points=1"])
-    assert len(_calls(calls)) == 1 and f"**Not finished yet ({n_points - 1} points):**" in (out / "README.md").read_text()
+    assert len(calls_of(calls)) == 1 and f"**Not finished yet ({n_points - 1} points):**" in (out / "README.md").read_text()
     module.main(argv)
-    assert len(_calls(calls)) == n_points and len(os.listdir(out / "points")) == n_points
+    assert len(calls_of(calls)) == n_points and len(os.listdir(out / "points")) == n_points
     shutil.rmtree(runs)
     module.main(argv)
-    assert len(_calls(calls)) == n_points
+    assert len(calls_of(calls)) == n_points
     text = (out / "README.md").read_text()
     assert "Not finished yet" not in text and "## What the data say" in text and "## Verdicts" in text
     assert "Command: `python scripts/" in text
     first = sorted(os.listdir(out / "points"))[0]
     shutil.move(out / "points" / first, tmp_path / first)
     module.main(argv + ["--report_only"])
-    assert len(_calls(calls)) == n_points
+    assert len(calls_of(calls)) == n_points
     assert f"`{first[:-len('.json')]}`" in (out / "README.md").read_text()
     shutil.move(tmp_path / first, out / "points" / first)
     module.main(argv + ["--report_only"])

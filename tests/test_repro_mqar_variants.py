@@ -7,13 +7,11 @@ an accuracy that depends on the kind, the number of pairs and the width, so noth
 import csv
 import json
 import os
-import sys
 import textwrap
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+from reports import REPO, calls_of, install_stand_in
 
 import sweep  # noqa: E402
 
@@ -45,15 +43,7 @@ STAND_IN = textwrap.dedent('''
 
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
-    train = tmp_path / "stand_in_train.py"
-    train.write_text(STAND_IN)
-    calls = tmp_path / "calls.txt"
-    monkeypatch.setenv("CALLS_FILE", str(calls))
-    return train, calls
-
-
-def _calls(calls):
-    return calls.read_text().split() if calls.exists() else []
+    return install_stand_in(tmp_path, monkeypatch, STAND_IN)
 
 
 def test_quick_writes_records_and_report_and_never_retrains(tmp_path, stand_in):
@@ -68,7 +58,7 @@ def test_quick_writes_records_and_report_and_never_retrains(tmp_path, stand_in):
     names = sorted(os.listdir(out / "points"))
     assert names == sorted(f"attention_kind_{k}-mqar_num_kv_pairs_{n}.json"
                            for k in ("softmax", "linear", "additive", "hard") for n in (2, 4))
-    assert len(_calls(calls)) == 8
+    assert len(calls_of(calls)) == 8
     rec = json.loads((out / "points" / "attention_kind_linear-mqar_num_kv_pairs_4.json").read_text())
     assert rec["config"].startswith("configs/mqar_variants.py:seeds=1,quick")
     assert rec["overrides"]["model.attention_kind"] == "linear" and rec["overrides"]["data.seq_len"] == 16
@@ -89,7 +79,7 @@ def test_quick_writes_records_and_report_and_never_retrains(tmp_path, stand_in):
         for f in files:
             os.remove(os.path.join(d, f))
     rmv.main(argv)
-    assert len(_calls(calls)) == 8
+    assert len(calls_of(calls)) == 8
 
 
 def test_report_only_lists_unfinished_points(tmp_path, stand_in):
@@ -103,7 +93,7 @@ def test_report_only_lists_unfinished_points(tmp_path, stand_in):
         assert sweep.run_point(spec, str(runs), p, {}, group="g", train_script=str(train),
                                record=str(out / "points" / f"{p.name}.json"))
     rmv.main(["--quick", "--report_only", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"])
-    assert len(_calls(calls)) == 3
+    assert len(calls_of(calls)) == 3
     text = (out / "README.md").read_text()
     assert "**Not finished yet (5 points):**" in text and "`attention_kind_hard-mqar_num_kv_pairs_4`" in text
     assert "undecided: not every linear cell has finished" in text

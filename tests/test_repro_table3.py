@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from reports import read_csv as _csv
+from reports import calls_of, install_stand_in, read_csv as _csv
 
 import _stats  # noqa: E402
 import sweep  # noqa: E402
@@ -63,19 +63,11 @@ STAND_IN = textwrap.dedent('''
 
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
-    train = tmp_path / "stand_in_train.py"
-    train.write_text(STAND_IN)
     refs = tmp_path / "refs.json"
     refs.write_text(json.dumps(REFS))
-    calls = tmp_path / "calls.txt"
-    monkeypatch.setenv("CALLS_FILE", str(calls))
     monkeypatch.setenv("REFS_FILE", str(refs))
     monkeypatch.setattr(sweep, "split_references", lambda point_dir, split: list(REFS))
-    return train, calls
-
-
-def _calls(calls):
-    return calls.read_text().split() if calls.exists() else []
+    return install_stand_in(tmp_path, monkeypatch, STAND_IN)
 
 
 def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand_in):
@@ -90,9 +82,9 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     # quick: d_model 64, one seed (so no seed in the names); the A/A row is the base point with seed 1
     assert names == ["A/num_heads_1.json", "A/num_heads_8.json", "AA/default.json", "B/qk_dim_2.json",
                      "B/qk_dim_4.json"]
-    assert len(_calls(calls)) == 5
+    assert len(calls_of(calls)) == 5
     # seed-major order: rows (A) and (B) of seed 0 first, the A/A row last
-    assert [os.path.basename(os.path.dirname(c)) for c in _calls(calls)] == ["A", "A", "B", "B", "AA"]
+    assert [os.path.basename(os.path.dirname(c)) for c in calls_of(calls)] == ["A", "A", "B", "B", "AA"]
 
     path = out / "points" / "A" / "num_heads_1.json"
     assert path.stat().st_size < 60_000
@@ -127,7 +119,7 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     shutil.rmtree(runs)
     before = {p: p.read_bytes() for p in (out / "points").rglob("*.json")}
     repro_table3.main(argv)
-    assert len(_calls(calls)) == 5
+    assert len(calls_of(calls)) == 5
     assert {p: p.read_bytes() for p in (out / "points").rglob("*.json")} == before
 
     # a record made with other settings is refused, naming it
@@ -138,7 +130,7 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     # a missing record (unfinished point): the report still builds, and says what is missing
     path.unlink()
     repro_table3.main(argv + ["--report_only"])
-    assert len(_calls(calls)) == 5
+    assert len(calls_of(calls)) == 5
     text = (out / "README.md").read_text()
     assert "Not finished yet (1 points):** `A/num_heads_1`" in text and "Records: 4 of 5" in text
 
@@ -286,11 +278,11 @@ def test_heads_depth_quick_writes_records(tmp_path, stand_in):
     argv = ["--quick", f"--out={out}", f"--workdir={tmp_path / 'runs'}", f"--train_script={train}"]
     repro_heads_depth.main(argv)
     names = sorted(p.name for p in (out / "points").glob("*.json"))
-    assert len(names) == 4 and len(_calls(calls)) == 4
+    assert len(names) == 4 and len(calls_of(calls)) == 4
     rec = json.loads((out / "points" / names[0]).read_text())
     assert rec["stability"]["max_attention_logit"]["cross"] > 0 and "model.qk_layernorm" in rec["overrides"]
     text = (out / "README.md").read_text()
     assert "QK-LN on minus off" in text and "## What the data say" in text and "curves.png" in text
     shutil.rmtree(tmp_path / "runs")
     repro_heads_depth.main(argv)
-    assert len(_calls(calls)) == 4
+    assert len(calls_of(calls)) == 4
