@@ -98,3 +98,10 @@ def finish(study: Study, path: str, failed: Sequence[str]) -> str:
         print(f"[repro_{study.name}] failed points: {list(failed)}; rerun the same command to retry them",
               file=sys.stderr)
     return path
+
+
+def recorded(out: str, points: Sequence) -> tuple[list[tuple[Any, dict]], list[str]]:
+    """(point, record) for every point with a record under ``<out>/points``, in sweep order, and the names of
+    the points without one."""
+    recs = sweep_lib.read_records_dir(os.path.join(out, "points"))
+    return [(p, recs[p.name]) for p in points if p.name in recs], [p.name for p in points if p.name not in recs]

@@ -260,13 +260,9 @@ def _f(x, digits: int = 2) -> str:
 # ---------------------------------------------------------------------------------------------- report
 def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
     """The report from the records under ``<out>/points``."""
-    recs = sweep_lib.read_records_dir(os.path.join(out, "points"))
-    missing = [p.name for p in points if p.name not in recs]
+    recs, missing = _study.recorded(out, points)
     rows = []
-    for p in points:
-        r = recs.get(p.name)
-        if r is None:
-            continue
+    for p, r in recs:
         rows.append({"point": p.name, "qk_ln": bool(p.overrides["model.qk_layernorm"]),
                      "lr": float(p.overrides["train.learning_rate"]), "seed": r.get("seed"),
                      "wall_s": r.get("wall_s"), "commit": r.get("commit"), "monitor": r.get("monitor") or {},

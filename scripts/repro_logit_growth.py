@@ -48,7 +48,6 @@ import numpy as np
 from _report import Report, environment_line, mean_std, plt
 import _stats
 import _study
-import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/repro_logit_growth.py"
@@ -110,13 +109,9 @@ def _sweeps(rows: list[dict], lrs: Sequence[float]) -> dict[tuple[int, bool, int
 
 def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
     """The report from the records under ``<out>/points``."""
-    recs = sweep_lib.read_records_dir(os.path.join(out, "points"))
-    missing = [p.name for p in points if p.name not in recs]
+    recs, missing = _study.recorded(out, points)
     rows = []
-    for p in points:
-        r = recs.get(p.name)
-        if r is None:
-            continue
+    for p, r in recs:
         o = p.overrides
         rows.append({"point": p.name, "d_model": int(o.get("model.d_model", base.model.d_model)),
                      "qk_ln": bool(o["model.qk_layernorm"]), "lr": float(o["train.learning_rate"]),

@@ -271,14 +271,10 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     report.section("What the initialization data say")
     report.text(verdict_init(init_rows, num_keys))
 
-    recs = sweep_lib.read_records_dir(os.path.join(out, "points"))
+    recs, missing = _study.recorded(out, points)
     d_k = base.model.qk_dim
-    missing = [p.name for p in points if p.name not in recs]
     rows = []
-    for p in points:
-        r = recs.get(p.name)
-        if r is None:
-            continue
+    for p, r in recs:
         steps, reached = steps_to_learn(r)
         acc = accuracy(r)
         rows.append({"point": p.name, "scale": scale_name(p.overrides["model.attention_scale"], d_k),
