@@ -71,24 +71,33 @@ def open_study(name: str, config: str, doc: str, argv: Optional[Sequence[str]] =
                  command=command)
 
 
-def train_missing(study: Study, after: Optional[Callable[[str, Any], None]] = None) -> list[str]:
-    """Train every point without a record (at most ``--max_points`` of them when given); ``after(record path,
-    point)`` runs after each point that trained or already had a record. The names of the points that failed."""
+def train_points(spec: str, points: Sequence[sweep_lib.Point], workdir: str, records_dir: str,
+                 train_script: Optional[str] = None, *, max_points: Optional[int] = None,
+                 after: Optional[Callable[[str, Any], None]] = None) -> list[str]:
+    """Train each point of config ``spec`` that has no record ``<records_dir>/<point>.json`` (run folders under
+    ``workdir``; at most ``max_points`` of them when given, in the given order); ``after(record path, point)``
+    runs after each point that trained or already had a record. The names of the points that failed."""
     failed = []
-    budget = study.args.max_points
-    for p in study.points:
-        record = os.path.join(study.records_dir, f"{p.name}.json")
+    budget = max_points
+    for p in points:
+        record = os.path.join(records_dir, f"{p.name}.json")
         if not os.path.exists(record):
             if budget is not None and budget <= 0:
                 continue
             budget = None if budget is None else budget - 1
-        if not sweep_lib.run_point(study.spec, study.workdir, p, {}, group=sweep_lib.sweep_name(study.spec),
-                                   train_script=study.args.train_script, record=record):
+        if not sweep_lib.run_point(spec, workdir, p, {}, group=sweep_lib.sweep_name(spec),
+                                   train_script=train_script, record=record):
             failed.append(p.name)
             continue
         if after is not None:
             after(record, p)
     return failed
+
+
+def train_missing(study: Study, after: Optional[Callable[[str, Any], None]] = None) -> list[str]:
+    """``train_points`` over the study's points, with its ``--max_points`` and ``--train_script``."""
+    return train_points(study.spec, study.points, study.workdir, study.records_dir, study.args.train_script,
+                        max_points=study.args.max_points, after=after)
 
 
 def finish(study: Study, path: str, failed: Sequence[str]) -> str:

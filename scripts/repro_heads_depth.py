@@ -23,6 +23,7 @@ import numpy as np
 
 from _report import Report, environment_line, mean_std, plt
 import repro_table3 as t3
+import _study
 import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,13 +60,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     spec = f"{os.path.join(REPO, CONFIG)}:{config_arg}"
     points = sweep_lib.sweep_points(spec)
     sweep_lib.check_overrides(spec, points, {})
-    failed = []
-    if not args.report_only:
-        for p in points:
-            if not sweep_lib.run_point(spec, workdir, p, {}, group=sweep_lib.sweep_name(spec),
-                                       train_script=args.train_script,
-                                       record=os.path.join(records_dir, f"{p.name}.json")):
-                failed.append(p.name)
+    failed = [] if args.report_only else _study.train_points(spec, points, workdir, records_dir, args.train_script)
     base = sweep_lib.load_config_module(os.path.join(REPO, CONFIG)).get_config(config_arg)
     path = write_report(out, points, base, quick=args.quick, workdir=workdir)
     print(f"wrote {path}")

@@ -31,6 +31,7 @@ import numpy as np
 
 from _report import Report, environment_line, mean_std, plt
 import _stats
+import _study
 import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -155,18 +156,6 @@ def plot_curves(ax_train, ax_valid, groups: dict[str, Sequence[dict]]) -> None:
         ax.legend(fontsize=6)
 
 
-def run_jobs(jobs: Sequence[tuple[str, str, sweep_lib.Point]], workdir: str, records_dir: str,
-             train_script: Optional[str]) -> list[str]:
-    """Train (or skip, when recorded) each (row, config spec, point); returns the points that failed."""
-    failed = []
-    for row, spec, p in jobs:
-        ok = sweep_lib.run_point(spec, os.path.join(workdir, row), p, {}, group=sweep_lib.sweep_name(spec),
-                                 train_script=train_script, record=os.path.join(records_dir, row, f"{p.name}.json"))
-        if not ok:
-            failed.append(f"{row}/{p.name}")
-    return failed
-
-
 # ---------------------------------------------------------------------------------------------- main
 def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -210,7 +199,9 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
         order = {r: i for i, r in enumerate(ROWS)}
         jobs = sorted(((row, spec, p) for row in rows for spec, p in expected[row]),
                       key=lambda j: (j[0] == "AA", j[2].overrides.get("seed", 0), order[j[0]]))
-        failed = run_jobs(jobs, workdir, records_dir, args.train_script)
+        failed = [f"{row}/{name}" for row, spec, p in jobs
+                  for name in _study.train_points(spec, [p], os.path.join(workdir, row),
+                                                  os.path.join(records_dir, row), args.train_script)]
     base = sweep_lib.load_config_module(os.path.join(REPO, ROWS["A"][0])).get_config(config_arg)
     path = write_report(out, expected, base, quick=args.quick, workdir=workdir)
     print(f"wrote {path}")
