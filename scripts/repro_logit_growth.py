@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -205,51 +205,55 @@ def width_trend(sweeps, widths) -> list:
             f"{len(pairs)} seeds"]
 
 
-def logit_growth(rows, widths, lrs) -> list:
-    claim = "attention logits grow at high LR without QK-LayerNorm; QK-LayerNorm prevents it"
-    paper = "Wortsman et al. 2023, section 3.1 (attention logit growth)"
-    top = lrs[-2:]
+def _off_above_on(claim: str, paper: str, widths, samples: Callable, describe: Callable, undecided: str,
+                  higher: str) -> list:
+    """Verdict row for "larger without QK-LayerNorm than with it, at every width": ``samples(w)`` gives (off
+    values, on values, what is missing when either has fewer than 2), ``describe(off, on, interval)`` the
+    measured text of one width."""
     parts, ok, decided = [], 0, 0
     for w in widths:
-        off = [math.log10(r["max_logit"]) for r in rows if r["d_model"] == w and not r["qk_ln"] and r["lr"] in top
-               and r["max_logit"] and r["max_logit"] > 0]
-        on = [math.log10(r["max_logit"]) for r in rows if r["d_model"] == w and r["qk_ln"] and r["lr"] in top
-              and r["max_logit"] and r["max_logit"] > 0]
+        off, on, lacking = samples(w)
         if len(off) < 2 or len(on) < 2:
-            parts.append(f"d_model {w}: not enough runs")
+            parts.append(f"d_model {w}: {lacking}")
             continue
         decided += 1
         iv = _stats.welch_ci(off, on)
         ok += int(iv.excludes_zero() and iv.diff > 0)
-        parts.append(f"d_model {w}: log10 max logit off - on {iv.text(2)} (off {10 ** np.mean(off):.3g}, on "
-                     f"{10 ** np.mean(on):.3g}, geometric means at lr {', '.join(f'{x:g}' for x in top)})")
+        parts.append(f"d_model {w}: {describe(off, on, iv)}")
     if decided < len(widths):
-        return [claim, paper, "; ".join(parts), "undecided", "not every width has runs at the two largest LRs"]
+        return [claim, paper, "; ".join(parts), "undecided", undecided]
     v = "reproduced" if ok == len(widths) else ("partial" if ok else "not reproduced")
-    return [claim, paper, "; ".join(parts), v, f"higher without QK-LayerNorm (interval excludes 0) at {ok} of "
-            f"{len(widths)} widths"]
+    return [claim, paper, "; ".join(parts), v, f"{higher} (interval excludes 0) at {ok} of {len(widths)} widths"]
+
+
+def logit_growth(rows, widths, lrs) -> list:
+    top = lrs[-2:]
+
+    def samples(w):
+        logs = {qk: [math.log10(r["max_logit"]) for r in rows if r["d_model"] == w and r["qk_ln"] == qk
+                     and r["lr"] in top and r["max_logit"] and r["max_logit"] > 0] for qk in (False, True)}
+        return logs[False], logs[True], "not enough runs"
+
+    return _off_above_on(
+        "attention logits grow at high LR without QK-LayerNorm; QK-LayerNorm prevents it",
+        "Wortsman et al. 2023, section 3.1 (attention logit growth)", widths, samples,
+        lambda off, on, iv: (f"log10 max logit off - on {iv.text(2)} (off {10 ** np.mean(off):.3g}, on "
+                             f"{10 ** np.mean(on):.3g}, geometric means at lr {', '.join(f'{x:g}' for x in top)})"),
+        "not every width has runs at the two largest LRs", "higher without QK-LayerNorm")
 
 
 def sensitivity(sweeps, widths, init_loss) -> list:
-    claim = "QK-LayerNorm lowers the LR sensitivity"
-    paper = "Wortsman et al. 2023, Fig. 1 / section 3.1 (LR sensitivity with and without qk-layernorm)"
-    parts, ok, decided = [], 0, 0
-    for w in widths:
+    def samples(w):
         off, on = _learned(sweeps, w, False), _learned(sweeps, w, True)
         a = [lr_sensitivity(v["losses"], init_loss) for v in off.values()]
         b = [lr_sensitivity(v["losses"], init_loss) for v in on.values()]
-        if len(a) < 2 or len(b) < 2:
-            parts.append(f"d_model {w}: {len(a)}/{len(b)} learned sweeps off/on")
-            continue
-        decided += 1
-        iv = _stats.welch_ci(a, b)
-        ok += int(iv.excludes_zero() and iv.diff > 0)
-        parts.append(f"d_model {w}: off {np.mean(a):.3f}, on {np.mean(b):.3f}, off - on {iv.text(3)}")
-    if decided < len(widths):
-        return [claim, paper, "; ".join(parts), "undecided", "fewer than 2 learned sweeps per variant at some width"]
-    v = "reproduced" if ok == len(widths) else ("partial" if ok else "not reproduced")
-    return [claim, paper, "; ".join(parts), v, f"lower with QK-LayerNorm (interval excludes 0) at {ok} of "
-            f"{len(widths)} widths"]
+        return a, b, f"{len(a)}/{len(b)} learned sweeps off/on"
+
+    return _off_above_on(
+        "QK-LayerNorm lowers the LR sensitivity",
+        "Wortsman et al. 2023, Fig. 1 / section 3.1 (LR sensitivity with and without qk-layernorm)", widths, samples,
+        lambda off, on, iv: f"off {np.mean(off):.3f}, on {np.mean(on):.3f}, off - on {iv.text(3)}",
+        "fewer than 2 learned sweeps per variant at some width", "lower with QK-LayerNorm")
 
 
 def _figures(report: Report, rows, widths, lrs, init_loss) -> None:
