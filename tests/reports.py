@@ -26,11 +26,28 @@ def read_report(out_dir, *figures: str) -> str:
     return text
 
 
-def install_stand_in(tmp_path, monkeypatch, source: str):
-    """Write ``source`` (a stand-in for train.py) to ``tmp_path`` and point ``CALLS_FILE`` at a file that lists
-    the run folder of every call; (stand-in path, calls file)."""
+_STAND_IN_HEAD = """\
+import json, math, os, sys
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+workdir = args["workdir"]
+os.makedirs(workdir, exist_ok=True)
+with open(os.environ["CALLS_FILE"], "a") as f:
+    f.write(workdir + "\\n")
+"""
+
+_STAND_IN_TAIL = """
+with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+    for i, r in enumerate(recs):
+        f.write(json.dumps(dict({"time": 1000.0 + i}, **r)) + "\\n")
+"""
+
+
+def install_stand_in(tmp_path, monkeypatch, body: str):
+    """Write a stand-in for train.py to ``tmp_path`` and point ``CALLS_FILE`` at a file that lists the run folder
+    of every call; (stand-in path, calls file). ``body`` (source) sets ``recs``, the records engine/loop.py would
+    write to ``metrics.jsonl``, from ``args`` (the ``--key=value`` arguments) and ``workdir``."""
     train = tmp_path / "stand_in_train.py"
-    train.write_text(source)
+    train.write_text(_STAND_IN_HEAD + body + _STAND_IN_TAIL)
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("CALLS_FILE", str(calls))
     return train, calls

@@ -11,16 +11,10 @@ from reports import calls_of, install_stand_in, read_csv as _csv, read_report as
 
 
 STAND_IN = textwrap.dedent('''
-    """Stand-in for train.py: metrics.jsonl as engine/loop.py writes it for an MQAR LM run with attention
-    statistics and the health monitor. Unscaled attention (scale 1) fails to learn and warns about its max
-    logit; lr >= 1 without QK-LayerNorm collapses (entropy warning at step 30) and turns non-finite at step 50;
-    everything else learns."""
-    import json, math, os, sys
-    args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
-    workdir = args["workdir"]
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.environ["CALLS_FILE"], "a") as f:
-        f.write(workdir + "\\n")
+    # recs: the metrics.jsonl records engine/loop.py writes for an MQAR LM run with attention
+    # statistics and the health monitor. Unscaled attention (scale 1) fails to learn and warns about its max
+    # logit; lr >= 1 without QK-LayerNorm collapses (entropy warning at step 30) and turns non-finite at step 50;
+    # everything else learns.
     lr = float(args.get("config.train.learning_rate", 3e-3))
     qk = args.get("config.model.qk_layernorm") == "true"
     unscaled = float(args.get("config.model.attention_scale", 0.25)) == 1.0
@@ -47,9 +41,6 @@ STAND_IN = textwrap.dedent('''
     recs.append({"step": end, "event": "train_end", "reason": "non_finite" if blowup else "num_steps"})
     if not blowup:
         recs.append({"step": end, "validation/loss": 4.0 * (1 - acc), "validation/accuracy": acc})
-    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
-        for i, r in enumerate(recs):
-            f.write(json.dumps(dict({"time": 1000.0 + i}, **r)) + "\\n")
 ''')
 
 

@@ -25,13 +25,8 @@ REFS = [f"the {w} of the land went out to {v} on the day of the feast"
         for v in ("battle", "pray", "work", "rest", "sea")]
 
 STAND_IN = textwrap.dedent('''
-    """Stand-in for train.py: metrics.jsonl as engine/loop.py writes it, plus outputs/test_step200.txt."""
-    import json, os, sys
-    args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
-    workdir = args["workdir"]
+    # recs: the metrics.jsonl records engine/loop.py writes, plus outputs/test_step200.txt.
     os.makedirs(os.path.join(workdir, "outputs"), exist_ok=True)
-    with open(os.environ["CALLS_FILE"], "a") as f:
-        f.write(workdir + "\\n")
     h = int(args.get("config.model.num_heads", 8))
     dk = int(args.get("config.model.qk_dim", 8))
     seed = int(args.get("config.seed", 0))
@@ -55,9 +50,6 @@ STAND_IN = textwrap.dedent('''
                  "hypotheses": os.path.join(workdir, "outputs", "test_step200.txt")})
     recs.append({"step": 200, "validation/nll": nll, "validation/loss": nll + 0.2, "validation/perplexity": 2.718 ** nll,
                  "test/bleu": 50.0, "test/chrf": 60.0})
-    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
-        for i, r in enumerate(recs):
-            f.write(json.dumps(dict({"time": 1000.0 + i}, **r)) + "\\n")
 ''')
 
 
