@@ -594,9 +594,12 @@ def run_diagnosis(
     thresholds: Optional[ml_collections.ConfigDict] = None,
     title: str = "Attention doctor",
     meta: Optional[Mapping[str, Any]] = None,
+    write: bool = True,
 ) -> tuple[list[Finding], str]:
-    """``diagnose`` then ``write_report`` into ``out_dir``; returns (findings, summary line)."""
+    """``diagnose`` then (when ``write``: False on the processes of a multi-host run that do not write shared
+    files) ``write_report`` into ``out_dir``; returns (findings, summary line)."""
     findings = diagnose(model, batches, task=task, special_ids=special_ids, piece_labels=piece_labels,
                         thresholds=thresholds)
-    write_report(findings, out_dir, title=title, meta=meta)
+    if write:
+        write_report(findings, out_dir, title=title, meta=meta)
     return findings, summary_line(findings)

@@ -110,5 +110,6 @@ def diagnose_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
         setup.model(state["params"]), task.eval_batches(data, split), out_dir,
         piece_labels=[tok.id_to_piece(i) for i in range(tok.vocab_size)] if tok is not None else None,
         thresholds=config.doctor, title=f"Attention doctor: {os.path.basename(os.path.abspath(workdir))}, step {step}",
-        meta={"workdir": workdir, "split": split, "step": step})
+        meta={"workdir": workdir, "split": split, "step": step},
+        write=jax.process_index() == 0)  # several hosts: the lead writes shared files
     return {"step": step, "summary": summary, "out_dir": out_dir, "findings": findings}

@@ -6,7 +6,9 @@ Every child process runs ``train.py`` in its own process group with a time limit
 group is killed and the test fails with the logs' tails, so the test never hangs.
 """
 import glob
+import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -49,9 +51,10 @@ def get_config():
     return c
 '''
 
-# train.py, with process SIGTERM_PROCESS sending itself SIGTERM when it fetches training batch SIGTERM_AT, and
+# train.py (or $LAUNCH_SCRIPT), with process SIGTERM_PROCESS sending itself SIGTERM when it fetches training batch SIGTERM_AT, and
 # every greedy hypothesis prefixed with its source's first 3 tokens (a model of 8 steps says the same thing to
-# every sentence; the prefix makes a hypothesis gathered into the wrong place show).
+# every sentence; the prefix makes a hypothesis gathered into the wrong place show), and each process that writes
+# the doctor's report adding its index to the file $DOCTOR_WRITES.
 LAUNCHER = '''
 import os
 import runpy
@@ -94,7 +97,18 @@ if at >= 0:
         return d
 
     tasks.TranslationTask.build_data = build_data
-sys.argv = [os.path.join({repo!r}, "train.py")] + sys.argv[1:]
+if os.environ.get("DOCTOR_WRITES"):
+    from engine import doctor
+
+    write_report = doctor.write_report
+
+    def counted_write_report(*args, **kwargs):
+        with open(os.environ["DOCTOR_WRITES"], "a") as f:
+            f.write(os.environ.get("JAX_PROCESS_ID", "0") + "\\n")
+        return write_report(*args, **kwargs)
+
+    doctor.write_report = counted_write_report
+sys.argv = [os.path.join({repo!r}, os.environ.get("LAUNCH_SCRIPT", "train.py"))] + sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
@@ -105,11 +119,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(tmp, workdir: str, *, processes: int, devices: int, env_extra=None) -> list[tuple[int, str]]:
-    """Run ``processes`` copies of the launcher (``devices`` CPU devices each) on ``workdir``; returns
-    (exit code, log text) per process. Fails the test, killing every process group, after TIMEOUT_S."""
+def launch(tmp, workdir: str, *, processes: int, devices: int, env_extra=None, script: str = "train.py",
+           args=()) -> list[tuple[int, str]]:
+    """Run ``processes`` copies of the launcher (``devices`` CPU devices each) of ``script`` with ``args`` on
+    ``workdir``; returns (exit code, log text) per process. Fails the test, killing every process group, after
+    TIMEOUT_S."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", LAUNCH_SCRIPT=script,
                PYTHONPATH=REPO, WANDB_MODE="offline", WANDB_SILENT="true",
                JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), OMP_NUM_THREADS="1", **(env_extra or {}))
     if processes > 1:
@@ -120,7 +136,7 @@ def launch(tmp, workdir: str, *, processes: int, devices: int, env_extra=None) -
         log_path = tmp / f"launch{launch_id}-p{i}.out"
         logs.append(log_path)
         procs.append(subprocess.Popen(
-            [sys.executable, str(tmp / "launch.py"), f"--config={tmp / 'tiny.py'}", f"--workdir={workdir}"],
+            [sys.executable, str(tmp / "launch.py"), f"--config={tmp / 'tiny.py'}", f"--workdir={workdir}", *args],
             env=dict(env, JAX_PROCESS_ID=str(i)), cwd=REPO, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
             start_new_session=True))
     deadline = time.monotonic() + TIMEOUT_S
@@ -206,3 +222,20 @@ def test_only_the_lead_writes_shared_files(runs):
     assert len(offline) == 2 and {d.rsplit("-", 1)[1] for d in offline} == {run_id}  # one run, two launches
     starts = [r for r in writer_lib.read_jsonl(os.path.join(two, "metrics.jsonl")) if r.get("event") == "start"]
     assert [s["resumed"] for s in starts] == [False, True]
+
+
+def test_the_doctor_on_two_processes_matches_one_and_the_lead_writes(runs):
+    one, two, _, _ = runs
+    tmp = os.path.dirname(one)
+    single = launch(pathlib.Path(tmp), one, processes=1, devices=4, script="eval.py", args=["--diagnose"])
+    assert_ok(single)
+    writes = pathlib.Path(tmp) / "doctor_writes.txt"
+    pair = launch(pathlib.Path(tmp), two, processes=2, devices=2, script="eval.py", args=["--diagnose"],
+                  env_extra=dict(DOCTOR_WRITES=str(writes)))
+    assert_ok(pair)
+    assert writes.read_text().split() == ["0"]  # the lead alone writes the report
+    summary = [line for _, text in single + pair for line in text.splitlines()
+               if line.startswith("attention doctor, checkpoint step")]
+    assert len(summary) == 3 and len(set(summary)) == 1, summary
+    reports = [json.load(open(os.path.join(w, "eval", f"diagnose_step{STEPS}", "report.json"))) for w in (one, two)]
+    assert [f["check"] for f in reports[0]["findings"]] == [f["check"] for f in reports[1]["findings"]]
