@@ -21,8 +21,7 @@ import os
 import ml_collections
 import numpy as np
 
-from data import loader, splits
-from data.builders import bible_es_en
+from data import bible, loader, splits
 from data.errors import DataError
 from data.tokenizer import EOS_ID, Tokenizer, cached_tokenizer, tokenizer_key
 
@@ -62,8 +61,8 @@ def validate_classification_config(cfg: ml_collections.ConfigDict) -> None:
     """DataError naming the field for an impossible setting."""
     if cfg.label not in LABELS:
         raise DataError(f"config.data.label={cfg.label!r}; expected one of {LABELS}")
-    if cfg.language not in bible_es_en.LANGUAGES:
-        raise DataError(f"config.data.language={cfg.language!r}; expected one of {bible_es_en.LANGUAGES}")
+    if cfg.language not in bible.LANGUAGES:
+        raise DataError(f"config.data.language={cfg.language!r}; expected one of {bible.LANGUAGES}")
     for name in ("vocab_size", "max_len", "batch_size", "eval_batch_size"):
         if not isinstance(cfg[name], int) or cfg[name] <= 0:
             raise DataError(f"config.data.{name}={cfg[name]!r}; expected a positive int")
@@ -178,14 +177,12 @@ def build_classification(cfg: ml_collections.ConfigDict, *, workdir: str | None,
         if cfg[name] % multiple or cfg[name] % process_count:
             raise DataError(f"config.data.{name}={cfg[name]} must be divisible by {multiple} (batch_multiple, "
                              f"default the device count) and by the {process_count} processes")
-    rows = bible_es_en.read_pairs(bible_es_en.CORPUS_PATH)
-    lang = bible_es_en.LANGUAGES.index(cfg.language)
+    rows = bible.read_pairs(bible.CORPUS_PATH)
+    lang = bible.LANGUAGES.index(cfg.language)
     texts: dict[str, list[str]] = {s: [] for s in splits.SPLITS}
     labels: dict[str, list[int]] = {s: [] for s in splits.SPLITS}
     for book, chapter, _, *sides in rows:
-        split = splits.assign_split(f"{book}.{chapter}", salt=bible_es_en.SPLIT_SALT,
-                                    validation_fraction=bible_es_en.VALIDATION_FRACTION,
-                                    test_fraction=bible_es_en.TEST_FRACTION)
+        split = bible.chapter_split(book, chapter)
         texts[split].append(sides[lang])
         labels[split].append(label_of(book, cfg.label))
     cache_dir = cfg.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "attnlab")

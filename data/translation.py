@@ -234,10 +234,10 @@ def _read_counts(counts: dict[str, int]) -> dict[str, int]:
 
 
 def _open_corpus(cfg, cache_dir: str):
-    import tensorflow_datasets as tfds
-
     if cfg.source == "text_files":
         return _TextFilesCorpus(cfg)
+    import tensorflow_datasets as tfds
+
     if cfg.source == "bible_es_en":
         from data.builders import BibleEsEn
 

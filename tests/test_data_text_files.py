@@ -2,6 +2,8 @@
 BOM / CRLF normalization, and the start-up checks of data.check_config."""
 import gzip
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -171,3 +173,15 @@ def test_describe_counts_what_reading_normalized(tmp_path):
     assert "normalized: byte-order mark dropped from 1 file(s), CRLF line endings on 41 line(s)" in ds.describe()
     plain = write(tmp_path / "p.tsv", [f"frase {i}\tsentence {i}" for i in range(40)])
     assert "normalized" not in data.build_translation(text_cfg(tmp_path, plain), workdir="", seed=0).describe()
+
+
+def test_text_files_never_import_tfds(tmp_path):
+    tsv = write(tmp_path / "c.tsv", [f"frase {i}\tsentence {i}" for i in range(40)])
+    code = (f"import sys, data; from tests.test_data_text_files import text_cfg; import pathlib; "
+            f"ds = data.build_translation(text_cfg(pathlib.Path({str(tmp_path)!r}), {tsv!r}), workdir='', seed=0); "
+            f"next(ds.train_iter()); list(ds.eval_batches('validation')); "
+            f"assert 'tensorflow_datasets' not in sys.modules, 'tfds imported'")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=root, JAX_PLATFORMS="cpu"))
+    assert r.returncode == 0, r.stderr[-2000:]

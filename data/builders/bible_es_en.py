@@ -1,8 +1,8 @@
 """TFDS builder for the Spanish-English Bible corpus committed in `data/corpora/bible_es_en/`.
 
 Generates from the committed `pairs.tsv.gz` (no download). Splits are whole chapters, assigned by hashing
-"Book.Chapter" (`data.splits.assign_split`, salt "bible_es_en"): 4% test, 3% validation, the rest train.
-Read it without TensorFlow:
+"Book.Chapter" (`data.bible.chapter_split`): 4% test, 3% validation, the rest train. The reader and split
+constants live in `data.bible` (no TFDS import) and are re-exported here. Read it without TensorFlow:
 
     builder = BibleEsEn(data_dir=..., file_format="array_record")
     builder.download_and_prepare()
@@ -10,40 +10,14 @@ Read it without TensorFlow:
 """
 from __future__ import annotations
 
-import gzip
-import os
-
 import tensorflow_datasets as tfds
 
 from data import splits
+from data.bible import (CORPUS_PATH, LANGUAGES, SPLIT_SALT, TEST_FRACTION, VALIDATION_FRACTION, chapter_split,
+                        read_pairs)
 
-CORPUS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "corpora", "bible_es_en",
-                           "pairs.tsv.gz")
-SPLIT_SALT = "bible_es_en"
-VALIDATION_FRACTION = 0.03
-TEST_FRACTION = 0.04
-LANGUAGES = ("es", "en")
-
-
-def read_pairs(path: str) -> list[tuple[str, int, int, str, str]]:
-    """Rows (book, chapter, verse, es, en) of the committed TSV, checked against its header."""
-    with gzip.open(path, "rt", encoding="utf-8", newline="\n") as f:
-        header = f.readline().rstrip("\n").split("\t")
-        if header != ["book", "chapter", "verse", *LANGUAGES]:
-            raise ValueError(f"{path}: header {header}, expected book, chapter, verse, {', '.join(LANGUAGES)}")
-        rows = []
-        for line_no, line in enumerate(f, start=2):
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != 5 or not fields[3] or not fields[4]:
-                raise ValueError(f"{path}:{line_no}: expected 5 non-empty tab-separated fields")
-            rows.append((fields[0], int(fields[1]), int(fields[2]), fields[3], fields[4]))
-    return rows
-
-
-def chapter_split(book: str, chapter: int) -> str:
-    """The split of every verse of `book` `chapter`."""
-    return splits.assign_split(f"{book}.{chapter}", salt=SPLIT_SALT, validation_fraction=VALIDATION_FRACTION,
-                               test_fraction=TEST_FRACTION)
+__all__ = ["BibleEsEn", "CORPUS_PATH", "LANGUAGES", "SPLIT_SALT", "TEST_FRACTION", "VALIDATION_FRACTION",
+           "chapter_split", "read_pairs"]
 
 
 class BibleEsEn(tfds.core.GeneratorBasedBuilder):
