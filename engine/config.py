@@ -24,6 +24,7 @@ WANDB_MODES = ("auto", "online", "offline", "disabled")
 LOSS_ON = ("answers", "all")
 ON_NON_FINITE = ("raise", "stop")
 EARLY_STOP_MODES = ("max", "min")
+CONTEXT_LAYOUTS = ("natural", "zigzag")  # config.mesh.context_layout
 
 
 def _convert(key: str, value: str, default: Any) -> Any:
@@ -205,6 +206,14 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
         seq_len = config.data.get("seq_len", 0)
         _need(seq_len % context == 0, f"config.data.seq_len={seq_len} is not divisible by config.mesh.context="
               f"{context} (each device holds seq_len / context tokens)")
+    layout = mesh.get("context_layout", "natural")
+    _one_of("mesh.context_layout", layout, CONTEXT_LAYOUTS)
+    if layout == "zigzag":
+        _need(context > 1, "config.mesh.context_layout='zigzag' needs config.mesh.context > 1 (a sequence split "
+              f"over several devices); config.mesh.context={context}")
+        seq_len = config.data.get("seq_len", 0)
+        _need(seq_len % (2 * context) == 0, f"config.data.seq_len={seq_len} is not divisible by 2 x "
+              f"config.mesh.context={context} (the zig-zag layout gives each device 2 chunks)")
     batch = config.data.get("batch_size")
     if batch:
         _need(
@@ -282,6 +291,7 @@ def base_config() -> ml_collections.ConfigDict:
     m.data = -1  # data-parallel devices; -1 = all devices not used by the model axis.
     m.model = 1  # tensor-parallel devices (shards heads and the MLP).
     m.context = 1  # context-parallel devices (shard the sequence; needs model.attention_impl="ring", task lm).
+    m.context_layout = "natural"  # natural | zigzag: device r of N holds sequence chunks r and 2N-1-r (balanced causal work).
     m.rules = ()  # extra (regex, spec) sharding rules, tried before the built-in ones; see engine/sharding.py.
 
     h = c.health = ml_collections.ConfigDict()

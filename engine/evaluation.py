@@ -22,8 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import attention as attn
 import models
 from engine import explorer
+from engine import sharding as sharding_lib
 from engine.heatmaps import plot_attention_grid
 
 log = logging.getLogger("attnlab")
@@ -127,7 +129,7 @@ class Evaluator:
 
         sums = None
         for batch in self.batches(split):
-            terms = self.eval_step(params, to_device(batch, self.setup.mesh))
+            terms = self.eval_step(params, to_device(batch, self.setup.mesh, self.setup.layout))
             sums = terms if sums is None else jax.tree.map(jnp.add, sums, terms)
         if sums is None:
             raise ValueError(f"split {split!r} has no evaluation batches")
@@ -141,6 +143,9 @@ class Evaluator:
         if self.per_position:
             count = np.asarray(sums["position_count"], np.float64)
             per_pos = np.where(count > 0, np.asarray(sums["position_nll"], np.float64) / np.maximum(count, 1), np.nan)
+            context = sharding_lib.context_size(self.setup.mesh)
+            if self.setup.layout == "zigzag" and context > 1:  # back to natural order
+                per_pos = per_pos[np.argsort(attn.ring.zigzag_indices(len(per_pos), context))]
             out[f"{split}/position_loss"] = [float(x) for x in per_pos]
         return out
 

@@ -136,7 +136,7 @@ class Run:
             h.on_flush(self)
 
     def _train_one(self, train_step: Callable) -> None:
-        batch = to_device(next(self.train_iter), self.setup.mesh)
+        batch = to_device(next(self.train_iter), self.setup.mesh, self.setup.layout)
         for h in self.hooks:
             h.before_step(self, batch)
         self.state, metrics = train_step(self.state, batch)

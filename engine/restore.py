@@ -71,7 +71,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
             logger.log_table(step, f"{split}/samples", ["source", "reference", "hypothesis"], r["samples"])
         stats_step = make_stats_step(setup, deterministic=True)
         batches = ev.batches(split)[:stats_batches]
-        summaries = [jax.tree.map(np.asarray, jax.device_get(stats_step(state, to_device(b, setup.mesh))))
+        summaries = [jax.tree.map(np.asarray, jax.device_get(stats_step(state, to_device(b, setup.mesh, setup.layout))))
                      for b in batches]
         summary = jax.tree.map(lambda *xs: np.mean(np.stack(xs), axis=0), *summaries)
         tables = "\n\n".join(metrics_lib.format_table(summary, f) for f in metrics_lib.FIELDS)

@@ -9,6 +9,10 @@ dimension). Batches are split along ``data`` (and ``context``); parameters and o
 match wins, ``spec`` naming a mesh axis (or None) per array dimension. Parameters no rule matches are
 replicated. With several hosts, every host builds the same global mesh and feeds its own slice of the batch
 (whole sequences: the context and model axes stay within a host).
+
+``config.mesh.context_layout = "zigzag"`` feeds the sequence to the context axis in the zig-zag layout
+(``zigzag_batch``: device r holds chunks r and 2N-1-r of 2N), so every device of a causal ring has the same
+work in every ring step; the permutation happens on the host, before the batch is sharded.
 """
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ import jax
 import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from attention.ring import zigzag_indices
+from engine.config import CONTEXT_LAYOUTS
 
 DATA, CONTEXT, MODEL = "data", "context", "model"
 
@@ -69,14 +76,41 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-def shard_batch(batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-    """This host's part of the batch -> global arrays split over ``data`` (and the sequence over ``context``).
+def segment_positions(segmentation: np.ndarray) -> np.ndarray:
+    """Each token's position within its segment: [B, T] ints -> [B, T] int32 (0 at every segment start)."""
+    B, T = segmentation.shape
+    idx = np.broadcast_to(np.arange(T, dtype=np.int32), (B, T))
+    prev = np.pad(segmentation[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+    return idx - np.maximum.accumulate(np.where(segmentation != prev, idx, 0), axis=1)
+
+
+def zigzag_batch(batch: Mapping[str, np.ndarray], num_devices: int) -> dict[str, np.ndarray]:
+    """A decoder-only batch in the zig-zag layout over ``num_devices``: every [B, T] array permuted along T
+    (``attention.zigzag_indices``), with ``position`` (the natural positions, within segments when packed)
+    added first when missing, so the model attends as in natural order. T must be a multiple of 2 N."""
+    out = {k: np.asarray(v) for k, v in batch.items()}
+    tokens = out["inputs"]
+    if "position" not in out:
+        seg = out.get("segmentation")
+        out["position"] = (segment_positions(seg) if seg is not None else
+                           np.broadcast_to(np.arange(tokens.shape[1], dtype=np.int32), tokens.shape).copy())
+    idx = zigzag_indices(tokens.shape[1], num_devices)
+    return {k: v[:, idx] if v.ndim >= 2 else v for k, v in out.items()}
+
+
+def shard_batch(batch: Mapping[str, np.ndarray], mesh: Mesh, layout: str = "natural") -> dict[str, jax.Array]:
+    """This host's part of the batch -> global arrays split over ``data`` (and the sequence over ``context``,
+    in the zig-zag layout with ``layout="zigzag"`` and a context axis).
 
     Raises ValueError when the local batch does not split evenly over this host's data-parallel devices, or a
     sequence over the context axis.
     """
     local_data = mesh.devices.shape[0] // jax.process_count() or 1
     context = context_size(mesh)
+    if layout not in CONTEXT_LAYOUTS:
+        raise ValueError(f"layout={layout!r}; expected one of {CONTEXT_LAYOUTS}")
+    if layout == "zigzag" and context > 1:
+        batch = zigzag_batch(batch, context)
     out = {}
     for k, v in batch.items():
         v = np.asarray(v)

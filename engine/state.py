@@ -95,6 +95,11 @@ class Setup:
     def model(self, params) -> nnx.Module:
         return nnx.merge(self.graphdef, params, self.rest)
 
+    @property
+    def layout(self) -> str:
+        """How batches meet the context axis: ``config.mesh.context_layout`` ("natural" or "zigzag")."""
+        return self.config.mesh.get("context_layout", "natural")
+
 
 def build(config: ml_collections.ConfigDict, task, mesh: Mesh, vocab_size: int) -> tuple[Setup, Callable[[], dict]]:
     """Model, optimizer and state shardings; returns (setup, init) where ``init()`` makes the initial

@@ -147,5 +147,7 @@ def local_data_devices(mesh: Mesh) -> int:
     return max(mesh.devices.shape[0] // jax.process_count(), 1)
 
 
-def to_device(batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-    return sharding_lib.shard_batch(pad_rows(batch, local_data_devices(mesh)), mesh)
+def to_device(batch: Mapping[str, np.ndarray], mesh: Mesh, layout: str = "natural") -> dict[str, jax.Array]:
+    """A host batch -> global arrays on ``mesh`` (rows padded to the data axis; ``layout``:
+    ``config.mesh.context_layout``, see ``engine.sharding.shard_batch``)."""
+    return sharding_lib.shard_batch(pad_rows(batch, local_data_devices(mesh)), mesh, layout)

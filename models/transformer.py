@@ -273,9 +273,11 @@ class Decoder(nnx.Module):
 
     def __call__(self, y, segmentation, positions, encoded=None, encoder_segmentation=None, *,
                  deterministic: bool = True, return_stats: bool = False,
-                 interventions: Optional[Interventions] = None):
+                 interventions: Optional[Interventions] = None, causal_positions: Optional[jax.Array] = None):
+        """causal_positions: [B, T] positions that decide causal visibility (default: the token index)."""
         y = self.dropout(self.positions(y, positions), deterministic=deterministic)
-        self_mask = attn.Mask(causal=True, q_segment_ids=segmentation, kv_segment_ids=segmentation)
+        self_mask = attn.Mask(causal=True, q_segment_ids=segmentation, kv_segment_ids=segmentation,
+                              q_positions=causal_positions, kv_positions=causal_positions)
         cross_mask = attn.Mask(q_segment_ids=segmentation, kv_segment_ids=encoder_segmentation)
         self_stats, cross_stats = [], []
         for i, layer in enumerate(self.layers):
@@ -477,7 +479,9 @@ class DecoderOnly(_LanguageModelHead):
 
     ``model(tokens)``: tokens [B, T] -> logits [B, T, V], or ``(logits, {"decoder_self": [...]})``.
     ``segmentation`` ([B, T], 0 = padding, packed examples 1, 2, ...) restricts attention to each example;
-    None means every token of a row is one example. ``position`` defaults to positions within segments.
+    None means every token of a row is one example. ``position`` defaults to positions within segments; when
+    given it also decides causal visibility, so a row whose tokens are permuted together with their positions
+    (the zig-zag layout of ring attention, ``attention.to_zigzag``) attends as it would in natural order.
     """
 
     def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
@@ -505,7 +509,7 @@ class DecoderOnly(_LanguageModelHead):
         seg, pos = _segments_and_positions(tokens, segmentation, position, None)
         y = self.embed(tokens) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
         y, self_stats, _ = self.decoder(y, seg, pos, deterministic=deterministic, return_stats=return_stats,
-                                        interventions=interventions)
+                                        interventions=interventions, causal_positions=position)
         logits = self._logits(y, self.embed)
         return (logits, {"decoder_self": self_stats}) if return_stats else logits
 

@@ -11,6 +11,11 @@ N = 1 is the ring of one device, i.e. the ``chunked`` backend.
     python scripts/bench_ring.py --seq-lens 8192 65536 --heads 16 --no-causal
 
 Prints one row per (T, N): MB per device and the ratio to N = 1 (1/N scaling shows as 0.50, 0.25, 0.125).
+With ``--causal`` it then prints the causal load balance of the two sequence layouts
+(``config.mesh.context_layout``): the ring steps are synchronous and a device skips the tiles its mask hides
+entirely, so a step lasts as long as the busiest device's visible tiles. For each (T, N) and layout it counts,
+from the block geometry (nothing runs), the critical path (the sum over ring steps of the busiest device's
+visible block x block tiles) against the ideal (all visible tiles / N).
 """
 from __future__ import annotations
 
@@ -67,6 +72,22 @@ def per_device_memory(args: argparse.Namespace, T: int, n: int) -> dict:
             "out": mem.output_size_in_bytes / MB}
 
 
+def visible_tiles(T: int, n: int, block: int, layout: str) -> np.ndarray:
+    """Visible (query tile, key tile) pairs of a causal mask per ring step and device: int [n steps, n devices].
+
+    Device r holds the queries of its shard; at step t it holds the keys of device (r - t) mod n's shard.
+    """
+    order = attention.ring.zigzag_indices(T, n) if layout == "zigzag" else np.arange(T)
+    tiles = order.reshape(n, -1, block)  # [device, tile, position]: the positions of each local tile
+    first, last = tiles.min(-1), tiles.max(-1)  # [device, tile]
+    counts = np.zeros((n, n), np.int64)
+    for t in range(n):
+        for r in range(n):
+            src = (r - t) % n
+            counts[t, r] = int(np.sum(last[r][:, None] >= first[src][None, :]))  # some query sees some key
+    return counts
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
     if max(args.devices) > jax.device_count():
@@ -87,6 +108,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             base = total if base is None else base
             print(f"{T:>7} {n:>3} {m['args']:>9.1f} {m['temp']:>9.1f} {m['out']:>9.1f} {total:>9.1f} "
                   f"{total / base:>7.3f}")
+    if not args.causal:
+        return
+    print(f"\ncausal load balance, block {args.block}: critical path = sum over ring steps of the busiest device's "
+          "visible tiles; ideal = all visible tiles / N")
+    print(f"{'T':>7} {'N':>3} {'ideal':>8} {'natural':>8} {'zigzag':>8} {'natural/ideal':>14} {'zigzag/ideal':>13}")
+    for T in args.seq_lens:
+        for n in args.devices:
+            if n == 1 or (T // (2 * n)) % args.block:
+                continue
+            nat, zig = (visible_tiles(T, n, args.block, layout) for layout in ("natural", "zigzag"))
+            ideal = nat.sum() / n
+            crit = [c.max(axis=1).sum() for c in (nat, zig)]
+            print(f"{T:>7} {n:>3} {ideal:>8.0f} {crit[0]:>8} {crit[1]:>8} {crit[0] / ideal:>14.2f} "
+                  f"{crit[1] / ideal:>13.2f}")
 
 
 if __name__ == "__main__":

@@ -62,11 +62,17 @@ def test_model_axis_trains_the_translation_model_like_one_device(translation, mo
     assert {x.sharding.shard_shape(x.shape) for x in mlp_in} == {(32, 64 // model)}
 
 
-def lm_config(context: int):
-    c = load(os.path.join(REPO, "configs", "long_context.py") + f":quick,context={context}")
+def lm_config(context: int, layout: str = "natural"):
+    c = load(os.path.join(REPO, "configs", "long_context.py") + f":quick,context={context},layout={layout}")
     c.train.update(num_steps=3, stats_every=2)
+    c.eval.position_loss = True
     c.mesh.data = 1  # context 8: all 8 devices on the sequence; context 1: one device
     return c
+
+
+@pytest.fixture(scope="module")
+def one_device_lm():
+    return engine.run(lm_config(1))
 
 
 def test_long_context_config_validates_for_8_devices():
@@ -78,9 +84,10 @@ def test_long_context_config_validates_for_8_devices():
         config_lib.validate(c, 8, ("ring", "chunked"))
 
 
-def test_context_axis_trains_with_ring_attention_like_one_device():
-    one = engine.run(lm_config(1))
-    c = lm_config(8)
+@pytest.mark.parametrize("layout", ["natural", "zigzag"])
+def test_context_axis_trains_with_ring_attention_like_one_device(one_device_lm, layout):
+    one = one_device_lm
+    c = lm_config(8, layout)
     mesh = sharding_lib.make_mesh(c.mesh)
     assert dict(mesh.shape) == {"data": 1, "context": 8, "model": 1}
     batch = sharding_lib.shard_batch({"inputs": np.zeros((2, 256), np.int32)}, mesh)
@@ -91,6 +98,8 @@ def test_context_axis_trains_with_ring_attention_like_one_device():
     np.testing.assert_allclose(ring["attention"][-1][1]["decoder_self"]["entropy"],
                                one["attention"][-1][1]["decoder_self"]["entropy"], rtol=1e-4, atol=1e-5)
     assert ring["validation/loss"] == pytest.approx(one["validation/loss"], rel=1e-5)
+    np.testing.assert_allclose(ring["validation/position_loss"], one["validation/position_loss"], rtol=1e-4,
+                               atol=1e-5)  # in natural order whatever the layout
 
 
 def test_context_axis_must_divide_the_sequence():
@@ -99,3 +108,32 @@ def test_context_axis_must_divide_the_sequence():
     c.model.max_len = 260
     with pytest.raises(config_lib.ConfigError, match="config.data.seq_len=260 is not divisible by config.mesh.context=8"):
         config_lib.validate(c, jax.device_count(), ("ring",))
+
+
+def test_zigzag_batch_gives_each_device_two_chunks_with_their_positions():
+    seg = np.array([[1, 1, 1, 2, 2, 2, 2, 0], [1, 1, 1, 1, 1, 1, 1, 1]], np.int32)
+    batch = {"inputs": np.arange(16, dtype=np.int32).reshape(2, 8), "segmentation": seg, "rows": np.arange(2)}
+    z = sharding_lib.zigzag_batch(batch, 2)  # 4 chunks of 2: device 0 gets chunks 0 and 3, device 1 chunks 1, 2
+    order = [0, 1, 6, 7, 2, 3, 4, 5]
+    np.testing.assert_array_equal(z["inputs"], batch["inputs"][:, order])
+    np.testing.assert_array_equal(z["segmentation"], seg[:, order])
+    np.testing.assert_array_equal(z["position"], np.array([[0, 1, 3, 0, 2, 0, 1, 2], [0, 1, 6, 7, 2, 3, 4, 5]]))
+    np.testing.assert_array_equal(z["rows"], batch["rows"])  # one value per row: not a sequence
+    mesh = sharding_lib.make_mesh(lm_config(8, "zigzag").mesh)
+    with pytest.raises(ValueError, match="layout='diagonal'; expected one of"):
+        sharding_lib.shard_batch(batch, mesh, "diagonal")
+
+
+def test_zigzag_layout_is_checked_against_the_mesh_and_the_sequence():
+    c = lm_config(8, "zigzag")
+    config_lib.validate(c, 8, ("ring",))
+    c.data.seq_len = c.model.max_len = 264  # a multiple of 8 but not of 16
+    with pytest.raises(config_lib.ConfigError, match="seq_len=264 is not divisible by 2 x config.mesh.context=8"):
+        config_lib.validate(c, 8, ("ring",))
+    c = lm_config(1)
+    c.mesh.context_layout = "zigzag"
+    with pytest.raises(config_lib.ConfigError, match="context_layout='zigzag' needs config.mesh.context > 1"):
+        config_lib.validate(c, 8, ("ring",))
+    c.mesh.context_layout = "diagonal"
+    with pytest.raises(config_lib.ConfigError, match="mesh.context_layout"):
+        config_lib.validate(c, 8, ("ring",))
