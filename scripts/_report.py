@@ -100,6 +100,30 @@ def environment_line() -> str:
     )
 
 
+VERDICT_HEADERS = ["claim", "paper", "measured", "verdict", "reason"]  # verdicts.csv of every reproduction
+VERDICTS = ("reproduced", "partial", "not reproduced", "undecided")
+
+
+def splice_section(readme: str, title: str, body: str, before: str) -> None:
+    """Put ``## <title>`` with ``body`` into the Markdown file ``readme``: in place of an existing section of that
+    title, else just before the ``## <before>`` heading (at the end when there is none)."""
+    with open(readme) as f:
+        text = f.read()
+    block = f"## {title}\n\n{body.strip()}\n\n"
+    head = f"\n## {title}\n"
+    if head in text:
+        start = text.index(head) + 1
+        nxt = text.find("\n## ", start + len(head) - 1)
+        text = text[:start] + block + (text[nxt + 1:] if nxt >= 0 else "")
+    elif f"\n## {before}\n" in text:
+        at = text.index(f"\n## {before}\n") + 1
+        text = text[:at] + block + text[at:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    with open(readme, "w") as f:
+        f.write(text.rstrip("\n") + "\n")
+
+
 class Report:
     """A Markdown report written to ``<out_dir>/README.md`` with its figures beside it."""
 

@@ -23,10 +23,27 @@ through ``engine.run``.
 
     python scripts/repro_induction.py          # full: about 10 minutes on 2 CPU cores -> docs/results/induction/
     python scripts/repro_induction.py --quick  # seconds; for tests
+    python scripts/repro_induction.py --verdicts_only   # verdicts.csv and the Verdicts section from the CSVs
+
+Pass criteria (written on 2026-12-02, after the committed runs of 2026-12-01: the verdicts of those runs are post
+hoc). W = 2 measurement intervals; "abrupt" = the ICL score covers 10% to 90% of its fall within 10% of the
+training steps; a head is an induction head when its prefix-matching score ends >= 0.5 (layer 1 of the 2-layer
+model), a previous-token head when its previous-token score ends >= 0.5 (layer 0).
+1. Phase change (2 layers): reproduced when the fall is abrupt in every seed, partial in some, not in none.
+2. Induction and previous-token heads form in the phase change (2 layers): per seed, at least one of each, and
+   every one reaches half its final score within W of the steepest ICL fall; reproduced in every seed, partial
+   in some, not in none.
+3. One layer is different: no induction head, no abrupt fall, and a final ICL score higher (worse) than 2
+   layers' with a 95% Welch interval over seeds that excludes 0; reproduced when all three hold, partial when
+   some do, not when none does.
+4. Knocking out the top induction head removes most in-context learning (2 layers): mean share of the ICL drop
+   lost >= 0.5 reproduced, 0.2-0.5 partial, < 0.2 not reproduced.
+5. Knocking out every layer-1 head (all induction heads) removes most in-context learning: the same thresholds.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import os
 import sys
@@ -34,7 +51,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from _report import Report, environment_line, mean_std, plt, write_csv
+from _report import VERDICT_HEADERS, Report, environment_line, markdown_table, mean_std, plt, splice_section, write_csv
+import _stats
 from _runs import config_path, history, load, points, with_overrides
 
 import jax
@@ -214,8 +232,17 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                         "runs/repro/induction_quick with --quick)")
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1,2; 0 with --quick)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 1500; 4 quick)")
+    parser.add_argument("--verdicts_only", action="store_true", help="train nothing: verdicts.csv and the report's "
+                        "Verdicts section from the CSVs in --out")
     args = parser.parse_args(argv)
     out = args.out or os.path.join(REPO, "runs/repro/induction_quick" if args.quick else "docs/results/induction")
+    if args.verdicts_only:
+        rows = verdict_rows(out)
+        write_csv(os.path.join(out, "verdicts.csv"), VERDICT_HEADERS, rows)
+        path = os.path.join(out, "README.md")
+        splice_section(path, "Verdicts", verdicts_text(rows), before="What the data say")
+        print(f"wrote {os.path.join(out, 'verdicts.csv')} and the Verdicts section of {path}")
+        return path
     seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
     spec_arg = ",".join(x for x in ("quick" if args.quick else "", f"steps={args.steps}" if args.steps else "") if x)
     spec = config_path("repro_induction") + (f":{spec_arg}" if spec_arg else "")
@@ -306,6 +333,10 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                   "loss per position at the end (grey: the early and late windows of the score), for 1- and "
                   "2-layer attention-only models.")
     head_sections(report, runs, seeds)
+    report.section("Verdicts")
+    rows = verdict_rows(out)
+    write_csv(os.path.join(out, "verdicts.csv"), VERDICT_HEADERS, rows)
+    report.text(verdicts_text(rows))
     report.section("What the data say")
     report.text(verdict(runs, seeds, every))
     report.section("Through the engine")
@@ -577,6 +608,120 @@ def olsson_paragraph(runs: dict, seeds: Sequence[int], every: int) -> str:
         + "and the task is synthetic (repeated random blocks, every late token predictable by copying), not "
         "natural-language text, so the ICL score here measures copying alone.")
 
+
+
+# --------------------------------------------------------------------------------------------- verdicts
+OLSSON = "Olsson et al. 2022, In-context Learning and Induction Heads"
+HEAD_THRESHOLD = 0.5  # final score that makes a head an induction / previous-token head
+ABRUPT = 0.1  # the 10%->90% fall within this fraction of the training steps
+MOST, SOME = 0.5, 0.2  # share of the ICL drop lost by a knockout: "most", "some"
+
+
+def _read(out: str, name: str) -> list[dict]:
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is missing; expected the CSVs a full run of scripts/repro_induction.py "
+                                f"writes into --out={out}")
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _window(text: str) -> Optional[tuple[int, int]]:
+    lo, _, hi = text.partition("→")
+    return (int(lo), int(hi)) if lo.strip().isdigit() and hi.strip().isdigit() else None
+
+
+def _int(text: str) -> Optional[int]:
+    return int(text) if text.strip().lstrip("-").isdigit() else None
+
+
+def _graded(hits: int, total: int) -> str:
+    return "reproduced" if hits == total and total else ("partial" if hits else "not reproduced")
+
+
+def verdict_rows(out: str) -> list[list]:
+    """The verdict rows (``VERDICT_HEADERS``) of the pass criteria in this module's docstring, from the CSVs a
+    run wrote into ``out`` (summary, heads, ablation, scores)."""
+    summary, heads, ablation = _read(out, "summary.csv"), _read(out, "heads.csv"), _read(out, "ablation.csv")
+    steps = sorted({int(r["step"]) for r in _read(out, "scores.csv")})
+    interval = steps[1] - steps[0] if len(steps) > 1 else steps[0]
+    total_steps, near = steps[-1], 2 * interval
+    by = {(int(r["attention layers"]), int(r["seed"])): r for r in summary}
+    seeds = {layers: sorted(s for (n, s) in by if n == layers) for layers in (1, 2)}
+
+    def abrupt(layers, seed) -> bool:
+        w = _window(by[layers, seed]["10%→90% of the fall (steps)"])
+        return w is not None and w[1] - w[0] <= ABRUPT * total_steps
+
+    def heads_of(layers, seed, layer) -> list[dict]:
+        return [h for h in heads if (int(h["attention layers"]), int(h["seed"]), int(h["layer"])) == (layers, seed,
+                                                                                                    layer)]
+
+    rows = []
+    two = seeds[2]
+    widths = [by[2, s]["10%→90% of the fall (steps)"] for s in two]
+    hits = sum(abrupt(2, s) for s in two)
+    rows.append(["the ICL score falls abruptly (a phase change) in the 2-layer model", OLSSON,
+                 f"10%→90% of the fall: {', '.join(widths)} (seeds {', '.join(map(str, two))}) of {total_steps} steps",
+                 _graded(hits, len(two)), f"abrupt (within {ABRUPT:.0%} of the steps) in {hits} of {len(two)} seeds"])
+
+    formed, parts = 0, []
+    for s in two:
+        phase = _int(by[2, s]["phase change at step"])
+        if phase is None:
+            parts.append(f"seed {s}: no fall of the ICL score")
+            continue
+        ind = [h for h in heads_of(2, s, 1) if float(h["prefix-matching score (end)"]) >= HEAD_THRESHOLD]
+        prev = [h for h in heads_of(2, s, 0) if float(h["previous-token score (end)"]) >= HEAD_THRESHOLD]
+        halves = ([h["prefix-matching half-final step"] for h in ind]
+                  + [h["previous-token half-final step"] for h in prev])
+        lags = [int(x) - phase for x in halves if _int(x) is not None]
+        ok = bool(ind) and bool(prev) and len(lags) == len(halves) and all(abs(g) <= near for g in lags)
+        formed += ok
+        parts.append(f"seed {s}: {len(ind)} induction, {len(prev)} previous-token heads, half-final "
+                     f"{min(lags, default=0):+d} to {max(lags, default=0):+d} steps from the steepest fall {phase}")
+    rows.append(["induction heads (with previous-token heads before them) form during the phase change", OLSSON,
+                 "; ".join(parts), _graded(formed, len(two)),
+                 f"both kinds formed within {near} steps of the fall in {formed} of {len(two)} seeds"])
+
+    one = seeds[1]
+    top_prefix = max((float(h["prefix-matching score (end)"]) for s in one for h in heads_of(1, s, 0)), default=0.0)
+    no_heads = top_prefix < HEAD_THRESHOLD
+    no_fall = not any(abrupt(1, s) for s in one)
+    iv = _stats.welch_ci([float(by[1, s]["ICL score (end)"]) for s in one],
+                         [float(by[2, s]["ICL score (end)"]) for s in two])
+    worse = iv.excludes_zero() and iv.diff > 0
+    held = sum((no_heads, no_fall, worse))
+    rows.append(["a 1-layer attention-only model forms no induction head, has no phase change and learns less "
+                 "in context", OLSSON,
+                 f"highest prefix-matching score {top_prefix:.2f}; 10%→90% of the fall "
+                 f"{', '.join(by[1, s]['10%→90% of the fall (steps)'] for s in one)}; final ICL score 1 layer minus "
+                 f"2 layers {iv.text(2)}", "reproduced" if held == 3 else ("partial" if held else "not reproduced"),
+                 f"{held} of 3 hold (no induction head: {no_heads}, no abrupt fall: {no_fall}, worse ICL score: "
+                 f"{worse})"])
+
+    def knockout(condition: str, claim: str) -> list:
+        shares = [float(r["share of the drop lost"]) for r in ablation
+                  if int(r["attention layers"]) == 2 and r["masked"] == condition]
+        mean = float(np.mean(shares)) if shares else math.nan
+        v = ("undecided" if not shares else "reproduced" if mean >= MOST else
+             "partial" if mean >= SOME else "not reproduced")
+        return [claim, OLSSON, f"share of the ICL drop lost with the {condition} masked: {mean_std(shares)}", v,
+                f"mean {mean:.2f} against {MOST} (most) and {SOME} (some)"]
+
+    H = len(heads_of(2, two[0], 1))
+    rows.append(knockout("top prefix-matching head", "knocking out the (top) induction head removes most "
+                         "in-context learning"))
+    rows.append(knockout(f"top {H} prefix-matching heads", "knocking out every induction head (all of layer 1) "
+                         "removes most in-context learning"))
+    return rows
+
+
+def verdicts_text(rows: list[list]) -> str:
+    """The Verdicts section: the table and where its criteria are."""
+    return ("Pass criteria: the module docstring of `scripts/repro_induction.py`. They were written on 2026-12-02, "
+            "after the runs of 2026-12-01, so these verdicts are post hoc.\n\n"
+            + markdown_table(VERDICT_HEADERS, rows) + "\n\n(CSV: [verdicts.csv](verdicts.csv))")
 
 if __name__ == "__main__":
     sys.exit(0 if main() else 1)

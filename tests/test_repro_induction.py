@@ -2,13 +2,15 @@
 functions on hand-made attention, and the data layout it trains on."""
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
 
-from reports import read_csv as _csv
+from reports import REPO, read_csv as _csv
 
 import repro_induction  # noqa: E402  (scripts/ is on the path once reports is imported)
+from _report import VERDICT_HEADERS, VERDICTS, write_csv  # noqa: E402
 
 
 def test_induction_quick(tmp_path):
@@ -49,6 +51,40 @@ def test_induction_quick(tmp_path):
         unmasked = next(r for r in ablation if r["attention layers"] == layers and r["masked"] == "no mask")
         assert float(unmasked["ICL score"]) == pytest.approx(float(summary["ICL score (end)"]), abs=1e-4)
     assert "## Ablation" in text and "prefix-matching" in text
+    verdicts = _csv(tmp_path / "verdicts.csv")
+    assert list(verdicts[0]) == VERDICT_HEADERS and len(verdicts) == 5
+    assert {r["verdict"] for r in verdicts} <= set(VERDICTS)
+    assert text.index("## Verdicts") < text.index("## What the data say")
+
+
+def test_verdicts_only_rebuilds_the_committed_verdicts(tmp_path):
+    committed = os.path.join(REPO, "docs", "results", "induction")
+    for name in ("summary.csv", "heads.csv", "ablation.csv", "scores.csv", "README.md"):
+        shutil.copy(os.path.join(committed, name), tmp_path / name)
+    readme = (tmp_path / "README.md").read_text()
+    start = readme.index("## Verdicts")
+    (tmp_path / "README.md").write_text(readme[:start] + readme[readme.index("## What the data say"):])
+    repro_induction.main([f"--out={tmp_path}", "--verdicts_only"])
+    assert (tmp_path / "README.md").read_text() == readme  # the section comes back where it was, unchanged
+    assert _csv(tmp_path / "verdicts.csv") == _csv(os.path.join(committed, "verdicts.csv"))
+    verdicts = [r["verdict"] for r in _csv(tmp_path / "verdicts.csv")]
+    assert verdicts == ["reproduced", "reproduced", "reproduced", "not reproduced", "reproduced"]
+    os.remove(tmp_path / "heads.csv")
+    with pytest.raises(FileNotFoundError, match="heads.csv is missing"):
+        repro_induction.main([f"--out={tmp_path}", "--verdicts_only"])
+
+
+def test_knockout_verdicts_follow_the_share_lost(tmp_path):
+    committed = os.path.join(REPO, "docs", "results", "induction")
+    for name in ("summary.csv", "heads.csv", "scores.csv"):
+        shutil.copy(os.path.join(committed, name), tmp_path / name)
+    rows = _csv(os.path.join(committed, "ablation.csv"))
+    for share, expected in ((0.6, "reproduced"), (0.3, "partial"), (0.1, "not reproduced")):
+        for r in rows:
+            if r["masked"] == "top prefix-matching head":
+                r["share of the drop lost"] = str(share)
+        write_csv(str(tmp_path / "ablation.csv"), list(rows[0]), [list(r.values()) for r in rows])
+        assert repro_induction.verdict_rows(str(tmp_path))[3][3] == expected
 
 
 def test_icl_score_and_phase_change():
