@@ -47,8 +47,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _report import Report, environment_line, fmt, markdown_table, mean_std, write_csv  # noqa: E402
-from _stats import welch_ci  # noqa: E402
 from _runs import load, with_overrides  # noqa: E402
+from _stats import welch_ci  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -280,7 +280,8 @@ def verdict_rows(s: dict[str, list[float]], accuracy: list[float], uniform_accur
     paper = "Wiegreffe & Pinter 2019: uniform-weights baseline, no significant gain on some tasks"
     n = min(len(accuracy), len(uniform_accuracy))
     if n < MIN_SEEDS:
-        return rows + [[claim, paper, f"{n} seed(s)", "undecided", f"{n} seed(s); {MIN_SEEDS} needed"]]
+        measured = f"test accuracy per seed: learned {_seeds(accuracy)}; uniform {_seeds(uniform_accuracy)}"
+        return rows + [[claim, paper, measured, "undecided", f"{n} seed(s); {MIN_SEEDS} needed"]]
     iv = welch_ci(accuracy, uniform_accuracy)
     measured = (f"test accuracy learned - uniform {iv.text(3)} (95% Welch; learned {fmt(np.mean(accuracy))}, "
                 f"uniform {fmt(np.mean(uniform_accuracy))}, {len(accuracy)} and {len(uniform_accuracy)} seeds)")
