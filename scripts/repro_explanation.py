@@ -13,18 +13,42 @@ original found by Adam whose output stays within TVD ``--epsilon``.
     python scripts/repro_explanation.py                  # 3 seeds x 2000 steps -> docs/results/explanation/
     python scripts/repro_explanation.py --seeds 1 --steps 300 --examples 200
     python scripts/repro_explanation.py --quick          # seconds: tiny sizes, for tests
+    python scripts/repro_explanation.py --verdicts_only  # verdicts.csv and the README's Verdicts section from
+                                                         #   the per-seed CSVs already in --out (no training)
+
+Pass criteria. Written on 2026-12-02, after the measurements of 2026-12-01 committed in docs/results/explanation
+(b761717), so the verdicts on those measurements are post hoc. Each claim needs MIN_SEEDS (3) seeds, else it is
+undecided. Per-seed claims: reproduced when every seed passes, partial when some do, not reproduced when none does.
+- (J&W-1) Attention agrees only weakly with other importance measures: a seed passes when its mean Kendall tau
+  (over verses) between alpha and gradient x input, and between alpha and leave-one-out, are both below
+  TAU_WEAK (0.5, i.e. fewer than 75% of token pairs ordered alike).
+- (J&W-2) Permuting attention barely changes the output: a seed passes when the median over verses of the
+  per-verse median output TVD is below PERM_SMALL (0.05).
+- (J&W-2b) Permutation changes the output more where attention is peaked: a seed passes when the per-verse
+  median TVD of the verses with max alpha >= PEAKED (0.75) is larger than that of the verses with max alpha <
+  FLAT (0.25), one-sided Mann-Whitney U p < 0.05; undecided when a seed has fewer than MIN_BIN (5) verses in
+  either group.
+- (J&W-3) Attention far from the original keeps the output: a seed passes when at least ADV_FRAC (half) of its
+  verses have an adversarial alpha' with JSD(alpha, alpha') > ADV_JSD (0.5 nats; max ln 2 = 0.693) and output
+  TVD <= --epsilon.
+- (W&P) Learned attention gives no significant accuracy gain over uniform attention: learned minus uniform test
+  accuracy over seeds, 95% Welch interval. Not reproduced when the interval lies above 0 (a significant gain);
+  reproduced when it contains 0 (or lies below it) and its upper end is below GAIN_MARGIN (0.05: a gain of 5
+  accuracy points or more is ruled out); partial when it contains 0 but reaches GAIN_MARGIN.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _report import Report, environment_line, fmt, mean_std, write_csv  # noqa: E402
+from _report import Report, environment_line, fmt, markdown_table, mean_std, write_csv  # noqa: E402
 from _runs import load, with_overrides  # noqa: E402
+from _stats import welch_ci  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -40,6 +64,13 @@ from engine.hooks import Hook  # noqa: E402
 SPEC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "repro_explanation.py")
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results", "explanation")
 MAX_ATTENTION_BINS = (0.0, 0.25, 0.5, 0.75, 1.0001)
+# pass criteria (module docstring)
+MIN_SEEDS, TAU_WEAK, PERM_SMALL, FLAT, PEAKED, MIN_BIN = 3, 0.5, 0.05, 0.25, 0.75, 5
+ADV_JSD, ADV_FRAC, GAIN_MARGIN, P_VALUE = 0.5, 0.5, 0.05, 0.05
+VERDICT_HEADERS = ["claim", "paper", "measured", "verdict", "reason"]
+CRITERIA_NOTE = ("Pass criteria: the module docstring of `scripts/repro_explanation.py`. They were written on "
+                 "2026-12-02, after the measurements of 2026-12-01 (commit b761717), so the verdicts on those "
+                 "measurements are post hoc.")
 PAPERS = """
 - Jain & Wallace, *Attention is not Explanation*, NAACL 2019 (arXiv:1902.10186): BiLSTM and CNN encoders with
   additive attention on text classification, QA and NLI; "learned attention weights are frequently uncorrelated
@@ -182,9 +213,136 @@ def summarise(measures: list[dict]) -> dict[str, list[float]]:
     keys = ("tau_grad", "tau_loo", "sig_grad", "sig_loo", "perm_median_tvd", "adv_jsd")
     out = {f"mean_{k}": [float(np.nanmean(m[k])) for m in measures] for k in keys}
     out["median_perm_median_tvd"] = [float(np.median(m["perm_median_tvd"])) for m in measures]
-    out["frac_perm_below_0.05"] = [float(np.mean(m["perm_median_tvd"] < 0.05)) for m in measures]
-    out["frac_adv_jsd_above_0.5"] = [float(np.mean(m["adv_jsd"] > 0.5)) for m in measures]
+    out[f"frac_perm_below_{PERM_SMALL:g}"] = [float(np.mean(m["perm_median_tvd"] < PERM_SMALL)) for m in measures]
+    out[f"frac_adv_jsd_above_{ADV_JSD:g}"] = [float(np.mean(m["adv_jsd"] > ADV_JSD)) for m in measures]
     return out
+
+
+def _seeds(values) -> str:
+    return ", ".join(fmt(v) for v in values)
+
+
+def _per_seed_row(claim: str, paper: str, measured: str, passed: list[bool], what: str) -> list:
+    """Verdict row of a claim tested in every seed (criteria in the module docstring)."""
+    n, k = len(passed), sum(passed)
+    if n < MIN_SEEDS:
+        return [claim, paper, measured, "undecided", f"{n} seed(s); {MIN_SEEDS} needed"]
+    verdict = "reproduced" if k == n else ("partial" if k else "not reproduced")
+    return [claim, paper, measured, verdict, f"{what} in {k} of {n} seeds"]
+
+
+def verdict_rows(s: dict[str, list[float]], accuracy: list[float], uniform_accuracy: list[float],
+                 alpha_max: list[np.ndarray], perm_tvd: list[np.ndarray]) -> list[list]:
+    """Rows [claim, paper, measured, verdict, reason], one per claim, under the module docstring's pass criteria.
+
+    ``s``: ``summarise`` output (measure -> one value per seed); ``accuracy``, ``uniform_accuracy``: test accuracy
+    per seed; ``alpha_max``, ``perm_tvd``: per seed, [N] max pooling weight and median permutation TVD per verse.
+    """
+    jw = "Jain & Wallace 2019"
+    tau_g, tau_l = s["mean_tau_grad"], s["mean_tau_loo"]
+    rows = [_per_seed_row(
+        "attention correlates only weakly with gradient x input and leave-one-out importance",
+        f"{jw}: attention weights frequently uncorrelated with gradient-based and leave-one-out importance",
+        f"mean Kendall tau per seed: gradient x input {_seeds(tau_g)}; leave-one-out {_seeds(tau_l)}",
+        [max(g, l) < TAU_WEAK for g, l in zip(tau_g, tau_l)], f"both below {TAU_WEAK:g}")]
+    med = s["median_perm_median_tvd"]
+    rows.append(_per_seed_row(
+        "permuting attention barely changes the output", f"{jw}: random permutations often change the output little",
+        f"median over verses of the per-verse median output TVD per seed: {_seeds(med)} (fraction of verses below "
+        f"{PERM_SMALL:g}: {_seeds(s[f'frac_perm_below_{PERM_SMALL:g}'])})",
+        [x < PERM_SMALL for x in med], f"below {PERM_SMALL:g}"))
+    parts, passed, small = [], [], 0
+    for seed, (amax, tvd_) in enumerate(zip(alpha_max, perm_tvd)):
+        hi, lo = tvd_[amax >= PEAKED], tvd_[amax < FLAT]
+        if min(len(hi), len(lo)) < MIN_BIN:
+            small += 1
+            parts.append(f"seed {seed}: {len(hi)} vs {len(lo)} verses")
+            continue
+        p = float(scipy_stats.mannwhitneyu(hi, lo, alternative="greater").pvalue)
+        passed.append(bool(np.median(hi) > np.median(lo) and p < P_VALUE))
+        parts.append(f"seed {seed}: {fmt(np.median(hi))} (n={len(hi)}) vs {fmt(np.median(lo))} (n={len(lo)}), "
+                     f"p={fmt(p, 2)}")
+    row = _per_seed_row("permutation changes the output more where attention is peaked",
+                        f"{jw}: permutation output change against max attention",
+                        f"per-verse median TVD, median for max alpha >= {PEAKED:g} vs < {FLAT:g} (one-sided "
+                        f"Mann-Whitney): " + "; ".join(parts), passed, f"larger with p < {P_VALUE:g}")
+    if small:
+        row[3:] = ["undecided", f"{small} seed(s) with fewer than {MIN_BIN} verses in a group"]
+    rows.append(row)
+    frac = s[f"frac_adv_jsd_above_{ADV_JSD:g}"]
+    rows.append(_per_seed_row(
+        "attention far from the original (adversarial, by JSD) keeps the output within TVD epsilon",
+        f"{jw}: very different attention distributions yield equivalent predictions (JSD up to about 0.69)",
+        f"fraction of verses with an adversarial alpha' at JSD > {ADV_JSD:g} per seed: {_seeds(frac)} (mean JSD "
+        f"{_seeds(s['mean_adv_jsd'])}; max ln 2 = 0.693)", [f >= ADV_FRAC for f in frac],
+        f"at least {ADV_FRAC:g} of the verses"))
+    claim = "learned attention gives no significant accuracy gain over uniform attention"
+    paper = "Wiegreffe & Pinter 2019: uniform-weights baseline, no significant gain on some tasks"
+    n = min(len(accuracy), len(uniform_accuracy))
+    if n < MIN_SEEDS:
+        measured = f"test accuracy per seed: learned {_seeds(accuracy)}; uniform {_seeds(uniform_accuracy)}"
+        return rows + [[claim, paper, measured, "undecided", f"{n} seed(s); {MIN_SEEDS} needed"]]
+    iv = welch_ci(accuracy, uniform_accuracy)
+    measured = (f"test accuracy learned - uniform {iv.text(3)} (95% Welch; learned {fmt(np.mean(accuracy))}, "
+                f"uniform {fmt(np.mean(uniform_accuracy))}, {len(accuracy)} and {len(uniform_accuracy)} seeds)")
+    if iv.lo > 0:
+        verdict, reason = "not reproduced", "interval above 0: learned attention is significantly better"
+    elif iv.hi < GAIN_MARGIN:
+        verdict, reason = "reproduced", f"no significant gain; the upper end is below {GAIN_MARGIN:g}"
+    else:
+        verdict, reason = "partial", f"no significant gain, but the upper end reaches {GAIN_MARGIN:g}"
+    return rows + [[claim, paper, measured, verdict, reason]]
+
+
+def write_verdicts(out: str, rows: list[list], note: str = "") -> str:
+    """Writes ``<out>/verdicts.csv``; returns the report's Verdicts section (Markdown)."""
+    write_csv(os.path.join(out, "verdicts.csv"), VERDICT_HEADERS, rows)
+    return "\n\n".join(["## Verdicts", f"{CRITERIA_NOTE} {note}".strip(), markdown_table(VERDICT_HEADERS, rows),
+                         "(CSV: [verdicts.csv](verdicts.csv))"])
+
+
+def _read(out: str, name: str) -> list[dict[str, str]]:
+    path = os.path.join(out, name)
+    if not os.path.isfile(path):
+        raise SystemExit(f"--verdicts_only: {path} not found; expected the CSVs of a full run in --out")
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def verdicts_only(out: str) -> list[list]:
+    """Verdict rows from the per-seed CSVs in ``out``; writes verdicts.csv and puts the Verdicts section into
+    README.md (replacing an existing one, before "## What the data say" or at the end)."""
+    summary, acc, per_example = _read(out, "summary.csv"), _read(out, "accuracy.csv"), _read(out, "per_example.csv")
+    readme = os.path.join(out, "README.md")
+    if not os.path.isfile(readme):
+        raise SystemExit(f"--verdicts_only: {readme} not found; expected the report of a full run in --out")
+    try:
+        acc = [r for r in acc if r["seed"].isdigit()]
+        seeds = [int(r["seed"]) for r in acc]
+        if seeds != list(range(len(seeds))) or sorted({int(r["seed"]) for r in per_example}) != seeds:
+            raise ValueError(f"seeds {seeds} in accuracy.csv; expected 0..n-1, the same as in per_example.csv")
+        s = {r["measure"]: [float(r[f"seed {i}"]) for i in seeds] for r in summary}
+        by_seed = [[r for r in per_example if int(r["seed"]) == i] for i in seeds]
+        rows = verdict_rows(s, [float(r["test accuracy (learned α)"]) for r in acc],
+                            [float(r["test accuracy (uniform α)"]) for r in acc],
+                            [np.array([float(r["max_alpha"]) for r in b]) for b in by_seed],
+                            [np.array([float(r["perm_median_tvd"]) for r in b]) for b in by_seed])
+    except (KeyError, ValueError) as e:
+        raise SystemExit(f"--verdicts_only: the CSVs in {out} are not those of a full run ({type(e).__name__}: {e})")
+    section = write_verdicts(out, rows, "Rebuilt from the committed CSVs with `--verdicts_only` (no retraining).")
+    text = open(readme).read()
+    start = text.find("\n## Verdicts\n")
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start + 1] + (text[end + 1:] if end >= 0 else "")
+    at = text.find("\n## What the data say\n")
+    if at >= 0:
+        text = text[:at + 1] + section + "\n\n" + text[at + 1:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    with open(readme, "w") as f:
+        f.write(text)
+    return rows
 
 
 def main(argv=None) -> None:
@@ -197,7 +355,13 @@ def main(argv=None) -> None:
     ap.add_argument("--adv_steps", type=int, default=300)
     ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (tests)")
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--verdicts_only", action="store_true",
+                    help="verdicts.csv and the README's Verdicts section from the CSVs in --out; no training")
     a = ap.parse_args(argv)
+    if a.verdicts_only:
+        for row in verdicts_only(a.out):
+            print(f"{row[3]}: {row[0]} ({row[4]})")
+        return
     if a.quick:
         a.seeds, a.examples, a.permutations, a.adv_steps = 1, min(a.examples, 8), min(a.permutations, 100), 20
     for name in ("seeds", "steps", "examples", "permutations", "adv_steps"):
@@ -280,6 +444,8 @@ split (which is ordered by book, so both classes appear), per seed:
               ["seed", "example", "tokens", "correct", "max_alpha", "tau_grad", "tau_loo", "perm_median_tvd",
                "adv_jsd"], per_example)
     r.text("Per-verse values: [per_example.csv](per_example.csv).")
+    r.text(write_verdicts(a.out, verdict_rows(s, accuracy, uniform_accuracy, [m["alpha_max"] for m in measures],
+                                              [m["perm_median_tvd"] for m in measures])))
     r.write()
     print(f"wrote {a.out}/README.md; mean tau_grad {fmt(np.mean(s['mean_tau_grad']))}, "
           f"tau_loo {fmt(np.mean(s['mean_tau_loo']))}, median perm TVD {fmt(np.mean(s['median_perm_median_tvd']))}, "
