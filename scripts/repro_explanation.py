@@ -46,7 +46,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _report import Report, environment_line, fmt, markdown_table, mean_std, write_csv  # noqa: E402
+from _report import (VERDICT_HEADERS, Report, environment_line, fmt, markdown_table, mean_std,  # noqa: E402
+                     splice_section, write_csv)
 from _runs import load, with_overrides  # noqa: E402
 from _stats import welch_ci  # noqa: E402
 
@@ -67,7 +68,6 @@ MAX_ATTENTION_BINS = (0.0, 0.25, 0.5, 0.75, 1.0001)
 # pass criteria (module docstring)
 MIN_SEEDS, TAU_WEAK, PERM_SMALL, FLAT, PEAKED, MIN_BIN = 3, 0.5, 0.05, 0.25, 0.75, 5
 ADV_JSD, ADV_FRAC, GAIN_MARGIN, P_VALUE = 0.5, 0.5, 0.05, 0.05
-VERDICT_HEADERS = ["claim", "paper", "measured", "verdict", "reason"]
 CRITERIA_NOTE = ("Pass criteria: the module docstring of `scripts/repro_explanation.py`. They were written on "
                  "2026-12-02, after the measurements of 2026-12-01 (commit b761717), so the verdicts on those "
                  "measurements are post hoc.")
@@ -330,18 +330,7 @@ def verdicts_only(out: str) -> list[list]:
     except (KeyError, ValueError) as e:
         raise SystemExit(f"--verdicts_only: the CSVs in {out} are not those of a full run ({type(e).__name__}: {e})")
     section = write_verdicts(out, rows, "Rebuilt from the committed CSVs with `--verdicts_only` (no retraining).")
-    text = open(readme).read()
-    start = text.find("\n## Verdicts\n")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start + 1] + (text[end + 1:] if end >= 0 else "")
-    at = text.find("\n## What the data say\n")
-    if at >= 0:
-        text = text[:at + 1] + section + "\n\n" + text[at + 1:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(readme, "w") as f:
-        f.write(text)
+    splice_section(readme, "Verdicts", section.split("\n\n", 1)[1], before="What the data say")
     return rows
 
 
