@@ -20,6 +20,30 @@ cross-attention frozen to uniform (``model.uniform_attention_groups=("cross",)``
     python scripts/repro_head_importance.py                  # 3 seeds + 1 uniform x 12 min -> docs/results/head_importance/
     python scripts/repro_head_importance.py --raw /tmp/hi    # keep each run's measurements; a rerun reuses them
     python scripts/repro_head_importance.py --quick          # seconds: tiny sizes, for tests
+
+Pass criteria of the verdict table (``verdicts.csv`` and the report's "Verdicts" section). They were written on
+2026-12-02, after the measurements in ``docs/results/head_importance/raw/`` had been committed (2026-12-01):
+they turn the judgements of the report's earlier "In short" line into thresholds, so the verdicts are post hoc,
+not a test fixed in advance. Means are over seeds; BLEU is on the ``--sentences`` test subset.
+- Single heads (Michel et al.): reproduced when the mean number of heads whose BLEU falls by at least
+  HURT_BLEU (1) when masked alone is at most MAX_HURT_SHARE (15%) of all heads; not reproduced otherwise.
+- Pruning (Michel et al.): per seed, the largest fraction of all heads (pruned by normalised importance) whose
+  BLEU stays within WITHIN_BLEU (1) of the unpruned model; reproduced when its mean is at least PRUNABLE (20%),
+  not reproduced otherwise; undecided when the fraction grid has no 20% point.
+- Most sensitive group (Michel et al.): the group with the largest mean BLEU loss at 50% plus at the grid's
+  last fraction (90%) of its own heads pruned; reproduced when it is cross-attention, not reproduced otherwise.
+- Confidence (Voita et al.): the mean Spearman correlation of encoder self-attention heads' confidence with
+  raw and with per-layer-normalised importance; reproduced when both exceed CONFIDENCE_RHO (0.3), partial when
+  one does, not reproduced when neither; undecided when a correlation is undefined.
+- Positional heads (Voita et al.): not reproduced when no self-attention head is positional (POSITIONAL);
+  reproduced when there are positional heads and their mean pruning position (0 = pruned first, 1 = last,
+  pooled over seeds) is above that of all other heads, partial when it is not.
+- Replaced cross-attention (Vashishth et al.): reproduced when the mean BLEU with cross-attention permuted in
+  all layers and the one with it uniform in all layers (decode time) are both below WRECKED (50%) of the
+  unmodified mean BLEU, partial when one is, not reproduced when neither.
+- Uniform baseline (Wiegreffe & Pinter): reproduced when the mean BLEU of the models trained with uniform
+  cross-attention is more than UNIFORM_GAP (1) below the learned models'; not reproduced otherwise; undecided
+  when none was trained.
 """
 from __future__ import annotations
 
@@ -52,6 +76,14 @@ SELF_GROUPS = ("encoder_self", "decoder_self")
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 QUICK_FRACTIONS = (0.0, 0.5, 0.9)
 POSITIONAL = 0.9  # Voita et al.: a head is positional when its maximum sits at one relative position >= 90% of the time
+# Pass criteria (module docstring; written after the measurements, so post hoc)
+HURT_BLEU = 1.0  # a head masked alone "hurts" when BLEU falls by at least this much
+MAX_HURT_SHARE = 0.15  # single heads: at most this share of the heads hurts on average
+WITHIN_BLEU = 1.0  # pruning: "without noticeable loss" = within this much BLEU of the unpruned model
+PRUNABLE = 0.2  # pruning: fraction of all heads that must be prunable within WITHIN_BLEU
+CONFIDENCE_RHO = 0.3  # Voita et al.: Spearman(confidence, importance) above this counts as correlated
+WRECKED = 0.5  # Vashishth et al.: replaced cross-attention below this fraction of the unmodified BLEU
+UNIFORM_GAP = 1.0  # Wiegreffe & Pinter: uniform cross-attention more than this much BLEU below learned
 PAPER = """
 - **Michel, Levy & Neubig**, *Are Sixteen Heads Really Better than One?*, NeurIPS 2019 (arXiv:1905.10650), on a
   WMT'14 En-Fr Transformer-large (6+6 layers, 16 heads). Abstract: "a large percentage of attention heads can
@@ -606,8 +638,14 @@ Interventions are `models.Interventions` passed to the model and to `models.gree
                 csv_name="uniform_baseline.csv")
     else:
         r.text("Not run (`--uniform_seeds 0`).")
+    numbers = claim_numbers(runs, uniform)
+    rows = verdict_rows(numbers)
+    r.section("Verdicts")
+    r.text("Criteria: see the docstring of `scripts/repro_head_importance.py`. They were written on 2026-12-02, "
+           "after the measurements of 2026-12-01 had been committed, so these verdicts are post hoc.")
+    r.table(["claim", "paper", "measured", "verdict", "reason"], rows, csv_name="verdicts.csv")
     r.section("What the data say")
-    r.text(verdict(runs, uniform, a.sentences))
+    r.text(verdict(numbers, rows, a.sentences))
     r.write()
 
 
@@ -619,28 +657,200 @@ def _ms(values, digits: int = 2) -> str:
     return f"{v.mean():.{digits}f}" + (f" ± {v.std(ddof=1):.{digits}f}" if v.size > 1 else "")
 
 
-def verdict(runs: list, uniform: list, sentences: int) -> str:
-    """Sentences computed from the measurements, each against the paper it tests."""
+def _finite_mean(values) -> float:
+    """Mean of the finite values (NaN when there are none)."""
+    v = np.asarray([x for x in values if np.isfinite(x)], np.float64)
+    return float(v.mean()) if v.size else float("nan")
+
+
+def claim_numbers(runs: list, uniform: list) -> dict:
+    """The measurements the verdicts and the "What the data say" paragraph are computed from (per-seed arrays
+    unless noted)."""
     n, fractions = len(runs), runs[0]["fractions"]
-    base = np.array([m["base_bleu"] for m in runs])
     drops = {g: np.stack([m["single_bleu"][g] - m["base_bleu"] for m in runs]) for g in GROUPS}  # [seeds, L, H]
     flat = np.concatenate([drops[g].reshape(n, -1) for g in GROUPS], axis=1)  # [seeds, heads]
-    heads = flat.shape[1]
+    half = fractions.index(0.5)
+    base = np.array([m["base_bleu"] for m in runs])
+    at = {g: np.array([m["group_bleu"][g] for m in runs]) for g in GROUPS}  # [seeds, fractions]
+    surv = {k: [] for k in ("pos", "conf", "other")}  # pruning positions pooled over seeds
+    for m in runs:
+        for i, (g, l, h) in enumerate(m["order"]):
+            k = "pos" if is_positional(m, g, l, h) else "conf" if is_confident(m, g, l, h) else "other"
+            surv[k].append(i / len(m["order"]))
+    cross = list(runs[0]["vashishth"])
+    return {
+        "n": n, "fractions": fractions, "heads": flat.shape[1], "base": base,
+        "base_nll": np.array([m["base_nll"] for m in runs]),
+        "hurt": np.array([(flat[s] <= -HURT_BLEU).sum() for s in range(n)]),  # heads losing >= HURT_BLEU
+        "gain": np.array([(flat[s] > 0).sum() for s in range(n)]),
+        "worst": np.array([flat[s].min() for s in range(n)]),
+        "worst_group": [GROUPS[int(np.argmin([drops[g][s].min() for g in GROUPS]))] for s in range(n)],
+        "curve": np.array([m["curve_bleu"] for m in runs]),  # [seeds, fractions]
+        "group_curve": at,
+        "loss_half": {g: base - at[g][:, half] for g in GROUPS},
+        "loss_end": {g: base - at[g][:, -1] for g in GROUPS},
+        "rho": {g: [spearman(m["behaviour"][g]["confidence"], m["norm"][g]) for m in runs] for g in GROUPS},
+        "rho_raw": {g: [spearman(m["behaviour"][g]["confidence"], m["raw"][g]) for m in runs] for g in GROUPS},
+        "rho_bleu": {g: [spearman(m["behaviour"][g]["confidence"], m["single_bleu"][g]) for m in runs]
+                     for g in GROUPS},
+        "positional": {g: [float((positional_fraction(m, g) >= POSITIONAL).sum()) for m in runs]
+                       for g in SELF_GROUPS},
+        "survival": surv,
+        "cross_bleu": {k: np.array([m["vashishth"][k]["bleu"] for m in runs]) for k in cross},
+        "cross_tvd": {k: np.array([m["vashishth"][k]["tvd_mean"] for m in runs]) for k in cross},
+        "uniform_bleu": np.array([u["base_bleu"] for u in uniform]),
+        "uniform_nll": np.array([u["base_nll"] for u in uniform]),
+    }
+
+
+# ------------------------------------------------------------------------------------------------- verdicts
+# Each function returns one verdicts.csv row [claim, paper, measured, verdict, reason] under the pass criteria
+# of the module docstring (written after the measurements: post hoc).
+def single_head_row(hurt, heads: int, worst) -> list[str]:
+    """Michel et al.: masking any one head costs little. ``hurt``: [seeds] heads losing >= HURT_BLEU when masked
+    alone; ``worst``: [seeds] largest single-head BLEU change (negative)."""
+    share = float(np.mean(hurt)) / heads
+    ok = float(np.mean(hurt)) <= MAX_HURT_SHARE * heads
+    return ["most single heads can be masked at test time for little loss (at most ~1 BLEU)",
+            "Michel et al. 2019 (body, from memory): 8 of 96 heads change BLEU significantly when masked alone, "
+            "half of them for the better",
+            f"{_ms(hurt, 1)} of {heads} heads lose ≥ {HURT_BLEU:g} BLEU masked alone (per seed "
+            f"{', '.join(str(int(x)) for x in hurt)}); largest single-head drop {_ms(worst)} BLEU",
+            "reproduced" if ok else "not reproduced",
+            f"mean share of heads losing ≥ {HURT_BLEU:g} BLEU is {share:.1%}, {'≤' if ok else '>'} "
+            f"{MAX_HURT_SHARE:.0%}"]
+
+
+def pruning_row(fractions, curve) -> list[str]:
+    """Michel et al.: PRUNABLE of all heads pruned within WITHIN_BLEU. ``fractions``: the pruning grid (starts at
+    0); ``curve``: [seeds, fractions] BLEU with that fraction of all heads pruned by normalised importance."""
+    claim = "a fifth of all heads can be pruned without noticeable loss"
+    paper = ("Michel et al. 2019 (body, from memory): 20% of the WMT model's heads (40% of BERT's) pruned "
+             "without noticeable loss")
+    curve = np.asarray(curve, np.float64)
+    kept = [max(f for f, b in zip(fractions, c) if b >= c[0] - WITHIN_BLEU) for c in curve]
+    measured = (f"largest pruned fraction within {WITHIN_BLEU:g} BLEU of the unpruned model: "
+                f"{_ms(np.array(kept) * 100, 0)}%; BLEU {_ms(curve[:, 0])} unpruned, "
+                + ", ".join(f"{_ms(curve[:, i])} at {f:.0%}" for i, f in enumerate(fractions)
+                            if 0 < f <= PRUNABLE + 1e-9))
+    if PRUNABLE not in fractions:
+        return [claim, paper, measured, "undecided", f"the pruning grid {list(fractions)} has no {PRUNABLE:.0%} point"]
+    ok = float(np.mean(kept)) >= PRUNABLE
+    return [claim, paper, measured, "reproduced" if ok else "not reproduced",
+            f"mean largest fraction {float(np.mean(kept)):.0%} {'≥' if ok else '<'} {PRUNABLE:.0%}"]
+
+
+def group_row(loss_half: dict, loss_end: dict, end_fraction: float) -> list[str]:
+    """Michel et al.: cross-attention is the group most sensitive to pruning. ``loss_half`` / ``loss_end``:
+    {group: [seeds]} BLEU lost with 50% / ``end_fraction`` of that group's heads pruned."""
+    score = {g: float(np.mean(loss_half[g]) + np.mean(loss_end[g])) for g in GROUPS}
+    most = max(GROUPS, key=lambda g: score[g])
+    return ["encoder-decoder attention is the group most sensitive to pruning",
+            "Michel et al. 2019, abstract: self-attention layers can be significantly pruned, while the "
+            "encoder-decoder layers are more dependent on multi-headedness",
+            f"BLEU lost with 50% / {end_fraction:.0%} of one group's heads pruned: "
+            + "; ".join(f"{g} {_ms(loss_half[g])} / {_ms(loss_end[g])}" for g in GROUPS),
+            "reproduced" if most == "cross" else "not reproduced",
+            f"largest mean loss at 50% plus at {end_fraction:.0%}: {most} {score[most]:.2f} BLEU ("
+            + ", ".join(f"{g} {score[g]:.2f}" for g in GROUPS if g != most) + ")"]
+
+
+def confidence_row(rho_raw, rho_norm) -> list[str]:
+    """Voita et al.: confident encoder heads are the important ones. ``rho_raw`` / ``rho_norm``: [seeds] Spearman
+    correlation of encoder self-attention heads' confidence with raw / per-layer-normalised importance."""
+    raw, norm = _finite_mean(rho_raw), _finite_mean(rho_norm)
+    claim = "confident encoder heads are the important ones (across and within layers)"
+    paper = ("Voita et al. 2019, abstract: in the encoder the most important and confident heads play "
+             "consistent, often interpretable roles")
+    measured = (f"encoder self-attention, Spearman(confidence, importance): raw {_ms(rho_raw)}, normalised per "
+                f"layer {_ms(rho_norm)}")
+    if not (np.isfinite(raw) and np.isfinite(norm)):
+        return [claim, paper, measured, "undecided", "a correlation is undefined (constant confidence or importance)"]
+    above = int(raw > CONFIDENCE_RHO) + int(norm > CONFIDENCE_RHO)
+    return [claim, paper, measured, ("not reproduced", "partial", "reproduced")[above],
+            f"{above} of 2 mean correlations above {CONFIDENCE_RHO:g} (raw {raw:.2f}, normalised {norm:.2f})"]
+
+
+def positional_row(counts: dict, positional_at, other_at) -> list[str]:
+    """Voita et al.: positional heads exist and are pruned late. ``counts``: {self-attention group: [seeds]}
+    positional heads; ``positional_at`` / ``other_at``: pruning positions (0 = removed first, 1 = last), pooled
+    over seeds, of the positional heads / of all other heads."""
+    mean = float(sum(np.mean(c) for c in counts.values()))
+    pos, rest = _finite_mean(positional_at), _finite_mean(other_at)
+    measured = ("positional heads per seed: " + "; ".join(f"{g} {_ms(c, 1)}" for g, c in counts.items())
+                + f"; mean pruning position: positional {_ms([pos])}, other heads {_ms([rest])}")
+    claim = "positional heads exist and survive pruning"
+    paper = "Voita et al. 2019, abstract: \"specialized heads are last to be pruned\" (positional heads are one kind)"
+    if mean <= 0:
+        return [claim, paper, measured, "not reproduced",
+                f"no head has its maximum at ±1 in ≥ {POSITIONAL:.0%} of queries"]
+    late = pos > rest
+    return [claim, paper, measured, "reproduced" if late else "partial",
+            f"positional heads exist and are pruned {'later' if late else 'no later'} than the other heads on average"]
+
+
+def replaced_row(base, permuted, uniform, tvd_permuted, tvd_uniform) -> list[str]:
+    """Vashishth et al.: cross-attention weights matter in translation. [seeds] BLEU of the unmodified model and
+    with cross-attention permuted / uniform in all layers at decode time, and the next-token TVDs."""
+    limit = WRECKED * float(np.mean(base))
+    wrecked = int(np.mean(permuted) < limit) + int(np.mean(uniform) < limit)
+    return ["permuting or uniformizing cross-attention wrecks translation",
+            "Vashishth et al. 2019: in translation, unlike single-sequence classification, the output depends on "
+            "the attention weights",
+            f"BLEU {_ms(base)} unmodified; cross-attention permuted in all layers {_ms(permuted)} (next-token TVD "
+            f"{_ms(tvd_permuted)}), uniform {_ms(uniform)} (TVD {_ms(tvd_uniform)})",
+            ("not reproduced", "partial", "reproduced")[wrecked],
+            f"{wrecked} of 2 replacements below {WRECKED:.0%} of the unmodified BLEU ({limit:.2f})"]
+
+
+def uniform_row(base, uniform) -> list[str]:
+    """Wiegreffe & Pinter's test: [seeds] BLEU with learned cross-attention and, trained from scratch, with
+    cross-attention frozen to uniform (empty: not run)."""
+    claim = "translation with uniform cross-attention is clearly worse than with learned attention"
+    paper = ("Wiegreffe & Pinter 2019 (their test, run here on translation): attention matters only if a model "
+             "trained with uniform attention does worse")
+    if len(uniform) == 0:
+        return [claim, paper, "not run (--uniform_seeds 0)", "undecided", "no uniform-attention model"]
+    gap = float(np.mean(base) - np.mean(uniform))
+    ok = gap > UNIFORM_GAP
+    return [claim, paper, f"BLEU {_ms(uniform)} with uniform cross-attention ({len(uniform)} seed(s)) vs "
+                          f"{_ms(base)} learned",
+            "reproduced" if ok else "not reproduced",
+            f"gap {gap:.2f} BLEU {'>' if ok else '≤'} {UNIFORM_GAP:g}"]
+
+
+def verdict_rows(c: dict) -> list[list[str]]:
+    """Every claim's row, from ``claim_numbers``."""
+    fractions = c["fractions"]
+    cb, ct = c["cross_bleu"], c["cross_tvd"]
+    return [
+        single_head_row(c["hurt"], c["heads"], c["worst"]),
+        pruning_row(fractions, c["curve"]),
+        group_row(c["loss_half"], c["loss_end"], fractions[-1]),
+        confidence_row(c["rho_raw"]["encoder_self"], c["rho"]["encoder_self"]),
+        positional_row(c["positional"], c["survival"]["pos"], c["survival"]["conf"] + c["survival"]["other"]),
+        replaced_row(c["base"], cb["permute, all layers"], cb["uniform, all layers"], ct["permute, all layers"],
+                     ct["uniform, all layers"]),
+        uniform_row(c["base"], c["uniform_bleu"]),
+    ]
+
+
+def verdict(c: dict, rows: list, sentences: int) -> str:
+    """Sentences computed from the measurements (``claim_numbers``), each against the paper it tests, ending with
+    the verdict ``rows`` in short."""
+    n, fractions, heads, base = c["n"], c["fractions"], c["heads"], c["base"]
     lines = [f"All numbers are mean ± std over {n} seed(s); BLEU on {sentences} test sentences (unmasked "
              f"{_ms(base)}), so differences below ~1 BLEU are within the noise of the subset and the seeds."]
 
-    big = [(flat[s] <= -1).sum() for s in range(n)]
-    worst = [flat[s].min() for s in range(n)]
-    worst_group = [GROUPS[int(np.argmin([drops[g][s].min() for g in GROUPS]))] for s in range(n)]
     lines.append(
-        f"- **Michel et al., one head at a time.** {_ms(big, 1)} of {heads} heads lose 1 BLEU or more when masked "
-        f"alone, {_ms([(flat[s] > 0).sum() for s in range(n)], 1)} gain; the largest single-head drop is "
-        f"{_ms(worst)} BLEU (in {', '.join(worst_group)}, seed by seed). Michel et al. found 8 of 96 heads with a "
-        f"significant change, half of them improvements; here no single head is indispensable either, but "
+        f"- **Michel et al., one head at a time.** {_ms(c['hurt'], 1)} of {heads} heads lose 1 BLEU or more when "
+        f"masked alone, {_ms(c['gain'], 1)} gain; the largest single-head drop is "
+        f"{_ms(c['worst'])} BLEU (in {', '.join(c['worst_group'])}, seed by seed). Michel et al. found 8 of 96 heads "
+        f"with a significant change, half of them improvements; here no single head is indispensable either, but "
         f"masked heads cost BLEU more often than they help.")
 
-    curve = np.array([m["curve_bleu"] for m in runs])  # [seeds, fractions]
-    ok = [max([f for f, b in zip(fractions, c) if b >= c[0] - 1.0]) for c in curve]
+    curve = c["curve"]
+    ok = [max([f for f, b in zip(fractions, row) if b >= row[0] - WITHIN_BLEU]) for row in curve]
     half = fractions.index(0.5)
     lines.append(
         f"- **Michel et al., progressive pruning.** The largest pruned fraction (of all heads, by normalised "
@@ -650,9 +860,7 @@ def verdict(runs: list, uniform: list, sentences: int) -> str:
         f"BERT's) without noticeable loss: this 8-head, 3+3-layer model (head width 16, trained for minutes) "
         f"has less to spare than their 16-head Transformer-large.")
 
-    at = {g: np.array([m["group_bleu"][g] for m in runs]) for g in GROUPS}  # [seeds, fractions]
-    loss_half = {g: base - at[g][:, half] for g in GROUPS}
-    loss_end = {g: base - at[g][:, -1] for g in GROUPS}
+    loss_half, loss_end = c["loss_half"], c["loss_end"]
     most = max(GROUPS, key=lambda g: loss_half[g].mean() + loss_end[g].mean())
     lines.append(
         "- **Which group is most sensitive.** BLEU lost with 50% / 90% of one group's heads pruned: "
@@ -662,22 +870,15 @@ def verdict(runs: list, uniform: list, sentences: int) -> str:
            "(pruning >60% of it was catastrophic while self-attention kept ~30 BLEU with 20% of its heads)."
            if most == "cross" else
            " — unlike Michel et al., where encoder-decoder (cross) attention was the most sensitive group."))
-    enc80 = at["encoder_self"][:, fractions.index(0.8)] if 0.8 in fractions else at["encoder_self"][:, -1]
+    enc = c["group_curve"]["encoder_self"]
+    enc80 = enc[:, fractions.index(0.8)] if 0.8 in fractions else enc[:, -1]
     lines.append(
         f"- **Voita et al., pruning the encoder.** With {0.8 if 0.8 in fractions else fractions[-1]:.0%} of the "
         f"encoder self-attention heads masked (and none retrained) BLEU is {_ms(enc80)} against {_ms(base)}; "
         "Voita et al. pruned 38 of 48 encoder heads (79%, with fine-tuning under their L0 gates) for 0.15 BLEU.")
 
-    rho = {g: [spearman(m["behaviour"][g]["confidence"], m["norm"][g]) for m in runs] for g in GROUPS}
-    rho_raw = {g: [spearman(m["behaviour"][g]["confidence"], m["raw"][g]) for m in runs] for g in GROUPS}
-    rho_bleu = {g: [spearman(m["behaviour"][g]["confidence"], m["single_bleu"][g]) for m in runs] for g in GROUPS}
-    pos = {g: [float((positional_fraction(m, g) >= POSITIONAL).sum()) for m in runs] for g in SELF_GROUPS}
-    surv = {k: [] for k in ("pos", "conf", "other")}
-    for m in runs:
-        for i, (g, l, h) in enumerate(m["order"]):
-            k = "pos" if is_positional(m, g, l, h) else "conf" if is_confident(m, g, l, h) else "other"
-            surv[k].append(i / len(m["order"]))
-    mean = {k: (float(np.mean(v)) if v else float("nan")) for k, v in surv.items()}
+    rho, rho_raw, rho_bleu, pos = c["rho"], c["rho_raw"], c["rho_bleu"], c["positional"]
+    mean = {k: (float(np.mean(v)) if v else float("nan")) for k, v in c["survival"].items()}
     lines.append(
         "- **Voita et al., confidence and position.** Spearman correlation of confidence with the normalised / "
         "raw importance / the BLEU of the model with the head masked, per group (normalised importance compares "
@@ -691,8 +892,7 @@ def verdict(runs: list, uniform: list, sentences: int) -> str:
         "Voita et al. found the important encoder heads to be the confident and specialised (positional, "
         "syntactic, rare-word) ones, and those to be pruned last.")
 
-    v = {name: np.array([m["vashishth"][name]["bleu"] for m in runs]) for name in runs[0]["vashishth"]}
-    t = {name: np.array([m["vashishth"][name]["tvd_mean"] for m in runs]) for name in runs[0]["vashishth"]}
+    v, t = c["cross_bleu"], c["cross_tvd"]
     lines.append(
         f"- **Vashishth et al., cross-attention replaced at decode time.** Permuted in all layers BLEU falls from "
         f"{_ms(base)} to {_ms(v['permute, all layers'])} (next-token TVD {_ms(t['permute, all layers'])}); "
@@ -704,33 +904,18 @@ def verdict(runs: list, uniform: list, sentences: int) -> str:
         "(2 classes, attention pooling) moved by a median TVD of 0.023 under permuted attention, the translation "
         "model's next-token distribution (8,000 tokens) by the mean TVD above.")
 
-    if uniform:
-        ub = np.array([u["base_bleu"] for u in uniform])
+    ub = c["uniform_bleu"]
+    if len(ub):
         lines.append(
             f"- **Wiegreffe & Pinter's uniform baseline.** Trained from scratch with cross-attention frozen to "
-            f"uniform ({len(uniform)} seed(s)), the model reaches {_ms(ub)} BLEU against {_ms(base)} with learned "
-            f"cross-attention (validation NLL {_ms([u['base_nll'] for u in uniform])} vs "
-            f"{_ms([m['base_nll'] for m in runs])}): "
-            + ("learned attention is needed for translation." if ub.mean() < base.mean() - 1 else
+            f"uniform ({len(ub)} seed(s)), the model reaches {_ms(ub)} BLEU against {_ms(base)} with learned "
+            f"cross-attention (validation NLL {_ms(c['uniform_nll'])} vs {_ms(c['base_nll'])}): "
+            + ("learned attention is needed for translation." if ub.mean() < base.mean() - UNIFORM_GAP else
                "no clear gap, so attention weights would not be shown to matter by this test."))
 
-    def said(claim: str, holds: bool, partly: bool = False) -> str:
-        return f"{claim} ({'reproduced' if holds else 'partly' if partly else 'not reproduced'})"
-
-    perm = np.array([m["vashishth"]["permute, all layers"]["bleu"] for m in runs])
-    enc_raw, enc_norm = (float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
-                         for x in (rho_raw["encoder_self"], rho["encoder_self"]))
-    lines.append("- **In short:** " + "; ".join([
-        said("most single heads can be masked at test time for little loss (at most ~1 BLEU)",
-             float(np.mean(big)) <= 0.15 * heads),
-        said("a fifth of all heads can be pruned without noticeable loss", float(np.mean(ok)) >= 0.2),
-        said("encoder-decoder attention is the group most sensitive to pruning", most == "cross"),
-        said("confident encoder heads are the important ones (across and within layers)",
-             enc_raw > 0.3 and enc_norm > 0.3, partly=enc_raw > 0.3 or enc_norm > 0.3),
-        said("positional heads exist and survive pruning", sum(np.mean(pos[g]) for g in SELF_GROUPS) > 0),
-        said("permuting or uniformizing cross-attention wrecks translation", perm.mean() < 0.5 * base.mean()),
-    ] + ([said("translation with uniform cross-attention is clearly worse than with learned attention",
-               float(np.mean([u["base_bleu"] for u in uniform])) < base.mean() - 1)] if uniform else [])) + ".")
+    said = {"reproduced": "reproduced", "partial": "partly", "not reproduced": "not reproduced",
+            "undecided": "undecided"}
+    lines.append("- **In short:** " + "; ".join(f"{row[0]} ({said[row[3]]})" for row in rows) + ".")
     return "\n".join(lines)
 
 

@@ -12,6 +12,8 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 import repro_head_importance  # noqa: E402
 
+VERDICTS = {"reproduced", "partial", "not reproduced", "undecided"}
+
 
 def _rows(path):
     with open(path) as f:
@@ -37,3 +39,43 @@ def test_repro_head_importance_quick(tmp_path):
     assert not (tmp_path / "uniform_baseline.csv").exists()  # --quick trains no uniform baseline (time)
     assert len(_rows(tmp_path / "voita.csv")) == 3 and len(_rows(tmp_path / "survival.csv")) == 3
     assert "What the data say" in (tmp_path / "README.md").read_text()
+    with open(tmp_path / "verdicts.csv") as f:
+        assert next(csv.reader(f)) == ["claim", "paper", "measured", "verdict", "reason"]
+    verdicts = _rows(tmp_path / "verdicts.csv")
+    assert len(verdicts) == 7 and all(r["verdict"] in VERDICTS for r in verdicts)
+    assert verdicts[1]["verdict"] == "undecided"  # the quick pruning grid (0, 0.5, 0.9) has no 20% point
+    assert verdicts[-1]["verdict"] == "undecided"  # no uniform baseline with --quick
+    assert "## Verdicts" in (tmp_path / "README.md").read_text()
+
+
+def test_verdict_rows_follow_the_criteria():
+    """Each row function on hand-made numbers, on both sides of its threshold."""
+    h = repro_head_importance
+    assert h.single_head_row([1, 2, 3], 72, [-1.2, -1.0, -1.5])[3] == "reproduced"
+    assert h.single_head_row([20, 20, 20], 72, [-3.0, -3.0, -3.0])[3] == "not reproduced"
+    fractions = (0.0, 0.1, 0.2, 0.3)
+    assert h.pruning_row(fractions, [[20, 19.8, 19.5, 17], [20, 20, 19.2, 18]])[3] == "reproduced"
+    assert h.pruning_row(fractions, [[20, 18.5, 17, 15], [20, 19.5, 18, 16]])[3] == "not reproduced"
+    assert h.pruning_row((0.0, 0.5, 0.9), [[20, 10, 2]])[3] == "undecided"
+    half = {"encoder_self": [1.0, 1.2], "decoder_self": [5.0, 6.0], "cross": [9.0, 8.0]}
+    end = {"encoder_self": [2.0, 2.0], "decoder_self": [11.0, 12.0], "cross": [17.0, 18.0]}
+    assert h.group_row(half, end, 0.9)[3] == "reproduced"
+    assert h.group_row(dict(half, encoder_self=[30.0, 30.0]), end, 0.9)[3] == "not reproduced"
+    assert h.confidence_row([0.5, 0.6], [0.4, 0.35])[3] == "reproduced"
+    assert h.confidence_row([0.5, 0.6], [-0.1, -0.2])[3] == "partial"
+    assert h.confidence_row([0.1, 0.2], [-0.1, -0.2])[3] == "not reproduced"
+    assert h.confidence_row([float("nan")], [0.5])[3] == "undecided"
+    none = {"encoder_self": [0.0, 0.0], "decoder_self": [0.0, 0.0]}
+    some = {"encoder_self": [2.0, 1.0], "decoder_self": [0.0, 0.0]}
+    assert h.positional_row(none, [], [0.1, 0.5, 0.9])[3] == "not reproduced"
+    assert h.positional_row(some, [0.9, 0.8, 0.95], [0.1, 0.5, 0.4])[3] == "reproduced"
+    assert h.positional_row(some, [0.1, 0.2, 0.05], [0.1, 0.5, 0.4])[3] == "partial"
+    base, tvd = [18.0, 19.0], [0.4, 0.5]
+    assert h.replaced_row(base, [2.0, 3.0], [2.5, 2.0], tvd, tvd)[3] == "reproduced"
+    assert h.replaced_row(base, [2.0, 3.0], [15.0, 16.0], tvd, tvd)[3] == "partial"
+    assert h.replaced_row(base, [17.0, 18.0], [15.0, 16.0], tvd, tvd)[3] == "not reproduced"
+    assert h.uniform_row(base, [6.0, 6.5])[3] == "reproduced"
+    assert h.uniform_row(base, [18.0, 18.2])[3] == "not reproduced"
+    assert h.uniform_row(base, [])[3] == "undecided"
+    for row in (h.single_head_row([0], 8, [-0.5]), h.uniform_row(base, [6.0])):
+        assert len(row) == 5 and all(isinstance(c, str) and c for c in row)
