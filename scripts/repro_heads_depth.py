@@ -11,6 +11,21 @@ stability (loss spikes, largest gradient norm, largest attention logit from the 
     python scripts/repro_heads_depth.py                 # 3 seeds x 2 architectures x QK-LayerNorm off/on
     python scripts/repro_heads_depth.py --report_only   # the report from the committed records
     python scripts/repro_heads_depth.py --quick         # tiny model, a handful of steps; for tests
+
+Pass criteria (written on 2026-12-02, before any point of the sweep ran). Contrasts are deep single-head minus
+shallow multi-head, differences of means over seeds with a 95% Welch interval; fewer than MIN_SEEDS (3)
+finished seeds on a side make a row undecided. MARGIN = 0.05 nats of validation NLL (two thirds of the
+single-head penalty of Vaswani et al.'s Table 3, +0.073).
+1. and 2. "A deeper single-head model matches the multi-head one" (QK-LayerNorm off; on): reproduced when the
+   interval's upper end is below +MARGIN; not reproduced when its lower end is above 0 (significantly worse);
+   undecided otherwise (too wide to tell).
+3. "Without QK-LayerNorm the deep single-head model trains less stably": reproduced when the interval of at
+   least one of max gradient norm, max loss jump and max attention logit lies above 0; not reproduced when
+   none does.
+4. "The multi-head advantage is training stability" (Li et al.'s reading): reproduced when criterion 1 is not
+   reproduced (a multi-head advantage without QK-LayerNorm) and criterion 2 is (the stabilised deep model
+   matches); not reproduced when criterion 2 is not reproduced (worse even when stabilised); undecided when
+   there is no multi-head advantage to explain (criterion 1 reproduced) or a criterion is undecided.
 """
 from __future__ import annotations
 
@@ -21,13 +36,17 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from _report import Report, environment_line, mean_std, plt
+from _report import VERDICT_HEADERS, Report, environment_line, mean_std, plt
+import _stats
 import repro_table3 as t3
 import _study
 import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/heads_depth.py"
+LI = "Li et al. 2021, Multi-head or Single-head? An Empirical Comparison for Transformer Training"
+MIN_SEEDS = 3
+MARGIN = 0.05  # nats of validation NLL: "matches" when deep - shallow stays below it
 
 
 def setting(overrides: dict) -> tuple[str, bool, str]:
@@ -176,9 +195,67 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         report.figure(fig, "curves", "Train and validation NLL and the largest attention logit against step, mean "
                       "over seeds, per setting.")
 
+    report.section("Verdicts")
+    report.text("Pass criteria: the module docstring of `scripts/repro_heads_depth.py`, written before the sweep "
+                "ran.")
+    report.table(VERDICT_HEADERS, verdict_rows(by, archs), csv_name="verdicts.csv")
+
     report.section("What the data say")
     report.text(what_the_data_say(findings, settings, missing, all_recs))
     return report.write()
+
+
+def _interval(a: Sequence[dict], b: Sequence[dict], metric: str) -> Optional[_stats.Interval]:
+    """Welch interval of mean(a) - mean(b) of ``metric``; None with fewer than MIN_SEEDS values on a side."""
+    va, vb = t3.values(a, metric), t3.values(b, metric)
+    return _stats.welch_ci(va, vb) if min(len(va), len(vb)) >= MIN_SEEDS else None
+
+
+def _matches(deep: Sequence[dict], shallow: Sequence[dict], qkln: bool) -> list:
+    iv = _interval(deep, shallow, "nll")
+    claim = f"a deeper single-head model matches the multi-head one (QK-LayerNorm {'on' if qkln else 'off'})"
+    if iv is None:
+        return [claim, LI, f"{len(deep)} and {len(shallow)} finished seeds", "undecided",
+                f"fewer than {MIN_SEEDS} seeds on a side"]
+    measured = f"valid NLL deep - shallow {iv.text(3)} nats"
+    if iv.hi < MARGIN:
+        return [claim, LI, measured, "reproduced", f"upper end below +{MARGIN:g}"]
+    if iv.lo > 0:
+        return [claim, LI, measured, "not reproduced", "the deep single-head model is significantly worse"]
+    return [claim, LI, measured, "undecided", f"the interval includes 0 and reaches +{MARGIN:g}"]
+
+
+def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
+    """Rows (``VERDICT_HEADERS``) of the module docstring's criteria; ``by``: (architecture, QK-LN) -> records,
+    ``archs``: (shallow multi-head, deep single-head) labels."""
+    if len(archs) != 2:
+        return [["heads vs depth", LI, f"architectures {list(archs)}", "undecided", "expected two architectures"]]
+    shallow, deep = archs
+    off = _matches(by.get((deep, False), []), by.get((shallow, False), []), False)
+    on = _matches(by.get((deep, True), []), by.get((shallow, True), []), True)
+    parts, above, decided = [], 0, True
+    for m, what in (("grad", "max grad norm"), ("jump", "max loss jump"), ("logit", "max attention logit")):
+        iv = _interval(by.get((deep, False), []), by.get((shallow, False), []), m)
+        if iv is None:
+            decided = False
+            continue
+        above += int(iv.lo > 0)
+        parts.append(f"Δ {what} {iv.text(2)}")
+    claim = "without QK-LayerNorm the deep single-head model trains less stably"
+    stability = ([claim, LI, "; ".join(parts), "reproduced" if above else "not reproduced",
+                  f"higher (interval above 0) in {above} of 3 stability measures"] if decided else
+                 [claim, LI, "; ".join(parts) or "—", "undecided", f"fewer than {MIN_SEEDS} seeds on a side"])
+    claim = "the multi-head advantage is training stability: stabilised (QK-LayerNorm), the deep model matches"
+    measured = f"off: {off[2]}; on: {on[2]}"
+    if "undecided" in (off[3], on[3]):
+        reading = [claim, LI, measured, "undecided", "a contrast is undecided"]
+    elif off[3] == "reproduced":
+        reading = [claim, LI, measured, "undecided", "no multi-head advantage without QK-LayerNorm to explain"]
+    elif on[3] == "reproduced":
+        reading = [claim, LI, measured, "reproduced", "worse without QK-LayerNorm, matches with it"]
+    else:
+        reading = [claim, LI, measured, "not reproduced", "the deep single-head model is worse even with QK-LayerNorm"]
+    return [off, on, stability, reading]
 
 
 def what_the_data_say(findings, settings, missing, records) -> str:

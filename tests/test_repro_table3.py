@@ -275,6 +275,36 @@ def test_heads_depth_quick_writes_records(tmp_path, stand_in):
     assert rec["stability"]["max_attention_logit"]["cross"] > 0 and "model.qk_layernorm" in rec["overrides"]
     text = (out / "README.md").read_text()
     assert "QK-LN on minus off" in text and "## What the data say" in text and "curves.png" in text
+    verdicts = _csv(out / "verdicts.csv")
+    assert [r["verdict"] for r in verdicts] == ["undecided"] * 4  # one seed: nothing is decided
     shutil.rmtree(tmp_path / "runs")
     repro_heads_depth.main(argv)
     assert len(calls_of(calls)) == 4
+
+
+def _hd_records(nlls, grad=1.0):
+    return [{"validation": {"nll": n}, "stability": {"max_grad_norm": grad + 0.01 * i, "max_loss_jump": 0.1,
+                                                    "max_attention_logit": {"cross": 5.0 + 0.01 * i}}}
+            for i, n in enumerate(nlls)]
+
+
+def test_heads_depth_verdicts_follow_the_criteria():
+    import repro_heads_depth
+
+    archs = ("8 heads", "1 head")
+    shallow = _hd_records([2.00, 2.01, 2.02])
+
+    def rows(deep_off, deep_on, grad=1.0):
+        by = {("8 heads", False): shallow, ("8 heads", True): shallow,
+              ("1 head", False): _hd_records(deep_off, grad), ("1 head", True): _hd_records(deep_on)}
+        return [r[3] for r in repro_heads_depth.verdict_rows(by, archs)]
+
+    # worse and less stable without QK-LN, matching with it: Li et al.'s reading
+    assert rows([2.20, 2.21, 2.22], [2.00, 2.01, 2.02], grad=3.0) == [
+        "not reproduced", "reproduced", "reproduced", "reproduced"]
+    # worse either way, equally stable
+    assert rows([2.20, 2.21, 2.22], [2.20, 2.21, 2.22]) == [
+        "not reproduced", "not reproduced", "not reproduced", "not reproduced"]
+    # no multi-head advantage to explain; too few seeds
+    assert rows([2.00, 2.01, 2.02], [2.00, 2.01, 2.02])[3] == "undecided"
+    assert rows([2.0, 2.1], [2.0, 2.1]) == ["undecided"] * 4
