@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from _report import Report, environment_line, mean_std, plt, write_csv
+from _report import VERDICT_HEADERS, Report, environment_line, mean_std, plt, write_csv
 import _stats
 import _study
 import sweep as sweep_lib
@@ -45,6 +45,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/mqar_variants.py"
 SOLVED = 0.95  # mean held-out accuracy at which a cell counts as solved
 KIND_ORDER = ("softmax", "linear", "additive", "hard")
+ZOOLOGY = "Arora et al. 2023, Zoology: Measuring and Improving Recall in Efficient Language Models"
 
 
 def cell(overrides: dict) -> tuple[str, int, int]:
@@ -191,6 +192,11 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         report.text("Not measured yet: `python scripts/bench_variants.py --markdown "
                     f"{os.path.relpath(timing, REPO)}` writes this section.")
 
+    report.section("Verdicts")
+    report.text("Pass criteria: the module docstring of `scripts/repro_mqar_variants.py`, written before the sweep "
+                "ran.")
+    report.table(VERDICT_HEADERS, verdict_rows(kinds, pairs, widths, acc), csv_name="verdicts.csv")
+
     report.section("What the data say")
     report.text(what_the_data_say(kinds, pairs, widths, acc, contrasts, missing, all_recs))
     return report.write()
@@ -260,6 +266,61 @@ def _solved(acc, k, n, w) -> Optional[bool]:
     return None if not v else bool(np.mean(v) >= SOLVED)
 
 
+def _cell_means(acc, kind, pairs, widths) -> str:
+    """Mean accuracy of ``kind``'s finished cells, per number of pairs and width ("—" when none)."""
+    return "; ".join(f"{n} pairs: " + ", ".join(f"d{w} {np.mean(acc[(kind, n, w)]):.2f}" for w in widths
+                                             if acc.get((kind, n, w)))
+                     for n in pairs if any(acc.get((kind, n, w)) for w in widths)) or "—"
+
+
+def verdict_rows(kinds, pairs, widths, acc) -> list[list]:
+    """Rows (``VERDICT_HEADERS``) of Zoology's two claims under the pass criteria in the module docstring."""
+    rows = []
+    if "softmax" in kinds:
+        claim = "softmax attention solves MQAR at every width"
+        complete = all(acc.get(("softmax", n, w)) for n in pairs for w in widths)
+        allsolved = all(_solved(acc, "softmax", n, w) for n in pairs for w in widths)
+        first = all(_solved(acc, "softmax", pairs[0], w) for w in widths)
+        widest = all(_solved(acc, "softmax", n, widths[-1]) for n in pairs)
+        if not any(acc.get(("softmax", n, w)) for n in pairs for w in widths):
+            v, why = "undecided", "no softmax cell has finished"
+        elif allsolved:
+            v, why = "reproduced", "softmax attention solves every cell"
+        elif first or widest:
+            v = "partial"
+            why = ("softmax attention solves every width at " + (f"{pairs[0]} pairs" if first else "")
+                   + (" and " if first and widest else "")
+                   + (f"every number of pairs at d_model {widths[-1]}" if widest else "") + ", not every cell")
+        else:
+            v, why = "not reproduced", "softmax attention fails cells at both the fewest pairs and the largest width"
+        rows.append([claim, ZOOLOGY, f"mean accuracy {_cell_means(acc, 'softmax', pairs, widths)}", v,
+                     why + ("" if complete else " (not every cell has finished)")])
+    if "linear" in kinds:
+        claim = "linear attention needs a width that grows with the number of pairs"
+        minw = []
+        for n in pairs:
+            if not all(acc.get(("linear", n, w)) for w in widths):
+                minw.append(None)
+                continue
+            minw.append(next((i for i, w in enumerate(widths) if _solved(acc, "linear", n, w)), len(widths)))
+        needed = ", ".join(f"{n} pairs: " + ("?" if x is None else str(widths[x]) if x < len(widths)
+                                             else f"> {widths[-1]}") for n, x in zip(pairs, minw))
+        if any(x is None for x in minw):
+            v, why = "undecided", "not every linear cell has finished"
+        elif all(x == len(widths) for x in minw):
+            v, why = "undecided", ("linear attention solves no cell at this budget, so no width dependence can be "
+                                   "read (accuracy by width still shows whether it helps)")
+        elif all(x == 0 for x in minw):
+            v, why = "not reproduced", "linear attention solves every number of pairs at the smallest width"
+        elif all(a <= b for a, b in zip(minw, minw[1:])) and minw[-1] > minw[0]:
+            v, why = "reproduced", "the smallest width at which linear attention solves the task grows with the pairs"
+        else:
+            v, why = "not reproduced", "the smallest solving width does not grow with the number of pairs"
+        rows.append([claim, ZOOLOGY, f"smallest solving width: {needed}; mean accuracy "
+                     f"{_cell_means(acc, 'linear', pairs, widths)}", v, why])
+    return rows
+
+
 def what_the_data_say(kinds, pairs, widths, acc, contrasts, missing, records) -> str:
     """Generated from the cell means against Zoology's two claims (see the pass criteria in the docstring)."""
     if not records:
@@ -279,54 +340,13 @@ def what_the_data_say(kinds, pairs, widths, acc, contrasts, missing, records) ->
             lines.append(f"- {k}: no finished cell.")
             continue
         minw = {n: next((w for w in widths if _solved(acc, k, n, w)), None) for n in pairs}
-        by_cell = "; ".join(f"{n} pairs: " + ", ".join(f"d{w} {np.mean(acc[(k, n, w)]):.2f}" for w in widths
-                                                       if acc.get((k, n, w))) for n in pairs)
+        by_cell = _cell_means(acc, k, pairs, widths)
         lines.append(f"- {k}: solves {len(solved)} of {len(known)} finished cells; smallest solving width per "
                      f"number of pairs: " + ", ".join(f"{n}: {minw[n] or 'none'}" for n in pairs)
                      + f". Mean accuracy: {by_cell}.")
     paras.append("\n".join(lines))
 
-    verdicts = []
-    if "softmax" in kinds:
-        complete = all(acc.get(("softmax", n, w)) for n in pairs for w in widths)
-        allsolved = all(_solved(acc, "softmax", n, w) for n in pairs for w in widths)
-        first = all(_solved(acc, "softmax", pairs[0], w) for w in widths)
-        widest = all(_solved(acc, "softmax", n, widths[-1]) for n in pairs)
-        if allsolved:
-            v = "**reproduced**: softmax attention solves every cell"
-        elif first or widest:
-            v = ("**partial**: softmax attention solves every width at " + (f"{pairs[0]} pairs" if first else "")
-                 + (" and " if first and widest else "") + (f"every number of pairs at d_model {widths[-1]}"
-                                                             if widest else "")
-                 + ", not every cell")
-        else:
-            v = "**not reproduced**: softmax attention fails cells at both the fewest pairs and the largest width"
-        verdicts.append(f"- Softmax solves MQAR at every width (Zoology): {v}"
-                        + ("" if complete else " (not every cell has finished)") + ".")
-    if "linear" in kinds:
-        minw = []
-        for n in pairs:
-            if not all(acc.get(("linear", n, w)) for w in widths):
-                minw.append(None)
-                continue
-            w = next((i for i, w in enumerate(widths) if _solved(acc, "linear", n, w)), len(widths))
-            minw.append(w)  # index into widths; len(widths) = no width solves
-        if any(x is None for x in minw):
-            v = "undecided: not every linear cell has finished"
-        elif all(x == len(widths) for x in minw):
-            v = ("undecided: linear attention solves no cell at this budget, so no width dependence can be read "
-                 "(accuracy by width still shows whether it helps)")
-        elif all(x == 0 for x in minw):
-            v = "**not reproduced**: linear attention solves every number of pairs at the smallest width"
-        elif all(a <= b for a, b in zip(minw, minw[1:])) and minw[-1] > minw[0]:
-            v = ("**reproduced**: the smallest width at which linear attention solves the task grows with the "
-                 "number of pairs (" + ", ".join(f"{n} pairs: {widths[x] if x < len(widths) else f'> {widths[-1]}'}"
-                                                  for n, x in zip(pairs, minw)) + ")")
-        else:
-            v = ("**not reproduced**: the smallest solving width does not grow with the number of pairs ("
-                 + ", ".join(f"{n} pairs: {widths[x] if x < len(widths) else f'> {widths[-1]}'}"
-                             for n, x in zip(pairs, minw)) + ")")
-        verdicts.append(f"- Linear attention needs width growing with the number of pairs (Zoology): {v}.")
+    verdicts = [f"- {row[0]} (Zoology): **{row[3]}**: {row[4]}." for row in verdict_rows(kinds, pairs, widths, acc)]
     if contrasts:
         resolved = [(n, w, iv) for n, w, iv in contrasts if iv is not None and iv.excludes_zero()]
         verdicts.append(f"- Softmax minus linear accuracy differs from 0 (Welch 95%) in {len(resolved)} of "

@@ -62,8 +62,11 @@ def test_quick_writes_records_and_report_and_never_retrains(tmp_path, stand_in):
         cells = {(r["kind"], r["pairs"]): float(r["mean accuracy"]) for r in csv.DictReader(f)}
     assert cells[("softmax", "2")] == 1.0 and cells[("linear", "4")] == pytest.approx(0.2)
     # d_model 16: linear solves 2 pairs (16 >= 8 * 2), not 4, so the width needed grows with the pairs
-    assert "Softmax solves MQAR at every width (Zoology): **reproduced**" in text
-    assert "width growing with the number of pairs (Zoology): **reproduced**" in text
+    with open(out / "verdicts.csv") as f:
+        verdicts = {r["claim"]: r["verdict"] for r in csv.DictReader(f)}
+    assert verdicts == {"softmax attention solves MQAR at every width": "reproduced",
+                        "linear attention needs a width that grows with the number of pairs": "reproduced"}
+    assert "## Verdicts" in text and "solves MQAR at every width (Zoology): **reproduced**" in text
 
     # a second run trains nothing: every point has its record, even without the run folders
     for d, _, files in os.walk(runs):
@@ -87,7 +90,7 @@ def test_report_only_lists_unfinished_points(tmp_path, stand_in):
     assert len(calls_of(calls)) == 3
     text = (out / "README.md").read_text()
     assert "**Not finished yet (5 points):**" in text and "`attention_kind_hard-mqar_num_kv_pairs_4`" in text
-    assert "undecided: not every linear cell has finished" in text
+    assert "**undecided**: not every linear cell has finished" in text
     assert "Not measured yet: `python scripts/bench_variants.py --markdown" in text
 
 
