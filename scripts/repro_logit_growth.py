@@ -299,6 +299,27 @@ def _figures(report: Report, rows, widths, lrs, init_loss) -> None:
                   "with (dashed) and without (solid) QK-LayerNorm.")
 
 
+def _degradation_with_qkln(sweeps, widths) -> str:
+    """Per width: does QK-LayerNorm let training go to a higher LR before it degrades (Wortsman et al.: it
+    does), seed by seed (no degradation in the grid counts as above its largest LR)."""
+    parts = []
+    for w in widths:
+        pairs = [(v["degrade_lr"], sweeps[(w, True, s)]["degrade_lr"]) for (ww, q, s), v in sweeps.items()
+                 if ww == w and not q and (w, True, s) in sweeps]
+        if not pairs:
+            continue
+        key = lambda x: math.inf if x is None else x  # noqa: E731
+        higher = sum(key(on) > key(off) for off, on in pairs)
+        lower = sum(key(on) < key(off) for off, on in pairs)
+        parts.append(f"at d_model {w} the degradation LR is higher with QK-LayerNorm in {higher}, lower in {lower} "
+                     f"and equal in {len(pairs) - higher - lower} of {len(pairs)} seeds")
+    if not parts:
+        return ""
+    return ("Degradation LR with and without QK-LayerNorm (Wortsman et al.: QK-LayerNorm keeps training stable "
+            "at higher learning rates; no pass criterion was set for this before the sweep, so no verdict): "
+            + "; ".join(parts) + ".")
+
+
 def what_the_data_say(rows, sweeps, widths, lrs, verdicts, missing, init_loss) -> str:
     if not rows:
         return "No point has finished yet: nothing can be said."
@@ -327,6 +348,7 @@ def what_the_data_say(rows, sweeps, widths, lrs, verdicts, missing, init_loss) -
                                                       r["qk_ln"] == q and r["lr"] == lrs[-1]]) + ".")
     paras.append("\n".join(lines))
     paras.append("\n".join(f"- {v[0]}: **{v[3]}** ({v[4]})." for v in verdicts))
+    paras.append(_degradation_with_qkln(sweeps, widths))
     if missing:
         paras.append(f"{len(missing)} points have not finished; the statements above may change as they do.")
     return "\n\n".join(paras)
