@@ -42,6 +42,7 @@ import attention as attn
 import models
 from engine.doctor_report import (Finding, default_thresholds, make_finding, rule_above, status_above, summary_line,
                                   write_report)
+from engine.sharding import segment_positions
 
 TASKS = ("translation", "lm")
 GROUPS = ("encoder_self", "decoder_self", "cross")
@@ -81,16 +82,6 @@ def complete_batch(batch: Mapping[str, Any], task: str, cfg: models.TransformerC
         if pos not in out:
             out[pos] = segment_positions(out[seg])
     return out
-
-
-def segment_positions(segmentation: np.ndarray) -> np.ndarray:
-    """Position of each token inside its run of equal segment ids (padding runs too, as the models count them):
-    [B, T] ints -> [B, T] int32."""
-    seg = np.asarray(segmentation)
-    cols = np.broadcast_to(np.arange(seg.shape[1]), seg.shape)
-    starts = np.concatenate([np.ones((seg.shape[0], 1), bool), seg[:, 1:] != seg[:, :-1]], axis=1)
-    last_start = np.maximum.accumulate(np.where(starts, cols, 0), axis=1)
-    return (cols - last_start).astype(np.int32)
 
 
 def real_positions(batch: Mapping[str, np.ndarray], task: str, cfg: models.TransformerConfig) -> dict[str, np.ndarray]:

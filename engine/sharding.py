@@ -77,7 +77,8 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def segment_positions(segmentation: np.ndarray) -> np.ndarray:
-    """Each token's position within its segment: [B, T] ints -> [B, T] int32 (0 at every segment start)."""
+    """Each token's position within its run of equal segment ids, padding runs too (the host-side twin of
+    ``models.positions_from_segmentation``): [B, T] ints -> [B, T] int32 (0 at every segment start)."""
     B, T = segmentation.shape
     idx = np.broadcast_to(np.arange(T, dtype=np.int32), (B, T))
     prev = np.pad(segmentation[:, :-1], ((0, 0), (1, 0)), constant_values=-1)

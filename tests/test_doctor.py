@@ -19,7 +19,7 @@ from flax import nnx
 
 import attention
 import models
-from engine import doctor
+from engine import doctor, sharding
 
 VOCAB, LENGTH, BATCH = 24, 12, 16
 FAULT_CHECKS = {
@@ -247,7 +247,7 @@ def test_score_std_warns_on_a_lifted_layer_not_on_one_sharp_head():
 def test_numpy_positions_and_decoder_inputs_match_the_models():
     seg = np.array([[1, 1, 1, 2, 2, 0, 0], [1, 1, 1, 1, 1, 1, 1]], np.int32)
     targets = np.array([[7, 8, 1, 9, 1, 0, 0], [5, 6, 7, 8, 9, 10, 1]], np.int32)
-    assert np.array_equal(doctor.segment_positions(seg), np.asarray(models.positions_from_segmentation(seg)))
+    assert np.array_equal(sharding.segment_positions(seg), np.asarray(models.positions_from_segmentation(seg)))
     cfg = models.TransformerConfig(vocab_size=VOCAB, d_model=8, num_heads=2, d_ff=8)
     batch = doctor.complete_batch({"inputs": targets, "targets": targets, "targets_segmentation": seg}, "translation",
                              cfg, rows=2)
