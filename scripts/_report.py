@@ -70,6 +70,16 @@ def write_csv(path: str, headers: Sequence[str], rows: Iterable[Sequence[Any]]) 
             w.writerow(["" if c is None else c for c in row])
 
 
+def read_csv(out: str, name: str, script: str) -> list[dict[str, str]]:
+    """The rows of ``out/name`` as dicts; a missing file ends the program with one line naming it and the
+    ``script`` whose full run writes it."""
+    path = os.path.join(out, name)
+    if not os.path.isfile(path):
+        raise SystemExit(f"{path} not found; expected the CSVs a full run of {script} writes into --out={out}")
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def source_commit() -> str:
     """The checkout's commit (short hash, "+ local changes" when the tree differs from it), or "unknown"."""
     import subprocess

@@ -39,14 +39,13 @@ undecided. Per-seed claims: reproduced when every seed passes, partial when some
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _report import (VERDICT_HEADERS, Report, environment_line, fmt, markdown_table, mean_std,  # noqa: E402
+from _report import (VERDICT_HEADERS, Report, environment_line, fmt, markdown_table, mean_std, read_csv,  # noqa: E402
                      splice_section, write_csv)
 from _runs import load, with_overrides  # noqa: E402
 from _stats import welch_ci  # noqa: E402
@@ -301,18 +300,11 @@ def write_verdicts(out: str, rows: list[list], note: str = "") -> str:
                          "(CSV: [verdicts.csv](verdicts.csv))"])
 
 
-def _read(out: str, name: str) -> list[dict[str, str]]:
-    path = os.path.join(out, name)
-    if not os.path.isfile(path):
-        raise SystemExit(f"--verdicts_only: {path} not found; expected the CSVs of a full run in --out")
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def verdicts_only(out: str) -> list[list]:
     """Verdict rows from the per-seed CSVs in ``out``; writes verdicts.csv and puts the Verdicts section into
     README.md (replacing an existing one, before "## What the data say" or at the end)."""
-    summary, acc, per_example = _read(out, "summary.csv"), _read(out, "accuracy.csv"), _read(out, "per_example.csv")
+    summary, acc, per_example = (read_csv(out, name, "scripts/repro_explanation.py")
+                                 for name in ("summary.csv", "accuracy.csv", "per_example.csv"))
     readme = os.path.join(out, "README.md")
     if not os.path.isfile(readme):
         raise SystemExit(f"--verdicts_only: {readme} not found; expected the report of a full run in --out")

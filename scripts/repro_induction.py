@@ -43,7 +43,6 @@ model), a previous-token head when its previous-token score ends >= 0.5 (layer 0
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import sys
@@ -51,7 +50,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from _report import VERDICT_HEADERS, Report, environment_line, markdown_table, mean_std, plt, splice_section, write_csv
+from _report import (VERDICT_HEADERS, Report, environment_line, markdown_table, mean_std, plt, read_csv, splice_section,
+                     write_csv)
 import _stats
 from _runs import config_path, history, load, points, with_overrides
 
@@ -617,15 +617,6 @@ ABRUPT = 0.1  # the 10%->90% fall within this fraction of the training steps
 MOST, SOME = 0.5, 0.2  # share of the ICL drop lost by a knockout: "most", "some"
 
 
-def _read(out: str, name: str) -> list[dict]:
-    path = os.path.join(out, name)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} is missing; expected the CSVs a full run of scripts/repro_induction.py "
-                                f"writes into --out={out}")
-    with open(path) as f:
-        return list(csv.DictReader(f))
-
-
 def _window(text: str) -> Optional[tuple[int, int]]:
     lo, _, hi = text.partition("→")
     return (int(lo), int(hi)) if lo.strip().isdigit() and hi.strip().isdigit() else None
@@ -642,8 +633,9 @@ def _graded(hits: int, total: int) -> str:
 def verdict_rows(out: str) -> list[list]:
     """The verdict rows (``VERDICT_HEADERS``) of the pass criteria in this module's docstring, from the CSVs a
     run wrote into ``out`` (summary, heads, ablation, scores)."""
-    summary, heads, ablation = _read(out, "summary.csv"), _read(out, "heads.csv"), _read(out, "ablation.csv")
-    steps = sorted({int(r["step"]) for r in _read(out, "scores.csv")})
+    summary, heads, ablation, scores = (read_csv(out, name, "scripts/repro_induction.py")
+                                        for name in ("summary.csv", "heads.csv", "ablation.csv", "scores.csv"))
+    steps = sorted({int(r["step"]) for r in scores})
     interval = steps[1] - steps[0] if len(steps) > 1 else steps[0]
     total_steps, near = steps[-1], 2 * interval
     by = {(int(r["attention layers"]), int(r["seed"])): r for r in summary}

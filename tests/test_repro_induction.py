@@ -70,7 +70,7 @@ def test_verdicts_only_rebuilds_the_committed_verdicts(tmp_path):
     verdicts = [r["verdict"] for r in _csv(tmp_path / "verdicts.csv")]
     assert verdicts == ["reproduced", "reproduced", "reproduced", "not reproduced", "reproduced"]
     os.remove(tmp_path / "heads.csv")
-    with pytest.raises(FileNotFoundError, match="heads.csv is missing"):
+    with pytest.raises(SystemExit, match="heads.csv not found"):
         repro_induction.main([f"--out={tmp_path}", "--verdicts_only"])
 
 
