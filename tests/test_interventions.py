@@ -114,7 +114,7 @@ def test_head_mask_gradient_exists_and_is_finite():
         logits = translate(m, models.Interventions(head_mask=mask))
         return models.cross_entropy(logits, TARGETS, (TARGETS != 0).astype(jnp.float32))[0]
 
-    grads = jax.grad(loss)(unit)
+    grads = jax.jit(jax.grad(loss))(unit)
     assert set(grads) == {"encoder_self", "decoder_self", "cross"}
     for g in grads.values():
         assert g.shape == (2, 4) and np.all(np.isfinite(g)) and np.any(np.abs(g) > 0)
