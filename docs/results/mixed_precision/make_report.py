@@ -1,6 +1,7 @@
-"""curves.csv and loss.png of the bf16 vs f32 runs from their metrics.jsonl; prints the measured gaps.
+"""curves.csv, seeds.csv and loss.png of bf16 vs f32 runs of the main config (one pair of runs per seed) from
+their metrics.jsonl; prints the measured gaps per seed and over seeds.
 
-    python docs/results/mixed_precision/make_report.py RUN_F32_DIR RUN_BF16_DIR
+    python docs/results/mixed_precision/make_report.py F32_DIR BF16_DIR [F32_DIR BF16_DIR ...]
 """
 from __future__ import annotations
 
@@ -12,59 +13,122 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-KEYS = ("train/loss", "train/nll", "train/grad_norm", "attn/encoder_self/entropy", "attn/decoder_self/entropy",
-        "attn/cross/entropy", "attn/encoder_self/max_logit", "perf/tokens_per_sec")
+TOLERANCE = 0.01  # nats: the largest |bf16 - f32| training-loss gap allowed at any logged step
+GROUPS = ("encoder_self", "decoder_self", "cross")
+KEYS = ("train/loss", "train/nll", "train/grad_norm", *(f"attn/{g}/entropy" for g in GROUPS),
+        "attn/encoder_self/max_logit", "perf/tokens_per_sec")
+SEED_HEADERS = ("seed", "logged_steps", "max_abs_loss_gap", "at_step", "mean_abs_loss_gap", "mean_loss_gap",
+                "final_loss_f32", "final_loss_bf16", "max_rel_loss_gap", "max_abs_entropy_gap",
+                "max_abs_encoder_max_logit_gap", "max_abs_grad_norm_gap", "health_warnings_f32",
+                "health_warnings_bf16", "non_finite_f32", "non_finite_bf16", "median_tokens_per_sec_f32",
+                "median_tokens_per_sec_bf16", "within_tolerance")
 
 
-def read_run(workdir: str) -> dict[int, dict]:
-    """step -> the logged values of KEYS at that step (training and attention-statistics records merged)."""
+def read_run(workdir: str) -> tuple[dict[int, dict], dict[str, int]]:
+    """(step -> the logged values of KEYS at that step, training and attention-statistics records merged;
+    event name -> count for health warnings and non-finite steps)."""
     out: dict[int, dict] = {}
+    events = {"health_warning": 0, "non_finite": 0}
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         for line in f:
             rec = json.loads(line)
-            step = rec.get("attn/step", rec.get("step"))
-            if "step" not in rec or step is None:
+            if rec.get("event") in events:
+                events[rec["event"]] += 1
+                continue
+            if "step" not in rec:
                 continue
             vals = {k: rec[k] for k in KEYS if k in rec}
             if vals:
-                out.setdefault(int(step) if "attn/step" not in rec else int(rec["attn/step"]), {}).update(vals)
-    return out
+                out.setdefault(int(rec.get("attn/step", rec["step"])), {}).update(vals)
+    return out, events
 
 
-def main(f32_dir: str, bf16_dir: str) -> None:
-    runs = {"float32": read_run(f32_dir), "bfloat16": read_run(bf16_dir)}
-    steps = sorted(set(runs["float32"]) | set(runs["bfloat16"]))
+def seed_of(workdir: str) -> int:
+    with open(os.path.join(workdir, "config.json")) as f:
+        return int(json.load(f)["seed"])
+
+
+def _max_gap(a: dict, b: dict, keys: tuple[str, ...]) -> float:
+    gaps = [abs(b[s][k] - a[s][k]) for s in a if s in b for k in keys if k in a[s] and k in b[s]]
+    return max(gaps) if gaps else float("nan")
+
+
+def compare(f32_dir: str, bf16_dir: str) -> tuple[list, dict]:
+    """(a SEED_HEADERS row, the loss curves {"steps", "f32", "bf16"}) of one seed's pair of runs."""
+    (a, ev_a), (b, ev_b) = read_run(f32_dir), read_run(bf16_dir)
+    seed = seed_of(f32_dir)
+    if seed_of(bf16_dir) != seed:
+        raise SystemExit(f"{f32_dir} has seed {seed} but {bf16_dir} has seed {seed_of(bf16_dir)}; expected pairs "
+                         "of the same seed")
+    steps = [s for s in sorted(a) if "train/loss" in a[s] and "train/loss" in b.get(s, {})]
+    if len(steps) < 2:
+        raise SystemExit(f"{f32_dir} and {bf16_dir} share {len(steps)} logged training steps; expected a full run")
+    la = np.array([a[s]["train/loss"] for s in steps])
+    lb = np.array([b[s]["train/loss"] for s in steps])
+    gap = lb - la
+    worst = int(np.argmax(np.abs(gap)))
+    tok = [np.median([v["perf/tokens_per_sec"] for v in r.values() if "perf/tokens_per_sec" in v]) for r in (a, b)]
+    row = [seed, len(steps), float(np.abs(gap).max()), steps[worst], float(np.abs(gap).mean()),
+           float(gap.mean()), float(la[-1]), float(lb[-1]), float((np.abs(gap) / la).max()),
+           _max_gap(a, b, tuple(f"attn/{g}/entropy" for g in GROUPS)), _max_gap(a, b, ("attn/encoder_self/max_logit",)),
+           _max_gap(a, b, ("train/grad_norm",)), ev_a["health_warning"], ev_b["health_warning"], ev_a["non_finite"],
+           ev_b["non_finite"], float(tok[0]), float(tok[1]), bool(np.abs(gap).max() <= TOLERANCE)]
+    return row, {"steps": steps, "f32": la, "bf16": lb, "runs": (a, b)}
+
+
+def main(dirs: list[str]) -> None:
+    if not dirs or len(dirs) % 2:
+        raise SystemExit(f"got {len(dirs)} run directories; expected pairs: F32_DIR BF16_DIR [F32_DIR BF16_DIR ...]")
+    for d in dirs:
+        if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
+            raise SystemExit(f"{d}/metrics.jsonl not found; expected a train.py workdir")
+    pairs = [compare(dirs[i], dirs[i + 1]) for i in range(0, len(dirs), 2)]
+    pairs.sort(key=lambda p: p[0][0])
+    with open(os.path.join(HERE, "seeds.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(SEED_HEADERS)
+        w.writerows(row for row, _ in pairs)
     with open(os.path.join(HERE, "curves.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["step"] + [f"{dt}:{k}" for dt in runs for k in KEYS])
-        for s in steps:
-            w.writerow([s] + [runs[dt].get(s, {}).get(k, "") for dt in runs for k in KEYS])
-    loss_steps = [s for s in steps if all("train/loss" in runs[dt].get(s, {}) for dt in runs)]
-    a = np.array([runs["float32"][s]["train/loss"] for s in loss_steps])
-    b = np.array([runs["bfloat16"][s]["train/loss"] for s in loss_steps])
-    gap = b - a
-    last = [i for i, s in enumerate(loss_steps) if s > loss_steps[-1] - 50]
-    print(f"logged points: {len(loss_steps)} (every {loss_steps[1] - loss_steps[0]} steps, up to {loss_steps[-1]})")
-    print(f"max |gap| {np.max(np.abs(gap)):.4f} at step {loss_steps[int(np.argmax(np.abs(gap)))]}; "
-          f"mean |gap| {np.mean(np.abs(gap)):.4f}; mean gap {np.mean(gap):+.4f}; "
-          f"mean gap over the last 50 steps {np.mean(gap[last]):+.4f}")
-    print(f"final loss f32 {a[-1]:.4f}, bf16 {b[-1]:.4f}; relative max |gap| {np.max(np.abs(gap) / a):.2%}")
-    for dt in runs:
-        tok = [v["perf/tokens_per_sec"] for v in runs[dt].values() if "perf/tokens_per_sec" in v]
-        print(f"{dt}: median tokens/s {np.median(tok):.0f} (shared 2-core CPU)")
+        w.writerow(["seed", "step"] + [f"{dt}:{k}" for dt in ("float32", "bfloat16") for k in KEYS])
+        for row, c in pairs:
+            runs = c["runs"]
+            for s in sorted(set(runs[0]) | set(runs[1])):
+                w.writerow([row[0], s] + [r.get(s, {}).get(k, "") for r in runs for k in KEYS])
+
+    col = {h: i for i, h in enumerate(SEED_HEADERS)}
+    for row, _ in pairs:
+        print(f"seed {row[0]}: max |gap| {row[col['max_abs_loss_gap']]:.4f} at step {row[col['at_step']]}; mean |gap| "
+              f"{row[col['mean_abs_loss_gap']]:.4f}; mean gap {row[col['mean_loss_gap']]:+.4f}; final loss f32 "
+              f"{row[col['final_loss_f32']]:.4f}, bf16 {row[col['final_loss_bf16']]:.4f}; relative max |gap| "
+              f"{row[col['max_rel_loss_gap']]:.2%}; entropy {row[col['max_abs_entropy_gap']]:.3f}, max logit "
+              f"{row[col['max_abs_encoder_max_logit_gap']]:.3f}, grad norm {row[col['max_abs_grad_norm_gap']]:.4f}; "
+              f"health warnings {row[col['health_warnings_f32']]}/{row[col['health_warnings_bf16']]}, non-finite "
+              f"{row[col['non_finite_f32']]}/{row[col['non_finite_bf16']]}; tokens/s "
+              f"{row[col['median_tokens_per_sec_f32']]:.0f}/{row[col['median_tokens_per_sec_bf16']]:.0f}")
+    for name in ("max_abs_loss_gap", "mean_abs_loss_gap", "mean_loss_gap", "max_abs_entropy_gap",
+                 "max_abs_encoder_max_logit_gap", "max_abs_grad_norm_gap"):
+        v = np.array([row[col[name]] for row, _ in pairs])
+        print(f"{name}: {v.mean():.4f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.4f} over {len(v)} seed(s), "
+              f"max {v.max():.4f}")
+    inside = sum(row[col["within_tolerance"]] for row, _ in pairs)
+    print(f"within the {TOLERANCE} nats tolerance at every logged step: {inside} of {len(pairs)} seeds")
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    ax.plot(loss_steps, a, label="float32", lw=1.5)
-    ax.plot(loss_steps, b, label="bfloat16 compute (float32 params)", lw=1.5, ls="--")
+    for i, (row, c) in enumerate(pairs):
+        color = f"C{i}"
+        ax.plot(c["steps"], c["f32"], color=color, lw=1.2, label=f"seed {row[0]} float32")
+        ax.plot(c["steps"], c["bf16"], color=color, lw=1.2, ls="--", label=f"seed {row[0]} bfloat16")
+        ax2.plot(c["steps"], c["bf16"] - c["f32"], color=color, lw=1)
     ax.set_ylabel("training loss (label-smoothed)")
-    ax.set_title("configs/translation.py, seed 0: bf16 vs f32")
-    ax.legend()
-    ax2.plot(loss_steps, gap, color="k", lw=1)
-    ax2.axhline(0, color="grey", lw=0.5)
+    ax.set_title(f"configs/translation.py: bf16 compute vs f32, {len(pairs)} seed(s)")
+    ax.legend(fontsize=7, ncol=2)
+    for y in (-TOLERANCE, 0, TOLERANCE):
+        ax2.axhline(y, color="grey", lw=0.5, ls=":" if y else "-")
     ax2.set_ylabel("bf16 - f32")
     ax2.set_xlabel("step")
     fig.tight_layout()
@@ -72,4 +136,4 @@ def main(f32_dir: str, bf16_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(sys.argv[1:])
