@@ -263,6 +263,17 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
         f"config, commit, seed, final metrics, learning curve, stability statistics and per-sentence BLEU "
         f"statistics). Steps per recorded point: {steps or 'none yet'}. Made by commit(s): {', '.join(commits) or '—'}."
         f" Run folders (not committed): `{os.path.relpath(workdir, REPO)}/<row>/<point>`.")
+    walls = sorted(w for w in (metric(r, "wall") for r in all_recs) if w is not None)
+    command = "python scripts/repro_table3.py" + (" --quick" if quick else "") + (
+        f" --d_model={d_model}" if d_model != 128 else "")
+    report.text(
+        f"Command: `{command}` (resumable: finished points are skipped, an interrupted point resumes from its last "
+        "checkpoint), run in the background queue `scripts/ablations.sh` at nice 19. The wall columns (minutes) are "
+        "each point's logged time summed over its `train.py` calls; they include the time the queue was paused (it is "
+        "stopped while CI runs) and the time it shared the 2 cores with other work, so they overstate the "
+        "training cost: "
+        + (f"{walls[0]:.1f} to {walls[-1]:.1f} minutes a point (median {float(np.median(walls)):.1f}), "
+           f"{sum(walls) / 60:.1f} hours over {len(walls)} points." if walls else "no point finished yet."))
     if missing:
         report.text(f"**Not finished yet ({len(missing)} points):** " + ", ".join(f"`{m}`" for m in missing)
                     + ". Everything below uses the finished points only.")
@@ -281,13 +292,13 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
             csv_runs.append([s["row"], r.get("point"), s["h"], s["dk"], s["dv"], r.get("seed"), r.get("steps"),
                              r.get("params"), metric(r, "nll"), metric(r, "ppl"), metric(r, "bleu"),
                              metric(r, "chrf"), metric(r, "grad"), metric(r, "spikes"), metric(r, "jump"),
-                             metric(r, "logit"), r.get("wall_s"), r.get("commit")])
+                             metric(r, "logit"), metric(r, "wall"), r.get("commit")])
     report.table(["row", "h", "d_k", "d_v", "parameters", "seeds done", "valid NLL (nats)", "valid perplexity",
                   "test BLEU", "test chrF", "wall (min)"], rows_out, csv_name="settings.csv")
     report.text("Every run (one line per record):")
     report.table(["row", "point", "h", "d_k", "d_v", "seed", "steps", "parameters", "valid NLL", "valid ppl",
                   "test BLEU", "test chrF", "max grad norm", "loss spikes", "max loss jump", "max attn logit",
-                  "wall (s)", "commit"], csv_runs, csv_name="runs.csv", digits=4)
+                  "wall (min)", "commit"], csv_runs, csv_name="runs.csv", digits=4)
 
     # ---- contrasts
     contrasts = []  # (name, key in PAPER or None, records)
