@@ -428,8 +428,9 @@ def budget(records: Sequence[dict]) -> str:
 
 def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_model, records) -> str:
     """The paragraph, generated from the intervals: which effects reproduce, at what budget, what is missing."""
+    n_base = len(settings.get(base_label, {}).get("records", []))
     intro = (f"Budget: {budget(records)} per point, d_model {d_model}; base point ({base_label}): "
-             f"{len(settings.get(base_label, {}).get('records', []))} seeds. Verdicts use the 95% Welch interval of "
+             f"{n_base} seed{'' if n_base == 1 else 's'}. Verdicts use the 95% Welch interval of "
              "the difference in validation NLL against the paper's sign.")
     if not records:
         return "No point has finished yet: nothing can be said."
