@@ -131,7 +131,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         for r in rs:
             runs.append([r.get("point"), label, r.get("seed"), r.get("steps"), r.get("params")]
                         + [t3.metric(r, m) for m in ("nll", "ppl", "bleu", "chrf", "grad", "spikes", "jump", "logit")]
-                        + [r.get("stability", {}).get("non_finite_step"), r.get("wall_s"), r.get("commit")])
+                        + [r.get("stability", {}).get("non_finite_step"), t3.metric(r, "wall"), r.get("commit")])
     report.table(["setting", "parameters", "seeds done", "valid NLL", "valid perplexity", "test BLEU",
                   "max grad norm", "loss spikes", "max loss jump", "max attention logit", "wall (min)"], rows,
                  csv_name="settings.csv")
@@ -141,7 +141,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
                 f"(every {base.train.stats_every} steps, any group, layer and head).")
     report.table(["point", "setting", "seed", "steps", "parameters", "valid NLL", "valid ppl", "test BLEU",
                   "test chrF", "max grad norm", "loss spikes", "max loss jump", "max attn logit", "non-finite step",
-                  "wall (s)", "commit"], runs, csv_name="runs.csv", digits=4)
+                  "wall (min)", "commit"], runs, csv_name="runs.csv", digits=4)
 
     report.section("Contrasts")
     report.text("Difference of means with 95% intervals: Welch's t, then the bootstrap over seeds.")
