@@ -29,18 +29,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compile_cache(tmp_path_factory):
-    """Share compiled programs between the runs of this module (same shapes, same programs)."""
-    old_dir = jax.config.jax_compilation_cache_dir
-    old_min = jax.config.jax_persistent_cache_min_compile_time_secs
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    yield
-    jax.config.update("jax_compilation_cache_dir", old_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", old_min)
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     rows = bible_es_en.read_pairs(bible_es_en.CORPUS_PATH)[:300]
