@@ -9,7 +9,9 @@ The long-run comparison on the main config (300 steps) is in docs/results/mixed_
 """
 from __future__ import annotations
 
+import csv
 import importlib.util
+import json
 import os
 
 import jax
@@ -161,3 +163,47 @@ def test_nan_guard_in_bfloat16(runs):
             np.testing.assert_array_equal(a, b)
     finally:
         run.state = saved
+
+
+def _load_make_report():
+    path = os.path.join(REPO, "docs", "results", "mixed_precision", "make_report.py")
+    spec = importlib.util.spec_from_file_location("mixed_precision_make_report", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_run(root, name: str, seed: int, gap: float, warnings: int = 0) -> str:
+    """A workdir with config.json and metrics.jsonl: losses 5.0 - 0.01 step every 5 steps, plus ``gap``."""
+    d = root / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"seed": seed}))
+    lines = [{"event": "start", "step": 0, "time": 0.0}]
+    lines += [{"event": "health_warning", "step": 5, "time": 1.0}] * warnings
+    lines += [{"step": s, "time": float(s), "train/loss": 5.0 - 0.01 * s + gap * (s == 30), "train/grad_norm": 1.0,
+               "perf/tokens_per_sec": 100.0} for s in range(5, 35, 5)]
+    lines += [{"step": 10, "attn/step": 10, "attn/cross/entropy": 2.0 + gap}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return str(d)
+
+
+def test_make_report_compares_each_seed_pair_against_the_tolerance(tmp_path):
+    """seeds.csv has one row per pair, flags the seed whose largest loss gap passes the tolerance, and counts
+    health warnings; unpaired or mismatched directories end with one line."""
+    mr = _load_make_report()
+    runs = [_fake_run(tmp_path, "f0", 0, 0.0), _fake_run(tmp_path, "b0", 0, 0.004, warnings=2),
+            _fake_run(tmp_path, "f1", 1, 0.0), _fake_run(tmp_path, "b1", 1, 0.02)]
+    out = tmp_path / "out"
+    out.mkdir()
+    mr.main(runs + ["--out", str(out)])
+    rows = list(csv.DictReader(open(out / "seeds.csv")))
+    assert [r["seed"] for r in rows] == ["0", "1"]
+    assert float(rows[0]["max_abs_loss_gap"]) == pytest.approx(0.004) and rows[0]["within_tolerance"] == "True"
+    assert float(rows[1]["max_abs_loss_gap"]) == pytest.approx(0.02) and rows[1]["within_tolerance"] == "False"
+    assert rows[1]["at_step"] == "30" and rows[0]["health_warnings_bf16"] == "2"
+    assert float(rows[1]["max_abs_entropy_gap"]) == pytest.approx(0.02)
+    assert (out / "loss.png").exists() and (out / "curves.csv").exists()
+    with pytest.raises(SystemExit, match="expected pairs"):
+        mr.main(runs[:3] + ["--out", str(out)])
+    with pytest.raises(SystemExit, match="expected pairs of the same seed"):
+        mr.main([runs[0], runs[3], "--out", str(out)])

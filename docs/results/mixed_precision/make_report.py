@@ -1,10 +1,11 @@
 """curves.csv, seeds.csv and loss.png of bf16 vs f32 runs of the main config (one pair of runs per seed) from
 their metrics.jsonl; prints the measured gaps per seed and over seeds.
 
-    python docs/results/mixed_precision/make_report.py F32_DIR BF16_DIR [F32_DIR BF16_DIR ...]
+    python docs/results/mixed_precision/make_report.py F32_DIR BF16_DIR [F32_DIR BF16_DIR ...] [--out DIR]
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -76,19 +77,24 @@ def compare(f32_dir: str, bf16_dir: str) -> tuple[list, dict]:
     return row, {"steps": steps, "f32": la, "bf16": lb, "runs": (a, b)}
 
 
-def main(dirs: list[str]) -> None:
-    if not dirs or len(dirs) % 2:
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dirs", nargs="+", help="train.py workdirs: float32 then bfloat16, one pair per seed")
+    ap.add_argument("--out", default=HERE, help="where seeds.csv, curves.csv and loss.png go (default: here)")
+    a = ap.parse_args(argv)
+    dirs, out = a.dirs, a.out
+    if len(dirs) % 2:
         raise SystemExit(f"got {len(dirs)} run directories; expected pairs: F32_DIR BF16_DIR [F32_DIR BF16_DIR ...]")
     for d in dirs:
         if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
             raise SystemExit(f"{d}/metrics.jsonl not found; expected a train.py workdir")
     pairs = [compare(dirs[i], dirs[i + 1]) for i in range(0, len(dirs), 2)]
     pairs.sort(key=lambda p: p[0][0])
-    with open(os.path.join(HERE, "seeds.csv"), "w", newline="") as f:
+    with open(os.path.join(out, "seeds.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(SEED_HEADERS)
         w.writerows(row for row, _ in pairs)
-    with open(os.path.join(HERE, "curves.csv"), "w", newline="") as f:
+    with open(os.path.join(out, "curves.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["seed", "step"] + [f"{dt}:{k}" for dt in ("float32", "bfloat16") for k in KEYS])
         for row, c in pairs:
@@ -132,7 +138,7 @@ def main(dirs: list[str]) -> None:
     ax2.set_ylabel("bf16 - f32")
     ax2.set_xlabel("step")
     fig.tight_layout()
-    fig.savefig(os.path.join(HERE, "loss.png"), dpi=110)
+    fig.savefig(os.path.join(out, "loss.png"), dpi=110)
 
 
 if __name__ == "__main__":
