@@ -1,15 +1,28 @@
 """Test-wide setup, set before jax is imported: 8 simulated CPU devices, W&B off, and one XLA compilation cache
 for the whole run (both pytest workers and the train.py subprocesses the tests start), so a program that several
 tests compile (the same tiny model's train step, say) is compiled once per run."""
+import importlib.metadata
 import os
 import shutil
 import tempfile
 import uuid
 
-# Optimization level 0: the suite's programs are tiny, so compiling them costs far more than running them
-# (it halves the compile time of a train step); no test measures speed.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-                           " --xla_backend_optimization_level=0").strip()
+
+def _fast_compile_flags() -> str:
+    """XLA flags that cut compile time, which dominates the suite (its programs are tiny; no test measures speed):
+    optimization level 0 (halves a train step's compile time) and, where jaxlib still has them (before 0.11,
+    which rejects the flag), the older CPU fusion emitters (about 30% less time on the engine tests)."""
+    flags = "--xla_backend_optimization_level=0"
+    major_minor = tuple(int(x) for x in importlib.metadata.version("jaxlib").split(".")[:2])
+    if major_minor < (0, 11):
+        flags += " --xla_cpu_use_fusion_emitters=false"
+    return flags
+
+
+# The subprocesses the tests start (train.py, multi-host launches) add the same flags to their own XLA_FLAGS.
+FAST_COMPILE_FLAGS = os.environ.setdefault("ATTNLAB_TEST_XLA_FLAGS", _fast_compile_flags())
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8 "
+                           + FAST_COMPILE_FLAGS).strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ["WANDB_MODE"] = "disabled"
 os.environ["WANDB_SILENT"] = "true"

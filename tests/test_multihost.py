@@ -125,8 +125,8 @@ def launch(tmp, workdir: str, *, processes: int, devices: int, env_extra=None, s
     ``workdir``; returns (exit code, log text) per process. Fails the test, killing every process group, after
     TIMEOUT_S."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    # Optimization level 0 as in conftest: compiling the tiny programs costs more than running them.
-    xla_flags = f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
+    # conftest's compile-time flags: compiling the tiny programs costs more than running them.
+    xla_flags = f"--xla_force_host_platform_device_count={devices} {os.environ['ATTNLAB_TEST_XLA_FLAGS']}"
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags, LAUNCH_SCRIPT=script, PYTHONPATH=REPO, WANDB_MODE="offline",
                WANDB_SILENT="true", JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), OMP_NUM_THREADS="1", **(env_extra or {}))
     if processes > 1:

@@ -33,8 +33,8 @@ _LOG_IDS = itertools.count()
 def env(tmp_root) -> dict:
     return dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", PYTHONPATH=REPO,
                 ATTNLAB_CACHE_DIR=str(tmp_root / "cache"), JAX_COMPILATION_CACHE_DIR=str(tmp_root / "xla"),
-                # one CPU device, as a user runs the CLIs; optimization level 0 as in conftest (compile time)
-                XLA_FLAGS="--xla_backend_optimization_level=0")
+                # one CPU device, as a user runs the CLIs; conftest's compile-time flags
+                XLA_FLAGS=os.environ["ATTNLAB_TEST_XLA_FLAGS"])
 
 
 def run_clis(jobs: dict, tmp_root) -> dict[str, tuple[int, str, float]]:
