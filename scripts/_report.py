@@ -170,11 +170,21 @@ class Report:
         return path
 
     def write(self) -> str:
-        """Write ``README.md`` and return its path."""
+        """Write ``README.md`` and return its path; an existing one that differs only in its "Measured ..." line
+        is left as it is, so a rebuild from the same records does not churn the report."""
         path = os.path.join(self.out_dir, "README.md")
+        text = "\n\n".join(self.parts) + "\n"
+        if os.path.isfile(path):
+            with open(path) as f:
+                if _without_measured_line(f.read()) == _without_measured_line(text):
+                    return path
         with open(path, "w") as f:
-            f.write("\n\n".join(self.parts) + "\n")
+            f.write(text)
         return path
+
+
+def _without_measured_line(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not line.startswith("Measured ")]
 
 
 def heatmap_grid(

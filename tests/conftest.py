@@ -11,7 +11,8 @@ import uuid
 def _fast_compile_flags() -> str:
     """XLA flags that cut compile time, which dominates the suite (its programs are tiny; no test measures speed):
     optimization level 0 (halves a train step's compile time) and, where jaxlib still has them (before 0.11,
-    which rejects the flag), the older CPU fusion emitters (about 30% less time on the engine tests)."""
+    which rejects the flag), the older CPU fusion emitters (39% less time on test_loop + test_interventions,
+    125 -> 76 s)."""
     flags = "--xla_backend_optimization_level=0"
     major_minor = tuple(int(x) for x in importlib.metadata.version("jaxlib").split(".")[:2])
     if major_minor < (0, 11):

@@ -128,7 +128,8 @@ def launch(tmp, workdir: str, *, processes: int, devices: int, env_extra=None, s
     # conftest's compile-time flags: compiling the tiny programs costs more than running them.
     xla_flags = f"--xla_force_host_platform_device_count={devices} {os.environ['ATTNLAB_TEST_XLA_FLAGS']}"
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags, LAUNCH_SCRIPT=script, PYTHONPATH=REPO, WANDB_MODE="offline",
-               WANDB_SILENT="true", JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), OMP_NUM_THREADS="1", **(env_extra or {}))
+               WANDB_SILENT="true", JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), OMP_NUM_THREADS="1",
+               **(env_extra or {}))
     if processes > 1:
         env.update(JAX_COORDINATOR_ADDRESS=f"localhost:{free_port()}", JAX_NUM_PROCESSES=str(processes))
     procs, logs = [], []

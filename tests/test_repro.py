@@ -196,3 +196,18 @@ def test_mqar_quick(tmp_path):
     assert "## What the data say" in text and "Steps to learn" in text and "Mean accuracy by d_k" in text
     assert repro_mqar.solve_step([10, 20, 30, 40], [3.0, 0.7, 0.4, 0.1]) == 30
     assert repro_mqar.solve_step([10, 20], [3.0, 2.0]) is None
+
+
+def test_report_rebuild_keeps_file_when_only_the_measured_line_changes(tmp_path):
+    import _report
+
+    def build(measured: str, body: str) -> str:
+        rep = _report.Report(str(tmp_path), "T")
+        rep.text(f"Measured {measured}.")
+        rep.text(body)
+        path = rep.write()
+        return open(path).read()
+
+    first = build("yesterday", "NLL 2.9")
+    assert build("today", "NLL 2.9") == first
+    assert build("today", "NLL 2.8") == "# T\n\nMeasured today.\n\nNLL 2.8\n"

@@ -16,8 +16,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOLERANCE = 0.01  # nats: the largest |bf16 - f32| training-loss gap allowed at any logged step
 GROUPS = ("encoder_self", "decoder_self", "cross")
-KEYS = ("train/loss", "train/nll", "train/grad_norm", *(f"attn/{g}/entropy" for g in GROUPS),
-        "attn/encoder_self/max_logit", "perf/tokens_per_sec")
+ENTROPY_KEYS = tuple(f"attn/{g}/entropy" for g in GROUPS)
+KEYS = ("train/loss", "train/nll", "train/grad_norm", *ENTROPY_KEYS, "attn/encoder_self/max_logit",
+        "perf/tokens_per_sec")
 SEED_HEADERS = ("seed", "logged_steps", "max_abs_loss_gap", "at_step", "mean_abs_loss_gap", "mean_loss_gap",
                 "final_loss_f32", "final_loss_bf16", "max_rel_loss_gap", "max_abs_entropy_gap",
                 "max_abs_encoder_max_logit_gap", "max_abs_grad_norm_gap", "health_warnings_f32",
@@ -54,8 +55,8 @@ def _max_gap(a: dict, b: dict, keys: tuple[str, ...]) -> float:
     return max(gaps) if gaps else float("nan")
 
 
-def compare(f32_dir: str, bf16_dir: str) -> tuple[list, dict]:
-    """(a SEED_HEADERS row, the loss curves {"steps", "f32", "bf16"}) of one seed's pair of runs."""
+def compare(f32_dir: str, bf16_dir: str) -> tuple[dict, dict]:
+    """(a row keyed by SEED_HEADERS, the loss curves {"steps", "f32", "bf16"}) of one seed's pair of runs."""
     (a, ev_a), (b, ev_b) = read_run(f32_dir), read_run(bf16_dir)
     seed = seed_of(f32_dir)
     if seed_of(bf16_dir) != seed:
@@ -69,11 +70,16 @@ def compare(f32_dir: str, bf16_dir: str) -> tuple[list, dict]:
     gap = lb - la
     worst = int(np.argmax(np.abs(gap)))
     tok = [np.median([v["perf/tokens_per_sec"] for v in r.values() if "perf/tokens_per_sec" in v]) for r in (a, b)]
-    row = [seed, len(steps), float(np.abs(gap).max()), steps[worst], float(np.abs(gap).mean()),
-           float(gap.mean()), float(la[-1]), float(lb[-1]), float((np.abs(gap) / la).max()),
-           _max_gap(a, b, tuple(f"attn/{g}/entropy" for g in GROUPS)), _max_gap(a, b, ("attn/encoder_self/max_logit",)),
-           _max_gap(a, b, ("train/grad_norm",)), ev_a["health_warning"], ev_b["health_warning"], ev_a["non_finite"],
-           ev_b["non_finite"], float(tok[0]), float(tok[1]), bool(np.abs(gap).max() <= TOLERANCE)]
+    row = {"seed": seed, "logged_steps": len(steps), "max_abs_loss_gap": float(np.abs(gap).max()),
+           "at_step": steps[worst], "mean_abs_loss_gap": float(np.abs(gap).mean()), "mean_loss_gap": float(gap.mean()),
+           "final_loss_f32": float(la[-1]), "final_loss_bf16": float(lb[-1]),
+           "max_rel_loss_gap": float((np.abs(gap) / la).max()), "max_abs_entropy_gap": _max_gap(a, b, ENTROPY_KEYS),
+           "max_abs_encoder_max_logit_gap": _max_gap(a, b, ("attn/encoder_self/max_logit",)),
+           "max_abs_grad_norm_gap": _max_gap(a, b, ("train/grad_norm",)),
+           "health_warnings_f32": ev_a["health_warning"], "health_warnings_bf16": ev_b["health_warning"],
+           "non_finite_f32": ev_a["non_finite"], "non_finite_bf16": ev_b["non_finite"],
+           "median_tokens_per_sec_f32": float(tok[0]), "median_tokens_per_sec_bf16": float(tok[1]),
+           "within_tolerance": bool(np.abs(gap).max() <= TOLERANCE)}
     return row, {"steps": steps, "f32": la, "bf16": lb, "runs": (a, b)}
 
 
@@ -89,10 +95,10 @@ def main(argv: list[str]) -> None:
         if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
             raise SystemExit(f"{d}/metrics.jsonl not found; expected a train.py workdir")
     pairs = [compare(dirs[i], dirs[i + 1]) for i in range(0, len(dirs), 2)]
-    pairs.sort(key=lambda p: p[0][0])
+    pairs.sort(key=lambda p: p[0]["seed"])
     with open(os.path.join(out, "seeds.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(SEED_HEADERS)
+        w = csv.DictWriter(f, fieldnames=SEED_HEADERS)
+        w.writeheader()
         w.writerows(row for row, _ in pairs)
     with open(os.path.join(out, "curves.csv"), "w", newline="") as f:
         w = csv.writer(f)
@@ -100,24 +106,23 @@ def main(argv: list[str]) -> None:
         for row, c in pairs:
             runs = c["runs"]
             for s in sorted(set(runs[0]) | set(runs[1])):
-                w.writerow([row[0], s] + [r.get(s, {}).get(k, "") for r in runs for k in KEYS])
+                w.writerow([row["seed"], s] + [r.get(s, {}).get(k, "") for r in runs for k in KEYS])
 
-    col = {h: i for i, h in enumerate(SEED_HEADERS)}
     for row, _ in pairs:
-        print(f"seed {row[0]}: max |gap| {row[col['max_abs_loss_gap']]:.4f} at step {row[col['at_step']]}; mean |gap| "
-              f"{row[col['mean_abs_loss_gap']]:.4f}; mean gap {row[col['mean_loss_gap']]:+.4f}; final loss f32 "
-              f"{row[col['final_loss_f32']]:.4f}, bf16 {row[col['final_loss_bf16']]:.4f}; relative max |gap| "
-              f"{row[col['max_rel_loss_gap']]:.2%}; entropy {row[col['max_abs_entropy_gap']]:.3f}, max logit "
-              f"{row[col['max_abs_encoder_max_logit_gap']]:.3f}, grad norm {row[col['max_abs_grad_norm_gap']]:.4f}; "
-              f"health warnings {row[col['health_warnings_f32']]}/{row[col['health_warnings_bf16']]}, non-finite "
-              f"{row[col['non_finite_f32']]}/{row[col['non_finite_bf16']]}; tokens/s "
-              f"{row[col['median_tokens_per_sec_f32']]:.0f}/{row[col['median_tokens_per_sec_bf16']]:.0f}")
+        print(f"seed {row['seed']}: max |gap| {row['max_abs_loss_gap']:.4f} at step {row['at_step']}; mean |gap| "
+              f"{row['mean_abs_loss_gap']:.4f}; mean gap {row['mean_loss_gap']:+.4f}; final loss f32 "
+              f"{row['final_loss_f32']:.4f}, bf16 {row['final_loss_bf16']:.4f}; relative max |gap| "
+              f"{row['max_rel_loss_gap']:.2%}; entropy {row['max_abs_entropy_gap']:.3f}, max logit "
+              f"{row['max_abs_encoder_max_logit_gap']:.3f}, grad norm {row['max_abs_grad_norm_gap']:.4f}; "
+              f"health warnings {row['health_warnings_f32']}/{row['health_warnings_bf16']}, non-finite "
+              f"{row['non_finite_f32']}/{row['non_finite_bf16']}; tokens/s "
+              f"{row['median_tokens_per_sec_f32']:.0f}/{row['median_tokens_per_sec_bf16']:.0f}")
     for name in ("max_abs_loss_gap", "mean_abs_loss_gap", "mean_loss_gap", "max_abs_entropy_gap",
                  "max_abs_encoder_max_logit_gap", "max_abs_grad_norm_gap"):
-        v = np.array([row[col[name]] for row, _ in pairs])
+        v = np.array([row[name] for row, _ in pairs])
         print(f"{name}: {v.mean():.4f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.4f} over {len(v)} seed(s), "
               f"max {v.max():.4f}")
-    inside = sum(row[col["within_tolerance"]] for row, _ in pairs)
+    inside = sum(row["within_tolerance"] for row, _ in pairs)
     print(f"within the {TOLERANCE} nats tolerance at every logged step: {inside} of {len(pairs)} seeds")
 
     import matplotlib
@@ -127,8 +132,8 @@ def main(argv: list[str]) -> None:
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     for i, (row, c) in enumerate(pairs):
         color = f"C{i}"
-        ax.plot(c["steps"], c["f32"], color=color, lw=1.2, label=f"seed {row[0]} float32")
-        ax.plot(c["steps"], c["bf16"], color=color, lw=1.2, ls="--", label=f"seed {row[0]} bfloat16")
+        ax.plot(c["steps"], c["f32"], color=color, lw=1.2, label=f"seed {row['seed']} float32")
+        ax.plot(c["steps"], c["bf16"], color=color, lw=1.2, ls="--", label=f"seed {row['seed']} bfloat16")
         ax2.plot(c["steps"], c["bf16"] - c["f32"], color=color, lw=1)
     ax.set_ylabel("training loss (label-smoothed)")
     ax.set_title(f"configs/translation.py: bf16 compute vs f32, {len(pairs)} seed(s)")
