@@ -1,28 +1,30 @@
-"""Heads vs depth (Li et al. 2021, "Multi-head or single-head?"): 8 heads x 3+3 layers against 1 head x 6+6
-layers at the same parameter count, with and without QK-LayerNorm.
+"""Heads vs depth (Liu, Liu & Han 2021, "Multi-head or single-head? An empirical comparison for Transformer
+training"): 8 heads x 3+3 layers against single-head models 6+6, 12+12 and 24+24 layers deep with the same
+parameter count, each with and without QK-LayerNorm.
 
-    python scripts/repro_heads_depth.py                               # the sweep, records and report
-    python scripts/sweep.py --config=configs/heads_depth.py           # the same points through the runner
-    python train.py --config=configs/heads_depth.py:arch=h1_L6,qkln   # one point
+    python scripts/repro_heads_depth.py                                # the sweep, records and report
+    python scripts/sweep.py --config=configs/heads_depth.py            # the same points through the runner
+    python train.py --config=configs/heads_depth.py:arch=h1_L12,qkln   # one point
 
-The model is the Table 3 CPU-scale translation model (``configs/table3_heads.py``: d_model 128, d_ff 512,
-no QK-LayerNorm, learning rate 3e-3, 2,400 steps, validation loss every 600 steps). Attention and
-feed-forward weights both grow with the number of layers (4 d^2 per attention sublayer whatever the head
-count), so the deep single-head model gets a smaller d_ff, solved from ``models.param_count_breakdown`` so
-that its encoder + decoder parameters equal the shallow model's without QK-LayerNorm (d_ff 512 -> 62 at
-d_model 128: 1,389,800 against 1,389,056; embeddings are the same). QK-LayerNorm's scales add 2 d_k per
-attention sublayer (4,608 parameters in the deep model, 288 in the shallow one) and the same d_ff is kept, so
-the QK-LayerNorm contrast changes nothing else. A 12+12 single-head model cannot be matched at d_model 128: its attention alone has more
-parameters than the whole 3+3 model.
+The shallow model is the Table 3 CPU-scale translation model (``configs/table3_heads.py``: d_model 128, 8
+heads of d_k = d_v = 16, d_ff 512, no QK-LayerNorm, learning rate 3e-3, 2,400 steps, validation loss every
+600 steps). The deep models follow Liu et al.'s construction: each multi-head layer is split into m = L / 3
+single-head layers that share its attention and feed-forward widths, so a single-head layer has
+d_k = d_v = 8 x 16 / m and d_ff = 512 / m (6+6: d_k 64, d_ff 256; 12+12: d_k 32, d_ff 128; 24+24: d_k 16,
+d_ff 64, the paper's case: as many heads per stack as the 3+3 model, each as wide). Attention and
+feed-forward weights are then equal to the shallow model's at every depth; only LayerNorms and output biases
+grow with the number of layers (encoder + decoder parameters 1,389,056 at 3+3, 1,394,816 at 6+6, 1,406,336 at
+12+12, 1,429,376 at 24+24: 2.9% more). QK-LayerNorm adds 2 d_k scales per attention sublayer
+and changes nothing else.
 
-Arguments (``:key=value,...``): arch (``h8_L3`` or ``h1_L6``), qkln (QK-LayerNorm on), seed, seeds (the
-sweep runs seeds 0..seeds-1), steps, minutes (optional time cap), test_examples (0 = all), quick (tiny model:
-d_model 64, 4 heads x 1+1 layers against 1 head x 2+2).
+Arguments (``:key=value,...``): arch (one of ARCHS), qkln (QK-LayerNorm on), seed, seeds (the sweep runs
+seeds 0..seeds-1), steps, minutes (optional time cap), test_examples (0 = all), quick (tiny model: d_model 64,
+4 heads x 1+1 against 1 head x 2+2 and 4+4).
 """
 from engine.config import parse_arg, sibling_config
 
-ARCHS = {"h8_L3": (8, 3), "h1_L6": (1, 6)}  # name -> (heads, encoder and decoder layers)
-QUICK_ARCHS = {"h8_L3": (4, 1), "h1_L6": (1, 2)}
+ARCHS = {"h8_L3": (8, 3), "h1_L6": (1, 6), "h1_L12": (1, 12), "h1_L24": (1, 24)}  # name -> (heads, layers)
+QUICK_ARCHS = {"h8_L3": (4, 1), "h1_L6": (1, 2), "h1_L12": (1, 4)}  # the first entry is the shallow reference
 
 
 def parse(arg):
@@ -46,26 +48,20 @@ def layer_params(config) -> int:
 
 
 def arch_overrides(a, arch: str, qkln: bool) -> dict:
-    """The model fields of ``arch`` (heads, layers, d_k = d_v = d_model / heads, the matched d_ff)."""
+    """The model fields of ``arch``: its heads and layers, and the shallow reference's attention and feed-forward
+    widths split over ``layers / reference layers`` times as many layers (Liu et al.'s construction)."""
     archs = QUICK_ARCHS if a.quick else ARCHS
     if arch not in archs:
         raise ValueError(f"heads_depth: arch={arch!r}; expected one of {sorted(archs)}")
     c = _base(a)
-    d = c.model.d_model
-    ref_heads, ref_layers = archs["h8_L3"]
-    heads, layers = archs[arch]
-
-    def set_model(cfg, h, n, d_ff):  # matched without QK-LayerNorm, so both QK-LN settings share d_ff
-        cfg.model.update(num_heads=h, qk_dim=d // h, v_dim=d // h, num_encoder_layers=n, num_decoder_layers=n,
-                         d_ff=d_ff, qk_layernorm=False)
-        return cfg
-
-    target = layer_params(set_model(_base(a), ref_heads, ref_layers, c.model.d_ff))
-    at1 = layer_params(set_model(_base(a), heads, layers, 1))  # parameters are linear in d_ff
-    slope = layer_params(set_model(_base(a), heads, layers, 2)) - at1
-    d_ff = max(1, 1 + round((target - at1) / slope))
-    return {"model.num_heads": heads, "model.qk_dim": d // heads, "model.v_dim": d // heads,
-            "model.num_encoder_layers": layers, "model.num_decoder_layers": layers, "model.d_ff": d_ff,
+    (_, ref_layers), (heads, layers) = next(iter(archs.values())), archs[arch]
+    width = c.model.d_model * ref_layers  # the reference's per-stack attention width, heads x d_k x layers
+    if width % (heads * layers) or (c.model.d_ff * ref_layers) % layers:
+        raise ValueError(f"heads_depth: arch={arch!r} ({heads} head(s) x {layers} layers) does not divide the "
+                         f"reference's attention width {width} and d_ff {c.model.d_ff} x {ref_layers} evenly")
+    d_k = width // (heads * layers)
+    return {"model.num_heads": heads, "model.qk_dim": d_k, "model.v_dim": d_k, "model.num_encoder_layers": layers,
+            "model.num_decoder_layers": layers, "model.d_ff": c.model.d_ff * ref_layers // layers,
             "model.qk_layernorm": qkln}
 
 
@@ -79,9 +75,9 @@ def get_config(arg=None):
 
 
 def sweep(arg=None):
-    """Points: seed x QK-LayerNorm (off, on) x arch (h8_L3, h1_L6), parameter-matched."""
+    """Points: seed x QK-LayerNorm (off, on) x arch (ARCHS, or QUICK_ARCHS), parameter-matched."""
     a = parse(arg)
     for seed in range(a.seeds):
         for qkln in (False, True):
-            for arch in ARCHS:
+            for arch in (QUICK_ARCHS if a.quick else ARCHS):
                 yield {**arch_overrides(a, arch, qkln), "seed": seed}

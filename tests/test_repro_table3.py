@@ -270,16 +270,17 @@ def test_heads_depth_quick_writes_records(tmp_path, stand_in):
     argv = ["--quick", f"--out={out}", f"--workdir={tmp_path / 'runs'}", f"--train_script={train}"]
     repro_heads_depth.main(argv)
     names = sorted(p.name for p in (out / "points").glob("*.json"))
-    assert len(names) == 4 and len(calls_of(calls)) == 4
+    assert len(names) == 6 and len(calls_of(calls)) == 6  # 3 architectures x QK-LayerNorm off/on
     rec = json.loads((out / "points" / names[0]).read_text())
     assert rec["stability"]["max_attention_logit"]["cross"] > 0 and "model.qk_layernorm" in rec["overrides"]
     text = (out / "README.md").read_text()
     assert "QK-LN on minus off" in text and "## What the data say" in text and "curves.png" in text
     verdicts = _csv(out / "verdicts.csv")
-    assert [r["verdict"] for r in verdicts] == ["undecided"] * 4  # one seed: nothing is decided
+    assert [r["verdict"] for r in verdicts] == ["undecided"] * 8  # 4 per deep model; one seed decides nothing
+    assert "1 head x 4+4, d_k 16, d_ff 32 minus 4 heads x 1+1, d_k 16, d_ff 128, QK-LN off" in text
     shutil.rmtree(tmp_path / "runs")
     repro_heads_depth.main(argv)
-    assert len(calls_of(calls)) == 4
+    assert len(calls_of(calls)) == 6
 
 
 def _hd_records(nlls, grad=1.0):
@@ -308,3 +309,11 @@ def test_heads_depth_verdicts_follow_the_criteria():
     # no multi-head advantage to explain; too few seeds
     assert rows([2.00, 2.01, 2.02], [2.00, 2.01, 2.02])[3] == "undecided"
     assert rows([2.0, 2.1], [2.0, 2.1]) == ["undecided"] * 4
+    # each deep model is judged on its own: four rows per deep model, in the order of ``archs``
+    by = {("8 heads", q): shallow for q in (False, True)}
+    by.update({("6+6", False): _hd_records([2.00, 2.01, 2.02]), ("6+6", True): _hd_records([2.00, 2.01, 2.02]),
+               ("24+24", False): _hd_records([2.20, 2.21, 2.22], 3.0), ("24+24", True): _hd_records([2.0, 2.01, 2.02])})
+    got = repro_heads_depth.verdict_rows(by, ("8 heads", "6+6", "24+24"))
+    assert [r[3] for r in got] == ["reproduced", "reproduced", "not reproduced", "undecided",
+                                   "not reproduced", "reproduced", "reproduced", "reproduced"]
+    assert got[0][0].startswith("6+6 matches") and got[4][0].startswith("24+24 matches")

@@ -197,17 +197,20 @@ def test_heads_depth_sweep_is_parameter_matched():
     got = {(p.overrides["model.num_heads"], p.overrides["model.num_encoder_layers"],
             p.overrides["model.num_decoder_layers"], p.overrides["model.qk_layernorm"], p.overrides["seed"])
            for p in points}
-    assert got == {(h, n, n, q, s) for h, n in ((8, 3), (1, 6)) for q in (False, True) for s in (0, 1, 2)}
+    archs = ((8, 3), (1, 6), (1, 12), (1, 24))
+    assert got == {(h, n, n, q, s) for h, n in archs for q in (False, True) for s in (0, 1, 2)}
     module = sweep.load_config_module(spec)
     for qkln in ("", ",qkln"):
-        shallow, deep = module.get_config("arch=h8_L3" + qkln), module.get_config("arch=h1_L6" + qkln)
+        shallow = module.get_config("arch=h8_L3" + qkln)
         assert (shallow.model.num_heads, shallow.model.qk_dim, shallow.model.d_ff) == (8, 16, 512)
-        assert (deep.model.num_heads, deep.model.qk_dim, deep.model.v_dim) == (1, 128, 128)
-        assert deep.model.qk_layernorm == shallow.model.qk_layernorm == bool(qkln)
-        assert deep.model.d_ff < shallow.model.d_ff
-        n_shallow, n_deep = module.layer_params(shallow), module.layer_params(deep)
-        assert abs(n_deep - n_shallow) <= 0.005 * n_shallow, (n_deep, n_shallow)
-        assert deep.model.d_ff == 62  # the same for both QK-LayerNorm settings
         assert shallow.train.num_steps == 2400 and shallow.model.d_model == 128
+        n_shallow = module.layer_params(shallow)
+        for arch, d_k, d_ff in (("h1_L6", 64, 256), ("h1_L12", 32, 128), ("h1_L24", 16, 64)):
+            deep = module.get_config(f"arch={arch}" + qkln)
+            assert (deep.model.num_heads, deep.model.qk_dim, deep.model.v_dim, deep.model.d_ff) == (1, d_k, d_k, d_ff)
+            assert deep.model.qk_layernorm == shallow.model.qk_layernorm == bool(qkln)
+            # heads x d_k x layers and d_ff x layers as in the shallow model: only LayerNorms and biases grow
+            assert d_k * deep.model.num_encoder_layers == 8 * 16 * 3 and d_ff * deep.model.num_decoder_layers == 512 * 3
+            assert 0 < module.layer_params(deep) - n_shallow <= 0.035 * n_shallow  # 24+24 with QK-LN: +3.05%
     with pytest.raises(ValueError, match="arch='h2_L4'"):
         module.get_config("arch=h2_L4")
