@@ -122,7 +122,8 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         "with QK-LayerNorm off and on. Validation NLL on the whole validation "
         f"split (every {base.train.eval_every} steps and at the end), greedy test BLEU on "
         f"{base.eval.split_examples or 'all'} test sentences.\n\n"
-        f"Records: {len(all_recs)} of {len(points)} points (`points/<point>.json`). Made by commit(s): "
+        f"Records: {len(all_recs)} of {len(points)} points (`points/<point>.json`, with the decoded test sentences "
+        "beside each: `<point>.test.txt`, one line per test sentence in corpus order). Made by commit(s): "
         f"{', '.join(sorted({r.get('commit', 'unknown') for r in all_recs})) or '—'}. Run folders (not committed): "
         f"`{os.path.relpath(workdir, REPO)}/<point>`.")
     if missing:

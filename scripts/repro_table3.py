@@ -261,7 +261,8 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
         f"{sorted({r.get('seed') for r in recs['AA'].values()}) or 'not yet run'} against the base's own seeds.\n\n"
         f"Records: {len(all_recs)} of {n_expected} points (`points/<row>/<point>.json`, one per finished point: "
         f"config, commit, seed, final metrics, learning curve, stability statistics and per-sentence BLEU "
-        f"statistics). Steps per recorded point: {steps or 'none yet'}. Made by commit(s): {', '.join(commits) or '—'}."
+        f"statistics), and beside each the decoded test sentences (`<point>.test.txt`, greedy, one line per test "
+        f"sentence in corpus order). Steps per recorded point: {steps or 'none yet'}. Made by commit(s): {', '.join(commits) or '—'}."
         f" Run folders (not committed): `{os.path.relpath(workdir, REPO)}/<row>/<point>`.")
     walls = sorted(w for w in (metric(r, "wall") for r in all_recs) if w is not None)
     command = "python scripts/repro_table3.py" + (" --quick" if quick else "") + (

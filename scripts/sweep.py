@@ -22,8 +22,9 @@ its workdir). Aggregation writes ``<workdir>/README.md`` (Markdown table and fig
 
 Run folders are not committed. ``--records=DIR`` keeps a small record of every finished point in
 ``DIR/<point>.json`` (``point_record``: config and overrides, commit, seed, final validation and test metrics,
-learning curve, stability statistics, per-sentence BLEU statistics of the decoded test set); committed, it
-makes the point finished for good: a point whose record exists is skipped even when its run folder is gone.
+learning curve, stability statistics, per-sentence BLEU statistics of the decoded test set) and the decoded
+sentences beside it (``DIR/<point>.<split>.txt``); committed, it makes the point finished for good: a point
+whose record exists is skipped even when its run folder is gone.
 
     python scripts/sweep.py --config=configs/table3_dk.py --records=docs/results/table3/points/B
 """
@@ -222,14 +223,16 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
     train.py's console output goes to <point>/sweep_stdout.log (its own log is <point>/train.log). A point
     counts as finished when train.py exits 0 after training to the end (``train_end`` reason ``num_steps`` or
     ``max_minutes``); one stopped by a signal is resumed on the next run. With ``record`` (a JSON path, e.g.
-    under ``docs/results/<study>/points/``) a finished point also writes its record there (``point_record``),
-    and a point whose record exists is not trained again even when ``sweep_dir`` is gone.
+    under ``docs/results/<study>/points/``) a finished point also writes its record there (``point_record``) and
+    its decoded sentences beside it (``save_hypotheses``), and a point whose record exists is not trained again
+    even when ``sweep_dir`` is gone.
     """
     point_dir = os.path.join(sweep_dir, point.name)
     overrides = {**extra, **point.overrides}
     if record is not None and os.path.exists(record):
         _check_same(record, read_record(record), config_spec, overrides,
                     "move that record away (or use another records folder) to retrain it")
+        save_hypotheses(record, point_dir)
         print(f"[sweep] {point.name}: record {os.path.relpath(record, REPO)} exists, skipped")
         return True
     status = point_status(point_dir)
@@ -238,6 +241,7 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
                     "use another --workdir, or delete that folder to retrain it")
         if record is not None:
             write_record(record, point_record(point_dir, config_spec, overrides, name=point.name))
+            save_hypotheses(record, point_dir)
         print(f"[sweep] {point.name}: done already, skipped")
         return True
     os.makedirs(point_dir, exist_ok=True)
@@ -265,6 +269,7 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
                                                          "commit": commit})
     if record is not None:
         write_record(record, point_record(point_dir, config_spec, overrides, name=point.name))
+        save_hypotheses(record, point_dir)
     print(f"[sweep] {point.name}: done in {wall:.0f}s", flush=True)
     return True
 
@@ -482,20 +487,48 @@ def split_references(point_dir: str, split: str) -> list[str]:
     return _REFERENCES[key]
 
 
+def final_hypotheses(point_dir: str, records: Sequence[dict]) -> tuple[Optional[dict], str]:
+    """(the point's last ``bleu`` event and its decoded sentences, one per line in split order; or None and why
+    there are none)."""
+    bleus = [r for r in records if r.get("event") == "bleu"]
+    if not bleus or not bleus[-1].get("hypotheses"):
+        return None, "no decoded hypotheses logged"
+    ev = bleus[-1]
+    hyp_path = os.path.join(point_dir, "outputs", os.path.basename(ev["hypotheses"]))
+    if not os.path.exists(hyp_path):
+        return None, f"hypotheses file {hyp_path} is missing"
+    with open(hyp_path, encoding="utf-8") as f:
+        return ev, "\n".join(f.read().split("\n")[: int(ev["sentences"])])
+
+
+def hypotheses_path(record_path: str, split: str) -> str:
+    """Where a point's decoded ``split`` is committed: ``<point>.<split>.txt`` beside its record."""
+    return f"{record_path[: -len('.json')] if record_path.endswith('.json') else record_path}.{split}.txt"
+
+
+def save_hypotheses(record_path: str, point_dir: str) -> Optional[str]:
+    """Copy the point's final decoded sentences beside its record (``hypotheses_path``) unless they are there
+    already; the path, or None when the point decoded nothing or its run folder is gone."""
+    ev, text = final_hypotheses(point_dir, read_records(os.path.join(point_dir, METRICS))) \
+        if os.path.exists(os.path.join(point_dir, METRICS)) else (None, "")
+    if ev is None:
+        return None
+    dest = hypotheses_path(record_path, ev["split"])
+    if not os.path.exists(dest):
+        _write_json_atomic(dest, None, text + "\n")
+        print(f"[sweep] decoded {ev['split']} sentences {os.path.relpath(dest, REPO)}", flush=True)
+    return dest
+
+
 def bleu_sentence_stats(point_dir: str, records: Sequence[dict]) -> dict[str, Any]:
     """Per-sentence BLEU statistics of the point's final decoded split (hypotheses from its ``outputs/``),
     or ``{"rows": None, "reason": ...}`` when the point decoded nothing."""
     import _stats
 
-    bleus = [r for r in records if r.get("event") == "bleu"]
-    if not bleus or not bleus[-1].get("hypotheses"):
-        return {"rows": None, "reason": "no decoded hypotheses logged"}
-    ev = bleus[-1]
-    hyp_path = os.path.join(point_dir, "outputs", os.path.basename(ev["hypotheses"]))
-    if not os.path.exists(hyp_path):
-        return {"rows": None, "reason": f"hypotheses file {hyp_path} is missing"}
-    with open(hyp_path, encoding="utf-8") as f:
-        hyps = f.read().split("\n")[: int(ev["sentences"])]
+    ev, text = final_hypotheses(point_dir, records)
+    if ev is None:
+        return {"rows": None, "reason": text}
+    hyps = text.split("\n")
     refs = split_references(point_dir, ev["split"])[: len(hyps)]
     rows = _stats.sentence_stats(hyps, refs)
     return {"split": ev["split"], "sentences": len(hyps), "fields": list(_stats.STAT_FIELDS),
@@ -689,8 +722,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--wandb_sweep", default=None, metavar="YAML", help="write a W&B sweep file and exit")
     parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     parser.add_argument("--records", default=None, metavar="DIR",
-                        help="keep a record of every finished point as DIR/<point>.json (commit it: a point with "
-                             "a record is not trained again, even without its run folder)")
+                        help="keep a record of every finished point as DIR/<point>.json, its decoded sentences as "
+                             "DIR/<point>.<split>.txt (commit them: a point with a record is not trained again, "
+                             "even without its run folder)")
     args = parser.parse_args(argv)
 
     name = sweep_name(args.config)

@@ -71,9 +71,16 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     repro_table3.main(argv)
     names = sorted(os.path.relpath(os.path.join(d, f), out / "points") for d, _, fs in os.walk(out / "points")
                    for f in fs)
-    # quick: d_model 64, one seed (so no seed in the names); the A/A row is the base point with seed 1
-    assert names == ["A/num_heads_1.json", "A/num_heads_8.json", "AA/default.json", "B/qk_dim_2.json",
-                     "B/qk_dim_4.json"]
+    # quick: d_model 64, one seed (so no seed in the names); the A/A row is the base point with seed 1; each
+    # record has its decoded test sentences beside it
+    points = ["A/num_heads_1", "A/num_heads_8", "AA/default", "B/qk_dim_2", "B/qk_dim_4"]
+    assert names == sorted(f"{p}{ext}" for p in points for ext in (".json", ".test.txt"))
+    hyps = [" ".join(r.split()[:-1]) if i % 3 == 0 else r for i, r in enumerate(REFS)]
+    committed = out / "points" / "A" / "num_heads_1.test.txt"
+    assert committed.read_text() == "\n".join(hyps) + "\n"
+    committed.unlink()  # a record whose sentences are missing gets them back from its run folder
+    repro_table3.main(argv + ["--rows=A"])
+    assert committed.read_text() == "\n".join(hyps) + "\n" and len(calls_of(calls)) == 5
     assert len(calls_of(calls)) == 5
     # seed-major order: rows (A) and (B) of seed 0 first, the A/A row last
     assert [os.path.basename(os.path.dirname(c)) for c in calls_of(calls)] == ["A", "A", "B", "B", "AA"]
@@ -96,7 +103,6 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     assert st["max_logit_curve"]["step"] == [49, 99, 149, 199]
     bs = rec["bleu_sentence_stats"]
     assert bs["sentences"] == len(REFS) and len(bs["rows"]) == len(REFS)
-    hyps = [" ".join(r.split()[:-1]) if i % 3 == 0 else r for i, r in enumerate(REFS)]
     import sacrebleu
 
     assert _stats.corpus_bleu(np.asarray(bs["rows"])) == pytest.approx(
