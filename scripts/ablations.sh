@@ -12,7 +12,8 @@
 #   6. Table 3 at d_model 256 (about 15 hours)
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
 # (and its decoded test sentences, if any, beside it; commit those: a point with a record is never trained again,
-# even in a fresh checkout without runs/), an interrupted point resumes from its checkpoints in runs/repro/, and every report is rebuilt from the records.
+# even in a fresh checkout without runs/), an interrupted point resumes from its checkpoints in runs/repro/, and
+# every report is rebuilt from the records.
 # A second copy started while one runs exits at once (lock: runs/repro/ablations.lock).
 # Log: runs/repro/ablations.log.   PYTHON=/path/to/python scripts/ablations.sh to pick the interpreter.
 set -u
