@@ -128,6 +128,25 @@ def verdict(interval: Optional[_stats.Interval], paper: Optional[float], no_effe
     return "not resolved (same sign)" if same else "not reproduced"
 
 
+def valid_nll_at(record: dict, step: int) -> Optional[float]:
+    """The record's validation NLL at ``step`` (its learning curve), or None when it was not evaluated there."""
+    c = record.get("curve") or {}
+    v = dict(zip(c.get("valid_step", []), c.get("valid_nll", []))).get(step)
+    return None if v is None or not math.isfinite(float(v)) else float(v)
+
+
+def contrasts_by_step(a: Sequence[dict], b: Sequence[dict]) -> list[tuple[int, _stats.Interval]]:
+    """(step, Welch interval of mean(a) - mean(b) validation NLL over the records evaluated at that step) at
+    every validation step where both sides have a record evaluated."""
+    out = []
+    for step in sorted({s for r in (*a, *b) for s in (r.get("curve") or {}).get("valid_step", [])}):
+        va = [v for v in (valid_nll_at(r, step) for r in a) if v is not None]
+        vb = [v for v in (valid_nll_at(r, step) for r in b) if v is not None]
+        if va and vb:
+            out.append((step, _stats.welch_ci(va, vb)))
+    return out
+
+
 def mean_curve(records: Sequence[dict], step_key: str, value_key: str) -> tuple[list[int], list[float]]:
     """Mean over records of a learning-curve series at the steps every record has."""
     series = []
@@ -339,6 +358,40 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
                   "paper Δ BLEU", "Δ BLEU [Welch 95%]", "Δ BLEU [bootstrap 95%]", "verdict (NLL)",
                   "verdict (BLEU)"], c_rows, csv_name="contrasts.csv")
 
+    # ---- contrasts against the training budget
+    by_step = [(name, contrasts_by_step(rs, base_recs)) for name, _, rs in contrasts]
+    steps_seen = sorted({st for _, cs in by_step for st, _ in cs})
+    if steps_seen:
+        report.section("Contrasts against the training budget")
+        report.text("The same validation-NLL contrasts at every validation step the runs share (each point is "
+                    "one run of the full budget evaluated along the way, not a separate run per budget; the "
+                    "learning rate schedule is the same at every step): does the sign hold as training goes on? "
+                    "n: seeds a side evaluated at that step (a record made before validation ran every "
+                    f"{base.train.eval_every} steps has fewer steps).")
+        b_rows = []
+        for name, cs in by_step:
+            at = dict(cs)
+            b_rows.append([name] + [f"{at[st].text(3)} (n {at[st].n_a}/{at[st].n_b})" if st in at else "—"
+                                    for st in steps_seen])
+        report.table(["contrast"] + [f"Δ NLL at {st}" for st in steps_seen], b_rows, csv_name="contrasts_by_step.csv")
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        for i, (name, cs) in enumerate(by_step):
+            if cs:
+                ax.plot([st for st, _ in cs], [iv.diff for _, iv in cs], marker="o", ms=3, lw=1, color=f"C{i}",
+                        label=name)
+                ci = [(st, iv) for st, iv in cs if iv.lo is not None]
+                if ci:
+                    ax.fill_between([st for st, _ in ci], [iv.lo for _, iv in ci], [iv.hi for _, iv in ci],
+                                    color=f"C{i}", alpha=0.12)
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set_xlabel("step")
+        ax.set_ylabel("Δ validation NLL vs base (nats)")
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+        report.figure(fig, "contrasts_by_step", "Each contrast's difference of mean validation NLL against the "
+                      "base at every shared validation step, with its 95% Welch band where there are 2+ seeds "
+                      "a side.")
+
     # ---- paired bootstrap BLEU
     report.section("Test BLEU per seed pair (paired bootstrap over test sentences)")
     report.text("For each contrast and seed, BLEU(setting) - BLEU(base) on the same test sentences with a 95% "
@@ -415,7 +468,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
                      st_rows)
 
     report.section("What the data say")
-    report.text(what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_model, all_recs))
+    report.text(what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_model, all_recs, by_step))
     return report.write()
 
 
@@ -427,8 +480,9 @@ def budget(records: Sequence[dict]) -> str:
                                                           if epochs else "")) if steps else "no finished points"
 
 
-def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_model, records) -> str:
-    """The paragraph, generated from the intervals: which effects reproduce, at what budget, what is missing."""
+def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_model, records, by_step=()) -> str:
+    """The paragraph, generated from the intervals: which effects reproduce, at what budget (``by_step``:
+    (contrast, [(step, interval)]) pairs), what is missing."""
     n_base = len(settings.get(base_label, {}).get("records", []))
     intro = (f"Budget: {budget(records)} per point, d_model {d_model}; base point ({base_label}): "
              f"{n_base} seed{'' if n_base == 1 else 's'}. Verdicts use the 95% Welch interval of "
@@ -455,6 +509,14 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
         items.append(text + ".")
     paragraphs = [intro, "\n".join(items),
                   "In short (NLL): " + "; ".join(f"{v}: {', '.join(names)}" for v, names in tally.items()) + "."]
+    flips = [f"{name.split(' vs ')[0]} ({cs[0][1].diff:+.3f} at step {cs[0][0]}, {cs[-1][1].diff:+.3f} at "
+             f"{cs[-1][0]})" for name, cs in by_step
+             if len(cs) > 1 and len({math.copysign(1, iv.diff) for _, iv in cs if iv.diff != 0}) > 1]
+    if by_step and any(cs for _, cs in by_step):
+        paragraphs.append("Against the training budget (mean differences at the validation steps): "
+                          + (f"the sign changes during training for {'; '.join(flips)}, so these contrasts depend "
+                             "on the budget; the others keep their sign at every step." if flips else
+                             "every contrast keeps its sign at every validation step."))
     aa = [v for v in verdicts if v[1] is None and v[2] is not None]
     if aa:
         w = aa[0][2][0]

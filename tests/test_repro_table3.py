@@ -138,7 +138,8 @@ def _record(row, point, overrides, seed, nll, bleu_stats):
             "batches_per_epoch": 950, "params": 1, "commit": "abc", "wall_s": 600.0,
             "validation": {"nll": nll, "perplexity": math.exp(nll)},
             "test": {"bleu": _stats.corpus_bleu(bleu_stats), "chrf": 40.0},
-            "curve": {"step": [100, 200], "train_nll": [5.0, 4.0], "valid_step": [200], "valid_nll": [nll]},
+            "curve": {"step": [100, 200], "train_nll": [5.0, 4.0], "valid_step": [100, 200],
+                      "valid_nll": [nll + 0.5 + 0.1 * (overrides["model.num_heads"] == 1), nll]},
             "stability": {"max_grad_norm": 1.0, "loss_spikes": 0, "max_loss_jump": 0.1,
                           "max_attention_logit": {"cross": 5.0}},
             "bleu_sentence_stats": {"rows": bleu_stats.tolist()}}
@@ -175,6 +176,11 @@ def test_report_from_partial_records_with_intervals(tmp_path):
     assert h1["verdict (NLL)"] == "reproduced" and h1["verdict (BLEU)"] == "reproduced"
     assert float(h1["paper Δ log-ppl"]) == pytest.approx(0.073, abs=1e-3) and float(h1["paper Δ BLEU"]) == -0.9
     assert rows["h=32 (d_k=4) vs h=8"]["verdict (NLL)"] == "missing"
+    by_step = {r["contrast"]: r for r in _csv(out / "contrasts_by_step.csv")}
+    assert by_step["h=1 (d_k=128) vs h=8"]["Δ NLL at 200"] == h1["Δ NLL [Welch 95%]"] + " (n 3/3)"
+    assert by_step["h=1 (d_k=128) vs h=8"]["Δ NLL at 100"].startswith("+0.210 [")  # 0.1 more at step 100
+    assert by_step["h=32 (d_k=4) vs h=8"]["Δ NLL at 100"] == "—" and "contrasts_by_step.png" in text
+    assert "every contrast keeps its sign at every validation step" in text
     aa = next(r for name, r in rows.items() if name.startswith("A/A"))
     assert aa["verdict (NLL)"] == "no difference resolved"
     paired = _csv(out / "paired_bleu.csv")
@@ -323,3 +329,13 @@ def test_heads_depth_verdicts_follow_the_criteria():
     assert [r[3] for r in got] == ["reproduced", "reproduced", "not reproduced", "undecided",
                                    "not reproduced", "reproduced", "reproduced", "reproduced"]
     assert got[0][0].startswith("6+6 matches") and got[4][0].startswith("24+24 matches")
+
+
+def test_what_the_data_say_names_contrasts_whose_sign_changes_with_the_budget():
+    import repro_table3
+
+    by_step = [("h=1 (d_k=128) vs h=8", [(600, _stats.welch_ci([3.03], [3.0])), (2400, _stats.welch_ci([2.8], [2.9]))]),
+               ("h=32 (d_k=4) vs h=8", [(600, _stats.welch_ci([3.1], [3.0])), (2400, _stats.welch_ci([3.0], [2.9]))])]
+    text = repro_table3.what_the_data_say([], {}, {}, "h=8, d_k=64", [], 512, [{"steps": 2400}], by_step)
+    assert "the sign changes during training for h=1 (d_k=128) (+0.030 at step 600, -0.100 at 2400)" in text
+    assert "h=32" not in text.split("the sign changes")[1].split("so these")[0]
