@@ -60,8 +60,9 @@ def arch_overrides(a, arch: str, qkln: bool) -> dict:
         raise ValueError(f"heads_depth: arch={arch!r} ({heads} head(s) x {layers} layers) does not divide the "
                          f"reference's attention width {width} and d_ff {c.model.d_ff} x {ref_layers} evenly")
     d_k = width // (heads * layers)
-    return {"model.num_heads": heads, "model.qk_dim": d_k, "model.v_dim": d_k, "model.num_encoder_layers": layers,
-            "model.num_decoder_layers": layers, "model.d_ff": c.model.d_ff * ref_layers // layers,
+    # layers first: sweep points are named by the first fields that tell them apart (num_encoder_layers_24-...)
+    return {"model.num_encoder_layers": layers, "model.num_decoder_layers": layers, "model.num_heads": heads,
+            "model.qk_dim": d_k, "model.v_dim": d_k, "model.d_ff": c.model.d_ff * ref_layers // layers,
             "model.qk_layernorm": qkln}
 
 
