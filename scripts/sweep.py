@@ -264,9 +264,9 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
         print(f"[sweep] {point.name}: train.py exited with {rc} (stop reason {reason}) after {wall:.0f}s; "
               f"see {stdout_path}", flush=True)
         return False
-    _write_json_atomic(os.path.join(point_dir, MARKER), {"status": "done", "config": config_spec,
-                                                         "overrides": overrides, "wall_s": wall, "command": cmd,
-                                                         "commit": commit})
+    _write_text_atomic(os.path.join(point_dir, MARKER), json.dumps(
+        {"status": "done", "config": config_spec, "overrides": overrides, "wall_s": wall, "command": cmd,
+         "commit": commit}, indent=1))
     if record is not None:
         write_record(record, point_record(point_dir, config_spec, overrides, name=point.name))
         save_hypotheses(record, point_dir)
@@ -509,13 +509,15 @@ def hypotheses_path(record_path: str, split: str) -> str:
 def save_hypotheses(record_path: str, point_dir: str) -> Optional[str]:
     """Copy the point's final decoded sentences beside its record (``hypotheses_path``) unless they are there
     already; the path, or None when the point decoded nothing or its run folder is gone."""
-    ev, text = final_hypotheses(point_dir, read_records(os.path.join(point_dir, METRICS))) \
-        if os.path.exists(os.path.join(point_dir, METRICS)) else (None, "")
+    metrics = os.path.join(point_dir, METRICS)
+    if not os.path.exists(metrics):
+        return None
+    ev, text = final_hypotheses(point_dir, read_records(metrics))
     if ev is None:
         return None
     dest = hypotheses_path(record_path, ev["split"])
     if not os.path.exists(dest):
-        _write_json_atomic(dest, None, text + "\n")
+        _write_text_atomic(dest, text + "\n")
         print(f"[sweep] decoded {ev['split']} sentences {os.path.relpath(dest, REPO)}", flush=True)
     return dest
 
@@ -597,19 +599,19 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
     }
 
 
-def _write_json_atomic(path: str, obj: Any, text: Optional[str] = None) -> None:
-    """Write JSON through a temporary file and a rename, so a killed process leaves the old file or the new."""
+def _write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` through a temporary file and a rename, so a killed process leaves the old file or the new."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text if text is not None else json.dumps(obj, indent=1))
+        f.write(text)
     os.replace(tmp, path)
 
 
 def write_record(path: str, record: Mapping[str, Any]) -> None:
     """Write a point record: one top-level field per line (compact values), atomically."""
     lines = [f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in record.items()]
-    _write_json_atomic(path, None, "{\n" + ",\n".join(lines) + "\n}\n")
+    _write_text_atomic(path, "{\n" + ",\n".join(lines) + "\n}\n")
     print(f"[sweep] record {path} ({os.path.getsize(path) / 1024:.0f} KB)", flush=True)
 
 
