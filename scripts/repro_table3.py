@@ -17,7 +17,10 @@ fresh checkouts; the report is built from the records alone and works with any s
 Points run seed-major (seed 0 of every setting of rows (A) and (B), then seed 1, ...), then the A/A row, so
 a partial sweep covers every setting first. Statistics: mean +- std over seeds; each contrast against the
 base point as a difference of means with a 95% Welch t interval and a seed bootstrap interval; test BLEU
-differences per seed pair with a paired bootstrap over test sentences.
+differences per seed pair with a paired bootstrap over test sentences. Verdicts (``verdict``) compare the
+Welch interval of the validation-NLL difference with the paper's sign: reproduced (excludes 0, same sign),
+contradicted (excludes 0, other sign), not resolved / not reproduced (includes 0), consistent when the paper
+has no effect; no verdict with fewer than MIN_SEEDS (3) seeds a side.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ PAPER = {
     ("dk", 4): (math.log(5.16 / 4.92), 25.1 - 25.8),
 }
 NO_EFFECT = {"nll": 0.005, "bleu": 0.05}  # paper effects smaller than this count as "no effect"
+MIN_SEEDS = 3  # seeds a side below which a contrast gets no verdict
 
 
 # ------------------------------------------------------------------------------------------- records
@@ -115,9 +119,12 @@ def paired_bleu(a: Sequence[dict], b: Sequence[dict], resamples: int = 1000) -> 
 
 
 def verdict(interval: Optional[_stats.Interval], paper: Optional[float], no_effect: float) -> str:
-    """Our interval against the paper's effect: reproduced, contradicted, not resolved, consistent, missing."""
-    if interval is None or interval.lo is None:
-        return "too few seeds" if interval is not None else "missing"
+    """Our interval against the paper's effect: reproduced, contradicted, not resolved, consistent, missing, or
+    too few seeds (fewer than MIN_SEEDS on a side: the interval is shown, nothing is claimed)."""
+    if interval is None:
+        return "missing"
+    if interval.lo is None or min(interval.n_a, interval.n_b) < MIN_SEEDS:
+        return "too few seeds"
     if paper is None:
         return ("differs from 0" if interval.excludes_zero() else "no difference resolved")
     if abs(paper) < no_effect:
@@ -514,14 +521,15 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
              if len(cs) > 1 and len({math.copysign(1, iv.diff) for _, iv in cs if iv.diff != 0}) > 1]
     if by_step and any(cs for _, cs in by_step):
         paragraphs.append("Against the training budget (mean differences at the validation steps): "
-                          + (f"the sign changes during training for {'; '.join(flips)}, so these contrasts depend "
-                             "on the budget; the others keep their sign at every step." if flips else
+                          + (f"the sign changes during training for {'; '.join(flips)} (budget-dependent); the "
+                             "others keep their sign at every step." if flips else
                              "every contrast keeps its sign at every validation step."))
     aa = [v for v in verdicts if v[1] is None and v[2] is not None]
     if aa:
         w = aa[0][2][0]
-        if w.lo is None:
-            paragraphs.append("The A/A control has too few seeds for an interval yet.")
+        if w.lo is None or min(w.n_a, w.n_b) < MIN_SEEDS:
+            paragraphs.append(f"The A/A control has too few seeds for a verdict yet ({w.text(3)} nats, n = {w.n_a} "
+                              f"vs {w.n_b}).")
         elif w.excludes_zero():
             paragraphs.append(f"**The A/A control's interval excludes zero** ({w.text(3)} nats between identical "
                               "settings): seed-to-seed variation is larger than the Welch intervals assume here, so "

@@ -339,3 +339,15 @@ def test_what_the_data_say_names_contrasts_whose_sign_changes_with_the_budget():
     text = repro_table3.what_the_data_say([], {}, {}, "h=8, d_k=64", [], 512, [{"steps": 2400}], by_step)
     assert "the sign changes during training for h=1 (d_k=128) (+0.030 at step 600, -0.100 at 2400)" in text
     assert "h=32" not in text.split("the sign changes")[1].split("so these")[0]
+
+
+def test_verdicts_need_three_seeds_a_side():
+    import repro_table3
+
+    two = _stats.welch_ci([2.30, 2.31], [2.20, 2.21])
+    three = _stats.welch_ci([2.30, 2.31, 2.32], [2.20, 2.21, 2.22])
+    assert two.lo is not None and two.excludes_zero()
+    assert repro_table3.verdict(two, 0.073, 0.005) == "too few seeds"
+    assert repro_table3.verdict(three, 0.073, 0.005) == "reproduced"
+    assert repro_table3.verdict(three, -0.073, 0.005) == "contradicted"
+    assert repro_table3.verdict(None, 0.073, 0.005) == "missing"
