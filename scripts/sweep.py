@@ -230,9 +230,10 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
     point_dir = os.path.join(sweep_dir, point.name)
     overrides = {**extra, **point.overrides}
     if record is not None and os.path.exists(record):
-        _check_same(record, read_record(record), config_spec, overrides,
+        recorded = read_record(record)
+        _check_same(record, recorded, config_spec, overrides,
                     "move that record away (or use another records folder) to retrain it")
-        save_hypotheses(record, point_dir)
+        save_hypotheses(record, point_dir, recorded)
         print(f"[sweep] {point.name}: record {os.path.relpath(record, REPO)} exists, skipped")
         return True
     status = point_status(point_dir)
@@ -240,8 +241,8 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
         _check_same(point_dir, status, config_spec, overrides,
                     "use another --workdir, or delete that folder to retrain it")
         if record is not None:
-            write_record(record, point_record(point_dir, config_spec, overrides, name=point.name))
-            save_hypotheses(record, point_dir)
+            write_record(record, finished := point_record(point_dir, config_spec, overrides, name=point.name))
+            save_hypotheses(record, point_dir, finished)
         print(f"[sweep] {point.name}: done already, skipped")
         return True
     os.makedirs(point_dir, exist_ok=True)
@@ -268,8 +269,8 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
         {"status": "done", "config": config_spec, "overrides": overrides, "wall_s": wall, "command": cmd,
          "commit": commit}, indent=1))
     if record is not None:
-        write_record(record, point_record(point_dir, config_spec, overrides, name=point.name))
-        save_hypotheses(record, point_dir)
+        write_record(record, finished := point_record(point_dir, config_spec, overrides, name=point.name))
+        save_hypotheses(record, point_dir, finished)
     print(f"[sweep] {point.name}: done in {wall:.0f}s", flush=True)
     return True
 
@@ -503,22 +504,27 @@ def final_hypotheses(point_dir: str, records: Sequence[dict]) -> tuple[Optional[
 
 def hypotheses_path(record_path: str, split: str) -> str:
     """Where a point's decoded ``split`` is committed: ``<point>.<split>.txt`` beside its record."""
-    return f"{record_path[: -len('.json')] if record_path.endswith('.json') else record_path}.{split}.txt"
+    return f"{os.path.splitext(record_path)[0]}.{split}.txt"
 
 
-def save_hypotheses(record_path: str, point_dir: str) -> Optional[str]:
+def save_hypotheses(record_path: str, point_dir: str, record: Mapping[str, Any]) -> Optional[str]:
     """Copy the point's final decoded sentences beside its record (``hypotheses_path``) unless they are there
-    already; the path, or None when the point decoded nothing or its run folder is gone."""
+    already; the path, or None when the record names no decoded split or the run folder is gone. Reads the
+    run folder only when the file is missing."""
+    split = (record.get("test") or {}).get("split")
+    if not split:
+        return None
+    dest = hypotheses_path(record_path, split)
+    if os.path.exists(dest):
+        return dest
     metrics = os.path.join(point_dir, METRICS)
     if not os.path.exists(metrics):
         return None
     ev, text = final_hypotheses(point_dir, read_records(metrics))
     if ev is None:
         return None
-    dest = hypotheses_path(record_path, ev["split"])
-    if not os.path.exists(dest):
-        _write_text_atomic(dest, text + "\n")
-        print(f"[sweep] decoded {ev['split']} sentences {os.path.relpath(dest, REPO)}", flush=True)
+    _write_text_atomic(dest, text + "\n")
+    print(f"[sweep] decoded {split} sentences {os.path.relpath(dest, REPO)}", flush=True)
     return dest
 
 
