@@ -118,12 +118,17 @@ def paired_bleu(a: Sequence[dict], b: Sequence[dict], resamples: int = 1000) -> 
     return out
 
 
+def decidable(interval: _stats.Interval) -> bool:
+    """Whether ``interval`` has MIN_SEEDS or more seeds a side (and so a width): enough for a verdict."""
+    return interval.lo is not None and min(interval.n_a, interval.n_b) >= MIN_SEEDS
+
+
 def verdict(interval: Optional[_stats.Interval], paper: Optional[float], no_effect: float) -> str:
     """Our interval against the paper's effect: reproduced, contradicted, not resolved, consistent, missing, or
     too few seeds (fewer than MIN_SEEDS on a side: the interval is shown, nothing is claimed)."""
     if interval is None:
         return "missing"
-    if interval.lo is None or min(interval.n_a, interval.n_b) < MIN_SEEDS:
+    if not decidable(interval):
         return "too few seeds"
     if paper is None:
         return ("differs from 0" if interval.excludes_zero() else "no difference resolved")
@@ -288,8 +293,8 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
         f"Records: {len(all_recs)} of {n_expected} points (`points/<row>/<point>.json`, one per finished point: "
         f"config, commit, seed, final metrics, learning curve, stability statistics and per-sentence BLEU "
         f"statistics), and beside each the decoded test sentences (`<point>.test.txt`, greedy, one line per test "
-        f"sentence in corpus order). Steps per recorded point: {steps or 'none yet'}. Made by commit(s): {', '.join(commits) or '—'}."
-        f" Run folders (not committed): `{os.path.relpath(workdir, REPO)}/<row>/<point>`.")
+        f"sentence in corpus order). Steps per recorded point: {steps or 'none yet'}. Made by commit(s): "
+        f"{', '.join(commits) or '—'}. Run folders (not committed): `{os.path.relpath(workdir, REPO)}/<row>/<point>`.")
     walls = sorted(w for w in (metric(r, "wall") for r in all_recs) if w is not None)
     command = "python scripts/repro_table3.py" + (" --quick" if quick else "") + (
         f" --d_model={d_model}" if d_model != 128 else "")
@@ -370,9 +375,10 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
     steps_seen = sorted({st for _, cs in by_step for st, _ in cs})
     if steps_seen:
         report.section("Contrasts against the training budget")
-        report.text("The same validation-NLL contrasts at every validation step the runs share (each point is "
-                    "one run of the full budget evaluated along the way, not a separate run per budget; the "
-                    "learning rate schedule is the same at every step): does the sign hold as training goes on? "
+        report.text("The same validation-NLL contrasts at every validation step where both sides have runs "
+                    "evaluated (each point is one run of the full budget evaluated along the way, not a separate run "
+                    "per budget; the learning rate schedule is the same at every step): does the sign hold as "
+                    "training goes on? "
                     "n: seeds a side evaluated at that step (a record made before validation ran every "
                     f"{base.train.eval_every} steps has fewer steps).")
         b_rows = []
@@ -396,7 +402,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
         ax.legend(fontsize=6)
         fig.tight_layout()
         report.figure(fig, "contrasts_by_step", "Each contrast's difference of mean validation NLL against the "
-                      "base at every shared validation step, with its 95% Welch band where there are 2+ seeds "
+                      "base at every validation step both sides have, with its 95% Welch band where there are 2+ seeds "
                       "a side.")
 
     # ---- paired bootstrap BLEU
@@ -527,7 +533,7 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
     aa = [v for v in verdicts if v[1] is None and v[2] is not None]
     if aa:
         w = aa[0][2][0]
-        if w.lo is None or min(w.n_a, w.n_b) < MIN_SEEDS:
+        if not decidable(w):
             paragraphs.append(f"The A/A control has too few seeds for a verdict yet ({w.text(3)} nats, n = {w.n_a} "
                               f"vs {w.n_b}).")
         elif w.excludes_zero():
