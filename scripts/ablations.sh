@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The long CPU sweeps behind docs/results/entropy_collapse/, logit_growth/, table3/, mqar_variants/, heads_depth/
-# and table3_d256/ (about 30 hours on 2 cores), as one queue at the lowest priority so other work goes on, the
+# and table3_d256/ (about 33 hours on 2 cores), as one queue at the lowest priority so other work goes on, the
 # short studies first:
 #   1. entropy collapse (4 lrs x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 30 min)
 #   2. logit growth (6 lrs x d_model 64/128 x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 2 hours)
 #   3. Table 3 at d_model 128: rows (A), (B) and the A/A control (3 seeds each, 2,400 steps per point; about
 #      5 hours)
 #   4. attention variants on MQAR (softmax, linear, additive, hard x pairs x width, 3 seeds; about 3-4 hours)
-#   5. heads vs depth (8 heads x 3+3 against 1 head x 6+6, 12+12, 24+24 at equal parameters, QK-LayerNorm off/on,
-#      3 seeds; about 6 hours)
+#   5. heads vs depth (8 heads x 3+3 against 1 head x 6+6, 12+12, 24+24 at equal parameters, pre-LN with
+#      QK-LayerNorm off/on and post-LN, 3 seeds; about 9 hours)
 #   6. Table 3 at d_model 256 (about 15 hours)
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
 # (and its decoded test sentences, if any, beside it; commit those: a point with a record is never trained again,
@@ -38,7 +38,7 @@ PY="${PYTHON:-python}"
   date -u +"%F %T table3 d128 ended ($?)"
   nice -n 19 "$PY" scripts/repro_mqar_variants.py            # softmax/linear/additive/hard x pairs x d_model
   date -u +"%F %T mqar_variants ended ($?)"
-  nice -n 19 "$PY" scripts/repro_heads_depth.py              # 8 heads x 3+3 vs 1 head x 6+6 .. 24+24, QK-LN off/on
+  nice -n 19 "$PY" scripts/repro_heads_depth.py              # 8 heads x 3+3 vs 1 head x 6+6 .. 24+24; QK-LN, post-LN
   date -u +"%F %T heads_depth ended ($?)"
   nice -n 19 "$PY" scripts/repro_table3.py --d_model=256     # d 256: h 16 still has d_k 16
   date -u +"%F %T table3 d256 ended ($?)"

@@ -1,6 +1,6 @@
 """Heads vs depth (Liu, Liu & Han 2021): 8 heads x 3+3 layers against single-head models 6+6, 12+12 and 24+24
-layers deep at the same parameter count, with and without QK-LayerNorm, on the Table 3 CPU-scale translation
-model.
+layers deep at the same parameter count, pre-LN with and without QK-LayerNorm and post-LN, on the Table 3
+CPU-scale translation model.
 
 Liu et al. ("Multi-head or single-head? An empirical comparison for Transformer training") split each
 multi-head layer into single-head layers of the same total width, so the deep single-head model attends as many
@@ -12,7 +12,7 @@ does), so a point with a record is never trained again; the report is built from
 (validation NLL on the whole split, test BLEU) and stability (loss spikes, largest gradient norm, largest
 attention logit from the engine's statistics).
 
-    python scripts/repro_heads_depth.py                 # 3 seeds x 4 architectures x QK-LayerNorm off/on
+    python scripts/repro_heads_depth.py                 # 3 seeds x 4 architectures x (QK-LN off, on, post-LN)
     python scripts/repro_heads_depth.py --report_only   # the report from the committed records
     python scripts/repro_heads_depth.py --quick         # tiny model, a handful of steps; for tests
 
@@ -31,6 +31,21 @@ of the single-head penalty of Vaswani et al.'s Table 3, +0.073).
    reproduced (a multi-head advantage without QK-LayerNorm) and criterion 2 is (the stabilised deep model
    matches); not reproduced when criterion 2 is not reproduced (worse even when stabilised); undecided when
    there is no multi-head advantage to explain (criterion 1 reproduced) or a criterion is undecided.
+
+The post-LN arm and criteria 5-6 were added on 2026-12-02 (a later session), before any point of the sweep ran,
+after two 300-step post-LN pilots (``docs/results/heads_depth/pilot_post_ln.csv``; seed 0, ``python train.py
+--config=configs/heads_depth.py:arch=<arch>,steps=300,test_examples=20 --config.model.norm=post``, so the
+learning rate decays to 0 at step 300): validation NLL at step 300 4.79 for 8 heads x 3+3, 6.23 for 1 head x
+24+24, which had not moved from 6.28 at step 75. Liu et al. had to stabilise the training of their deep
+single-head models; post-LN without a stabiliser is the setting in which depth should cost the single-head
+model, and pre-LN is our stabiliser.
+5. "Without a stabiliser (post-LN) the deep single-head model is worse than the multi-head one": reproduced when
+   the post-LN interval of deep - shallow validation NLL has its lower end above +MARGIN; not reproduced when its
+   upper end is below +MARGIN; undecided otherwise.
+6. "The post-LN depth penalty is training stability: a stabiliser (pre-LN) removes it": reproduced when criteria
+   5 and 1 are reproduced (worse post-LN, matches pre-LN); not reproduced when 5 is reproduced and 1 is not
+   reproduced (worse pre-LN too); undecided when there is no post-LN penalty to explain (5 not reproduced) or a
+   criterion is undecided.
 """
 from __future__ import annotations
 
@@ -54,12 +69,18 @@ MIN_SEEDS = t3.MIN_SEEDS  # 3: as in the Table 3 report
 MARGIN = 0.05  # nats of validation NLL: "matches" when deep - shallow stays below it
 
 
-def setting(overrides: dict) -> tuple[str, bool, str]:
-    """(architecture label, QK-LayerNorm on, full label) of a point."""
+VARIANTS = {"off": "QK-LN off", "on": "QK-LN on", "post": "post-LN"}  # pre-LN without, with QK-LayerNorm; post-LN
+
+
+def setting(overrides: dict) -> tuple[str, str, str]:
+    """(architecture label, variant (a key of VARIANTS), full label) of a point."""
     h, n, d_ff = overrides["model.num_heads"], overrides["model.num_encoder_layers"], overrides["model.d_ff"]
     arch = f"{h} head{'s' if h > 1 else ''} x {n}+{n}, d_k {overrides['model.qk_dim']}, d_ff {d_ff}"
-    qkln = bool(overrides["model.qk_layernorm"])
-    return arch, qkln, f"{arch}, QK-LN {'on' if qkln else 'off'}"
+    if overrides.get("model.norm", "pre") == "post":
+        variant = "post"
+    else:
+        variant = "on" if overrides["model.qk_layernorm"] else "off"
+    return arch, variant, f"{arch}, {VARIANTS[variant]}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
@@ -99,8 +120,8 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     settings: dict[str, dict] = {}
     missing = []
     for p in points:
-        arch, qkln, label = setting(p.overrides)
-        s = settings.setdefault(label, {"arch": arch, "qkln": qkln, "records": [], "expected": 0})
+        arch, variant, label = setting(p.overrides)
+        s = settings.setdefault(label, {"arch": arch, "variant": variant, "records": [], "expected": 0})
         s["expected"] += 1
         if p.name in recs:
             s["records"].append(recs[p.name])
@@ -119,7 +140,9 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         f"{', '.join(archs[1:])} (d_v = d_k). Liu et al.'s construction: each multi-head layer split into single-head "
         "layers sharing its attention and feed-forward widths, so attention and feed-forward weights are equal at "
         "every depth (`configs/heads_depth.py`; the parameters column counts LayerNorms and biases too), each "
-        "with QK-LayerNorm off and on. Validation NLL on the whole validation "
+        "pre-LN with QK-LayerNorm off and on, and post-LN (QK-LayerNorm off; LayerNorm after each sublayer, as in "
+        "Vaswani et al., no stabiliser; the two 300-step pilots that motivated it: `pilot_post_ln.csv`). "
+        "Validation NLL on the whole validation "
         f"split (every {base.train.eval_every} steps and at the end), greedy test BLEU on "
         f"{base.eval.split_examples or 'all'} test sentences.\n\n"
         f"Records: {len(all_recs)} of {len(points)} points (`points/<point>.json`, with the decoded test sentences "
@@ -154,14 +177,14 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
 
     report.section("Contrasts")
     report.text("Difference of means with 95% intervals: Welch's t, then the bootstrap over seeds.")
-    by = {(s["arch"], s["qkln"]): s["records"] for s in settings.values()}
+    by = {(s["arch"], s["variant"]): s["records"] for s in settings.values()}
     shallow, pairs = archs[0], []
     for deep in archs[1:]:
-        for q in (False, True):
-            pairs.append((f"{deep} minus {shallow}, QK-LN {'on' if q else 'off'}", by.get((deep, q), []),
-                          by.get((shallow, q), [])))
+        for v, name in VARIANTS.items():
+            pairs.append((f"{deep} minus {shallow}, {name}", by.get((deep, v), []), by.get((shallow, v), [])))
     for a in archs:
-        pairs.append((f"QK-LN on minus off, {a}", by.get((a, True), []), by.get((a, False), [])))
+        pairs.append((f"QK-LN on minus off, {a}", by.get((a, "on"), []), by.get((a, "off"), [])))
+        pairs.append((f"post-LN minus pre-LN (QK-LN off), {a}", by.get((a, "post"), []), by.get((a, "off"), [])))
     c_rows, findings, paired_rows = [], [], []
     for name, a, b in pairs:
         row = [name, len(a), len(b)]
@@ -219,9 +242,10 @@ def _interval(a: Sequence[dict], b: Sequence[dict], metric: str) -> Optional[_st
     return _stats.welch_ci(va, vb) if min(len(va), len(vb)) >= MIN_SEEDS else None
 
 
-def _matches(deep: Sequence[dict], shallow: Sequence[dict], qkln: bool, deep_arch: str) -> list:
+def _matches(deep: Sequence[dict], shallow: Sequence[dict], variant: str, deep_arch: str) -> list:
+    """Criteria 1 and 2: the verdict row of "``deep_arch`` matches the multi-head model" under ``variant``."""
     iv = _interval(deep, shallow, "nll")
-    claim = f"{deep_arch} matches the multi-head model (QK-LayerNorm {'on' if qkln else 'off'})"
+    claim = f"{deep_arch} matches the multi-head model ({VARIANTS[variant]})"
     if iv is None:
         return [claim, PAPER, f"{len(deep)} and {len(shallow)} finished seeds", "undecided",
                 f"fewer than {MIN_SEEDS} seeds on a side"]
@@ -233,19 +257,34 @@ def _matches(deep: Sequence[dict], shallow: Sequence[dict], qkln: bool, deep_arc
     return [claim, PAPER, measured, "undecided", f"the interval includes 0 and reaches +{MARGIN:g}"]
 
 
+def _post_ln_penalty(deep: Sequence[dict], shallow: Sequence[dict], deep_arch: str) -> list:
+    """Criterion 5: the verdict row of "post-LN, ``deep_arch`` is worse than the multi-head model"."""
+    iv = _interval(deep, shallow, "nll")
+    claim = f"without a stabiliser (post-LN) {deep_arch} is worse than the multi-head model"
+    if iv is None:
+        return [claim, PAPER, f"{len(deep)} and {len(shallow)} finished seeds", "undecided",
+                f"fewer than {MIN_SEEDS} seeds on a side"]
+    measured = f"valid NLL deep - shallow {iv.text(3)} nats"
+    if iv.lo > MARGIN:
+        return [claim, PAPER, measured, "reproduced", f"lower end above +{MARGIN:g}"]
+    if iv.hi < MARGIN:
+        return [claim, PAPER, measured, "not reproduced", f"upper end below +{MARGIN:g}: it matches"]
+    return [claim, PAPER, measured, "undecided", f"the interval includes +{MARGIN:g}"]
+
+
 def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
-    """Rows (``VERDICT_HEADERS``) of the module docstring's criteria, four per deep model; ``by``: (architecture,
-    QK-LN) -> records, ``archs``: the shallow multi-head label, then the deep single-head ones."""
+    """Rows (``VERDICT_HEADERS``) of the module docstring's criteria, six per deep model; ``by``: (architecture,
+    variant (a key of VARIANTS)) -> records, ``archs``: the shallow multi-head label, then the deep single-head
+    ones."""
     if len(archs) < 2:
         return [["heads vs depth", PAPER, f"architectures {list(archs)}", "undecided",
                  "expected a shallow and at least one deep architecture"]]
     shallow, rows = archs[0], []
     for deep in archs[1:]:
-        off = _matches(by.get((deep, False), []), by.get((shallow, False), []), False, deep)
-        on = _matches(by.get((deep, True), []), by.get((shallow, True), []), True, deep)
+        off, on = (_matches(by.get((deep, v), []), by.get((shallow, v), []), v, deep) for v in ("off", "on"))
         parts, above, decided = [], 0, True
         for m, what in (("grad", "max grad norm"), ("jump", "max loss jump"), ("logit", "max attention logit")):
-            iv = _interval(by.get((deep, False), []), by.get((shallow, False), []), m)
+            iv = _interval(by.get((deep, "off"), []), by.get((shallow, "off"), []), m)
             if iv is None:
                 decided = False
                 continue
@@ -266,18 +305,30 @@ def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
         else:
             reading = [claim, PAPER, measured, "not reproduced",
                        "the deep single-head model is worse even with QK-LayerNorm"]
-        rows += [off, on, stability, reading]
+        post = _post_ln_penalty(by.get((deep, "post"), []), by.get((shallow, "post"), []), deep)
+        claim = f"the post-LN depth penalty is training stability: pre-LN {deep} matches"
+        measured = f"post-LN: {post[2]}; pre-LN: {off[2]}"
+        if "undecided" in (post[3], off[3]):
+            cured = [claim, PAPER, measured, "undecided", "a contrast is undecided"]
+        elif post[3] == "not reproduced":
+            cured = [claim, PAPER, measured, "undecided", "no post-LN depth penalty to explain"]
+        elif off[3] == "reproduced":
+            cured = [claim, PAPER, measured, "reproduced", "worse post-LN, matches pre-LN"]
+        else:
+            cured = [claim, PAPER, measured, "not reproduced", "the deep single-head model is worse pre-LN too"]
+        rows += [off, on, stability, reading, post, cured]
     return rows
 
 
 def what_the_data_say(findings, settings, missing, records) -> str:
     """Generated from the intervals: does the deep single-head model match, and is the difference stability."""
     intro = (f"Budget: {t3.budget(records)} per point. Liu, Liu & Han (2021): the multi-head advantage is mostly "
-             "training stability, and deeper single-head models match or beat multi-head ones once they train. Their very "
-             "deep single-head models needed stabilised training (the abstract: 'with recent advances in deep "
-             "learning, we can successfully stabilize the training of the 384-layer Transformer'); ours are pre-LN "
-             "with gradient clipping, which trains deep stacks more easily, so instability here is tested through "
-             "the attention logits (QK-LayerNorm off against on) at depths up to 24+24.")
+             "training stability, and deeper single-head models match or beat multi-head ones once they train. Their "
+             "very deep single-head models needed stabilised training (the abstract: 'with recent advances in deep "
+             "learning, we can successfully stabilize the training of the 384-layer Transformer'). Here the "
+             "stabiliser is pre-LN (with gradient clipping, as in every arm): the post-LN arm is the unstabilised "
+             "setting in which depth should cost the single-head model, and QK-LayerNorm off against on tests "
+             "instability through the attention logits, at depths up to 24+24.")
     if not records:
         return "No point has finished yet: nothing can be said."
     lines = []

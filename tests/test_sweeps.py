@@ -195,10 +195,15 @@ def test_heads_depth_sweep_is_parameter_matched():
     points = sweep.sweep_points(spec)
     sweep.check_overrides(spec, points, {})
     got = {(p.overrides["model.num_heads"], p.overrides["model.num_encoder_layers"],
-            p.overrides["model.num_decoder_layers"], p.overrides["model.qk_layernorm"], p.overrides["seed"])
-           for p in points}
+            p.overrides["model.num_decoder_layers"], p.overrides["model.qk_layernorm"],
+            p.overrides.get("model.norm", "pre"), p.overrides["seed"]) for p in points}
     archs = ((8, 3), (1, 6), (1, 12), (1, 24))
-    assert got == {(h, n, n, q, s) for h, n in archs for q in (False, True) for s in (0, 1, 2)}
+    variants = ((False, "pre"), (True, "pre"), (False, "post"))
+    assert got == {(h, n, n, q, norm, s) for h, n in archs for q, norm in variants for s in (0, 1, 2)}
+    # pre-LN points keep their names; post-LN points add the norm
+    names = {p.name for p in points}
+    assert {"num_encoder_layers_24-qk_layernorm_false-seed_2",
+            "num_encoder_layers_24-qk_layernorm_false-seed_2-norm_post"} <= names
     module = sweep.load_config_module(spec)
     for qkln in ("", ",qkln"):
         shallow = module.get_config("arch=h8_L3" + qkln)
@@ -214,3 +219,7 @@ def test_heads_depth_sweep_is_parameter_matched():
             assert 0 < module.layer_params(deep) - n_shallow <= 0.035 * n_shallow  # 24+24 with QK-LN: +3.05%
     with pytest.raises(ValueError, match="arch='h2_L4'"):
         module.get_config("arch=h2_L4")
+    post = module.get_config("arch=h1_L24,post")
+    assert post.model.norm == "post" and not post.model.qk_layernorm and module.get_config().model.norm == "pre"
+    with pytest.raises(ValueError, match="both post and qkln"):
+        module.get_config("arch=h1_L24,post,qkln")
