@@ -242,34 +242,59 @@ def _interval(a: Sequence[dict], b: Sequence[dict], metric: str) -> Optional[_st
     return _stats.welch_ci(va, vb) if min(len(va), len(vb)) >= MIN_SEEDS else None
 
 
-def _matches(deep: Sequence[dict], shallow: Sequence[dict], variant: str, deep_arch: str) -> list:
-    """Criteria 1 and 2: the verdict row of "``deep_arch`` matches the multi-head model" under ``variant``."""
+def _nll_verdict(deep: Sequence[dict], shallow: Sequence[dict], claim: str, rules, otherwise: str) -> list:
+    """A verdict row on the Welch interval of deep - shallow validation NLL: the first of ``rules`` (predicate on
+    the interval, verdict, reason) that holds, else undecided for the reason ``otherwise``."""
     iv = _interval(deep, shallow, "nll")
-    claim = f"{deep_arch} matches the multi-head model ({VARIANTS[variant]})"
     if iv is None:
         return [claim, PAPER, f"{len(deep)} and {len(shallow)} finished seeds", "undecided",
                 f"fewer than {MIN_SEEDS} seeds on a side"]
     measured = f"valid NLL deep - shallow {iv.text(3)} nats"
-    if iv.hi < MARGIN:
-        return [claim, PAPER, measured, "reproduced", f"upper end below +{MARGIN:g}"]
-    if iv.lo > 0:
-        return [claim, PAPER, measured, "not reproduced", "the deep single-head model is significantly worse"]
-    return [claim, PAPER, measured, "undecided", f"the interval includes 0 and reaches +{MARGIN:g}"]
+    verdict, reason = next(((v, r) for holds, v, r in rules if holds(iv)), ("undecided", otherwise))
+    return [claim, PAPER, measured, verdict, reason]
+
+
+def _matches(deep: Sequence[dict], shallow: Sequence[dict], variant: str, deep_arch: str) -> list:
+    """Criteria 1 and 2: the verdict row of "``deep_arch`` matches the multi-head model" under ``variant``."""
+    return _nll_verdict(deep, shallow, f"{deep_arch} matches the multi-head model ({VARIANTS[variant]})",
+                        [(lambda iv: iv.hi < MARGIN, "reproduced", f"upper end below +{MARGIN:g}"),
+                         (lambda iv: iv.lo > 0, "not reproduced", "the deep single-head model is significantly worse")],
+                        f"the interval includes 0 and reaches +{MARGIN:g}")
 
 
 def _post_ln_penalty(deep: Sequence[dict], shallow: Sequence[dict], deep_arch: str) -> list:
     """Criterion 5: the verdict row of "post-LN, ``deep_arch`` is worse than the multi-head model"."""
-    iv = _interval(deep, shallow, "nll")
-    claim = f"without a stabiliser (post-LN) {deep_arch} is worse than the multi-head model"
-    if iv is None:
-        return [claim, PAPER, f"{len(deep)} and {len(shallow)} finished seeds", "undecided",
-                f"fewer than {MIN_SEEDS} seeds on a side"]
-    measured = f"valid NLL deep - shallow {iv.text(3)} nats"
-    if iv.lo > MARGIN:
-        return [claim, PAPER, measured, "reproduced", f"lower end above +{MARGIN:g}"]
-    if iv.hi < MARGIN:
-        return [claim, PAPER, measured, "not reproduced", f"upper end below +{MARGIN:g}: it matches"]
-    return [claim, PAPER, measured, "undecided", f"the interval includes +{MARGIN:g}"]
+    return _nll_verdict(deep, shallow, f"without a stabiliser (post-LN) {deep_arch} is worse than the multi-head model",
+                        [(lambda iv: iv.lo > MARGIN, "reproduced", f"lower end above +{MARGIN:g}"),
+                         (lambda iv: iv.hi < MARGIN, "not reproduced", f"upper end below +{MARGIN:g}: it matches")],
+                        f"the interval includes +{MARGIN:g}")
+
+
+def _less_stable(deep: Sequence[dict], shallow: Sequence[dict], deep_arch: str) -> list:
+    """Criterion 3: the verdict row of "without QK-LayerNorm ``deep_arch`` trains less stably"."""
+    claim = f"without QK-LayerNorm {deep_arch} trains less stably"
+    parts, above = [], 0
+    for m, what in (("grad", "max grad norm"), ("jump", "max loss jump"), ("logit", "max attention logit")):
+        iv = _interval(deep, shallow, m)
+        if iv is None:
+            return [claim, PAPER, "; ".join(parts) or "—", "undecided", f"fewer than {MIN_SEEDS} seeds on a side"]
+        above += int(iv.lo > 0)
+        parts.append(f"Δ {what} {iv.text(2)}")
+    return [claim, PAPER, "; ".join(parts), "reproduced" if above else "not reproduced",
+            f"higher (interval above 0) in {above} of 3 stability measures"]
+
+
+def _explained(claim: str, penalty: list, shown: str, stabilised: list, reasons: Sequence[str]) -> list:
+    """Criteria 4 and 6: is a penalty (the row ``penalty`` with verdict ``shown``) gone once training is stabilised
+    (the row ``stabilised`` reproduced: the deep model matches)? ``reasons``: no penalty, gone, not gone."""
+    measured = f"unstabilised: {penalty[2]}; stabilised: {stabilised[2]}"
+    if "undecided" in (penalty[3], stabilised[3]):
+        return [claim, PAPER, measured, "undecided", "a contrast is undecided"]
+    if penalty[3] != shown:
+        return [claim, PAPER, measured, "undecided", reasons[0]]
+    if stabilised[3] == "reproduced":
+        return [claim, PAPER, measured, "reproduced", reasons[1]]
+    return [claim, PAPER, measured, "not reproduced", reasons[2]]
 
 
 def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
@@ -281,42 +306,19 @@ def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
                  "expected a shallow and at least one deep architecture"]]
     shallow, rows = archs[0], []
     for deep in archs[1:]:
-        off, on = (_matches(by.get((deep, v), []), by.get((shallow, v), []), v, deep) for v in ("off", "on"))
-        parts, above, decided = [], 0, True
-        for m, what in (("grad", "max grad norm"), ("jump", "max loss jump"), ("logit", "max attention logit")):
-            iv = _interval(by.get((deep, "off"), []), by.get((shallow, "off"), []), m)
-            if iv is None:
-                decided = False
-                continue
-            above += int(iv.lo > 0)
-            parts.append(f"Δ {what} {iv.text(2)}")
-        claim = f"without QK-LayerNorm {deep} trains less stably"
-        stability = ([claim, PAPER, "; ".join(parts), "reproduced" if above else "not reproduced",
-                      f"higher (interval above 0) in {above} of 3 stability measures"] if decided else
-                     [claim, PAPER, "; ".join(parts) or "—", "undecided", f"fewer than {MIN_SEEDS} seeds on a side"])
-        claim = f"the multi-head advantage is training stability: stabilised (QK-LayerNorm), {deep} matches"
-        measured = f"off: {off[2]}; on: {on[2]}"
-        if "undecided" in (off[3], on[3]):
-            reading = [claim, PAPER, measured, "undecided", "a contrast is undecided"]
-        elif off[3] == "reproduced":
-            reading = [claim, PAPER, measured, "undecided", "no multi-head advantage without QK-LayerNorm to explain"]
-        elif on[3] == "reproduced":
-            reading = [claim, PAPER, measured, "reproduced", "worse without QK-LayerNorm, matches with it"]
-        else:
-            reading = [claim, PAPER, measured, "not reproduced",
-                       "the deep single-head model is worse even with QK-LayerNorm"]
-        post = _post_ln_penalty(by.get((deep, "post"), []), by.get((shallow, "post"), []), deep)
-        claim = f"the post-LN depth penalty is training stability: pre-LN {deep} matches"
-        measured = f"post-LN: {post[2]}; pre-LN: {off[2]}"
-        if "undecided" in (post[3], off[3]):
-            cured = [claim, PAPER, measured, "undecided", "a contrast is undecided"]
-        elif post[3] == "not reproduced":
-            cured = [claim, PAPER, measured, "undecided", "no post-LN depth penalty to explain"]
-        elif off[3] == "reproduced":
-            cured = [claim, PAPER, measured, "reproduced", "worse post-LN, matches pre-LN"]
-        else:
-            cured = [claim, PAPER, measured, "not reproduced", "the deep single-head model is worse pre-LN too"]
-        rows += [off, on, stability, reading, post, cured]
+        pair = {v: (by.get((deep, v), []), by.get((shallow, v), [])) for v in VARIANTS}
+        off, on = (_matches(*pair[v], v, deep) for v in ("off", "on"))
+        reading = _explained(
+            f"the multi-head advantage is training stability: stabilised (QK-LayerNorm), {deep} matches",
+            off, "not reproduced", on, ("no multi-head advantage without QK-LayerNorm to explain",
+                                        "worse without QK-LayerNorm, matches with it",
+                                        "the deep single-head model is worse even with QK-LayerNorm"))
+        post = _post_ln_penalty(*pair["post"], deep)
+        cured = _explained(f"the post-LN depth penalty is training stability: pre-LN {deep} matches",
+                           post, "reproduced", off, ("no post-LN depth penalty to explain",
+                                                     "worse post-LN, matches pre-LN",
+                                                     "the deep single-head model is worse pre-LN too"))
+        rows += [off, on, _less_stable(*pair["off"], deep), reading, post, cured]
     return rows
 
 
