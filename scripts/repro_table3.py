@@ -499,7 +499,9 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
     n_base = len(settings.get(base_label, {}).get("records", []))
     intro = (f"Budget: {budget(records)} per point, d_model {d_model}; base point ({base_label}): "
              f"{n_base} seed{'' if n_base == 1 else 's'}. Verdicts use the 95% Welch interval of "
-             "the difference in validation NLL against the paper's sign.")
+             "the difference in validation NLL against the paper's sign; with enough seeds each line also says "
+             "whether the paper's value lies inside that interval (a verdict other than 'reproduced' with the "
+             "paper's value inside is a wide interval, not evidence against the paper).")
     if not records:
         return "No point has finished yet: nothing can be said."
     items, tally = [], {}
@@ -512,6 +514,10 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
         w = nll[0]
         paper = "" if paper_nll is None else f" (paper {paper_nll:+.3f} nats, {paper_bleu:+.1f} BLEU)"
         text = f"- {name}: Δ NLL {w.text(3)} nats, n = {w.n_a} vs {w.n_b}{paper}: **{v_nll}**"
+        if paper_nll is not None and decidable(w):
+            text += (f" (the paper's {paper_nll:+.3f} is "
+                     + ("inside our interval: not ruled out)" if w.lo <= paper_nll <= w.hi else
+                        "outside our interval: ruled out at this budget)"))
         if bleu:
             text += f"; Δ BLEU {bleu[0].text(2)}: {v_bleu}"
         pairs = p_summary.get(name, [])

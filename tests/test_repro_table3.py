@@ -341,6 +341,18 @@ def test_heads_depth_verdicts_follow_the_criteria():
     assert got[10][0].startswith("without a stabiliser (post-LN) 24+24 is worse")
 
 
+def test_what_the_data_say_tells_whether_the_paper_value_is_ruled_out():
+    import repro_table3
+
+    wide = _stats.welch_ci([2.80, 2.95, 3.00], [2.90, 2.91, 2.92])  # -0.06 [-0.31, +0.19]
+    narrow = _stats.welch_ci([3.00, 3.01, 3.02], [2.90, 2.91, 2.92])  # +0.10 [+0.08, +0.12]
+    verdicts = [("h=1 (d_k=128) vs h=8", "A", (wide, None), None, "not reproduced", "", 0.073, -0.9),
+                ("h=32 (d_k=4) vs h=8", "A", (narrow, None), None, "reproduced", "", 0.018, -0.4)]
+    text = repro_table3.what_the_data_say(verdicts, {}, {}, "h=8, d_k=16", [], 128, [{"steps": 2400}])
+    assert "**not reproduced** (the paper's +0.073 is inside our interval: not ruled out)" in text
+    assert "**reproduced** (the paper's +0.018 is outside our interval: ruled out at this budget)" in text
+
+
 def test_what_the_data_say_names_contrasts_whose_sign_changes_with_the_budget():
     import repro_table3
 
