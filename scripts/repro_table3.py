@@ -370,6 +370,27 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
                   "paper Δ BLEU", "Δ BLEU [Welch 95%]", "Δ BLEU [bootstrap 95%]", "verdict (NLL)",
                   "verdict (BLEU)"], c_rows, csv_name="contrasts.csv")
 
+    # ---- head count at equal d_k
+    same_dk = [(a, b) for a in settings.values() for b in settings.values()
+               if a["row"] == "A" and b["row"] == "B" and a["dk"] == b["dk"] and a["records"] and b["records"]]
+    if same_dk:
+        report.section("Head count at equal d_k: rows (A) against rows (B)")
+        report.text("Where a rows (A) point and a rows (B) point share d_k, their difference is the head count "
+                    "(and d_v) at the same query/key width: rows (A) has h = d_model / d_k heads with d_v = d_k, "
+                    "rows (B) 8 heads with d_v = d_model / 8 (the same total value width; rows (A) has more "
+                    "query/key parameters). An interval that includes 0 means the rows (A) penalty at that head "
+                    "count is as large as the penalty of the small d_k alone.")
+        e_rows = []
+        for a, b in same_dk:
+            nll, bleu = contrast(a["records"], b["records"], "nll"), contrast(a["records"], b["records"], "bleu")
+            reading = ("—" if not nll or not decidable(nll[0]) else
+                       "differs from 0" if nll[0].excludes_zero() else "no difference resolved")
+            e_rows.append([f"h={a['h']} (d_k={a['dk']}, d_v={a['dv']}) minus h={b['h']} (d_k={b['dk']}, d_v={b['dv']})",
+                           len(a["records"]), len(b["records"]), nll[0].text(3) if nll else "—",
+                           bleu[0].text(2) if bleu else "—", reading])
+        report.table(["contrast", "n (A)", "n (B)", "Δ NLL [Welch 95%]", "Δ BLEU [Welch 95%]", "reading (NLL)"],
+                     e_rows, csv_name="equal_dk.csv")
+
     # ---- contrasts against the training budget
     by_step = [(name, contrasts_by_step(rs, base_recs)) for name, _, rs in contrasts]
     steps_seen = sorted({st for _, cs in by_step for st, _ in cs})
@@ -515,9 +536,9 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
         paper = "" if paper_nll is None else f" (paper {paper_nll:+.3f} nats, {paper_bleu:+.1f} BLEU)"
         text = f"- {name}: Δ NLL {w.text(3)} nats, n = {w.n_a} vs {w.n_b}{paper}: **{v_nll}**"
         if paper_nll is not None and decidable(w):
-            text += (f" (the paper's {paper_nll:+.3f} is "
-                     + ("inside our interval: not ruled out)" if w.lo <= paper_nll <= w.hi else
-                        "outside our interval: ruled out at this budget)"))
+            where = ("inside our interval: not ruled out" if w.lo <= paper_nll <= w.hi else
+                     "below our interval" if paper_nll < w.lo else "above our interval")
+            text += f" (the paper's {paper_nll:+.3f} is {where})"
         if bleu:
             text += f"; Δ BLEU {bleu[0].text(2)}: {v_bleu}"
         pairs = p_summary.get(name, [])
