@@ -379,7 +379,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
                     "(and d_v) at the same query/key width: rows (A) has h = d_model / d_k heads with d_v = d_k, "
                     "rows (B) 8 heads with d_v = d_model / 8 (the same total value width; rows (A) has more "
                     "query/key parameters). An interval that includes 0 means the rows (A) penalty at that head "
-                    "count is as large as the penalty of the small d_k alone.")
+                    "count cannot be told apart from the penalty of the small d_k alone.")
         e_rows = []
         for a, b in same_dk:
             nll, bleu = contrast(a["records"], b["records"], "nll"), contrast(a["records"], b["records"], "bleu")
