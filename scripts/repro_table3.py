@@ -383,8 +383,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
         e_rows = []
         for a, b in same_dk:
             nll, bleu = contrast(a["records"], b["records"], "nll"), contrast(a["records"], b["records"], "bleu")
-            reading = ("—" if not nll or not decidable(nll[0]) else
-                       "differs from 0" if nll[0].excludes_zero() else "no difference resolved")
+            reading = verdict(nll[0] if nll else None, None, NO_EFFECT["nll"])
             e_rows.append([f"h={a['h']} (d_k={a['dk']}, d_v={a['dv']}) minus h={b['h']} (d_k={b['dk']}, d_v={b['dv']})",
                            len(a["records"]), len(b["records"]), nll[0].text(3) if nll else "—",
                            bleu[0].text(2) if bleu else "—", reading])
