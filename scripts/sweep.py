@@ -565,6 +565,7 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
         elif segments and _num(r.get("time")) is not None:
             segments[-1][1] = r["time"]
     logged = sum(b - a for a, b in segments)
+    speeds = sorted(v for r in records if (v := _num(r.get("perf/steps_per_sec"))) is not None and v > 0)
     bleu_events = [r for r in records if r.get("event") == "bleu"]
     test = {k.split("/", 1)[1]: _round(values[k]) for k in ("test/bleu", "test/chrf") if k in values}
     if bleu_events:
@@ -594,6 +595,7 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
         if config else {},
         "wall_s": _round(status.get("wall_s"), 4),
         "logged_s": _round(logged, 4),
+        "median_step_s": _round(1.0 / speeds[len(speeds) // 2], 4) if speeds else None,
         "resumes": max(len(starts) - 1, 0),
         "first_logged_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(min(times))) if times else None,
         "validation": {k.split("/", 1)[1]: _round(values.get(k)) for k in (
