@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import statistics
 import sys
 from typing import Any, Callable, Optional, Sequence
 
@@ -114,3 +115,41 @@ def recorded(out: str, points: Sequence) -> tuple[list[tuple[Any, dict]], list[s
     the points without one."""
     recs = sweep_lib.read_records_dir(os.path.join(out, "points"))
     return [(p, recs[p.name]) for p in points if p.name in recs], [p.name for p in points if p.name not in recs]
+
+
+def wall_minutes(record: dict) -> Optional[float]:
+    """A record's wall time in minutes: the larger of the sweep runner's time for the last ``train.py`` call and
+    the logged time of all calls (both count any pause of the process); None when neither was recorded."""
+    v = max([x for x in (record.get("wall_s"), record.get("logged_s")) if x is not None], default=None)
+    return None if v is None else float(v) / 60
+
+
+def train_minutes(record: dict) -> Optional[float]:
+    """A record's steps times its median seconds per step, in minutes: the training cost with pauses and
+    evaluation left out; None in records made before ``median_step_s`` was recorded."""
+    step_s, steps = record.get("median_step_s"), record.get("steps")
+    return None if step_s is None or not steps else float(step_s) * steps / 60
+
+
+def runtime_text(command: str, records: Sequence[dict]) -> str:
+    """The report's paragraph on how it was run and what it cost: the command, the queue, and the wall and
+    training time of ``records``."""
+    walls = sorted(w for w in map(wall_minutes, records) if w is not None)
+    trains = sorted(t for t in map(train_minutes, records) if t is not None)
+    text = (f"Command: `{command}` (resumable: finished points are skipped, an interrupted point resumes from its "
+            "last checkpoint; `--report_only` rebuilds this report from `points/`), run in the background queue "
+            "`scripts/ablations.sh` at nice 19. ")
+    if not walls:
+        return text + "No point has finished yet."
+    text += (f"Wall time: {walls[0]:.1f} to {walls[-1]:.1f} minutes a point (median {statistics.median(walls):.1f}), "
+             f"{sum(walls) / 60:.1f} hours over {_points(len(walls))}; it counts the time the queue was paused (it is "
+             "stopped while CI runs) and shared the 2 cores with other work.")
+    if trains:
+        text += (f" Training time (steps x the point's median seconds per step, which pauses and evaluation do not "
+                 f"inflate; recorded from commit e37b7f2 on): {trains[0]:.1f} to {trains[-1]:.1f} minutes a point, "
+                 f"{sum(trains) / 60:.1f} hours over {_points(len(trains))}.")
+    return text
+
+
+def _points(n: int) -> str:
+    return f"{n} point" + ("" if n == 1 else "s")

@@ -149,6 +149,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         "beside each: `<point>.test.txt`, one line per test sentence in corpus order). Made by commit(s): "
         f"{', '.join(sorted({r.get('commit', 'unknown') for r in all_recs})) or '—'}. Run folders (not committed): "
         f"`{os.path.relpath(workdir, REPO)}/<point>`.")
+    report.text(_study.runtime_text("python scripts/repro_heads_depth.py" + (" --quick" if quick else ""), all_recs))
     if missing:
         report.text(f"**Not finished yet ({len(missing)} points):** " + ", ".join(f"`{m}`" for m in missing)
                     + ". Everything below uses the finished points only.")
@@ -163,7 +164,8 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         for r in rs:
             runs.append([r.get("point"), label, r.get("seed"), r.get("steps"), r.get("params")]
                         + [t3.metric(r, m) for m in ("nll", "ppl", "bleu", "chrf", "grad", "spikes", "jump", "logit")]
-                        + [r.get("stability", {}).get("non_finite_step"), t3.metric(r, "wall"), r.get("commit")])
+                        + [r.get("stability", {}).get("non_finite_step"), t3.metric(r, "wall"), t3.metric(r, "train"),
+                           r.get("commit")])
     report.table(["setting", "parameters", "seeds done", "valid NLL", "valid perplexity", "test BLEU",
                   "max grad norm", "loss spikes", "max loss jump", "max attention logit", "wall (min)"], rows,
                  csv_name="settings.csv")
@@ -173,7 +175,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
                 f"(every {base.train.stats_every} steps, any group, layer and head).")
     report.table(["point", "setting", "seed", "steps", "parameters", "valid NLL", "valid ppl", "test BLEU",
                   "test chrF", "max grad norm", "loss spikes", "max loss jump", "max attn logit", "non-finite step",
-                  "wall (min)", "commit"], runs, csv_name="runs.csv", digits=4)
+                  "wall (min)", "train (min)", "commit"], runs, csv_name="runs.csv", digits=4)
 
     report.section("Contrasts")
     report.text("Difference of means with 95% intervals: Welch's t, then the bootstrap over seeds.")

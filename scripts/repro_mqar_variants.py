@@ -134,6 +134,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         f"{sorted({r.get('steps') for r in all_recs}) or 'none yet'}. Made by commit(s): "
         f"{', '.join(sorted({str(r.get('commit', 'unknown')) for r in all_recs})) or '—'}. Run folders (not "
         f"committed): `{os.path.relpath(workdir, REPO)}/<point>`.")
+    report.text(_study.runtime_text("python scripts/repro_mqar_variants.py" + (" --quick" if quick else ""), all_recs))
     if missing:
         report.text(f"**Not finished yet ({len(missing)} points):** " + ", ".join(f"`{n}`" for n in missing)
                     + ". Everything below uses the finished points only.")
@@ -152,12 +153,12 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
                     runs.append([r.get("point"), k, n, w, (r.get("overrides") or {}).get("data.seq_len"), r.get("seed"),
                                  r.get("steps"), r.get("params"), accuracy(r),
                                  (r.get("validation") or {}).get("loss"), _last(r, "train_loss"),
-                                 r.get("wall_s"), r.get("commit")])
+                                 _study.wall_minutes(r), _study.train_minutes(r), r.get("commit")])
     report.table(["kind", "pairs"] + [f"d_model {w} [seeds done]" for w in widths], rows)
     report.text("Every run (one line per record):")
     report.table(["point", "kind", "pairs", "d_model", "seq_len", "seed", "steps", "parameters", "accuracy",
-                  "valid loss", "last train loss (100-step mean)", "wall (s)", "commit"], runs, csv_name="runs.csv",
-                 digits=4)
+                  "valid loss", "last train loss (100-step mean)", "wall (min)", "train (min)", "commit"], runs,
+                 csv_name="runs.csv", digits=4)
     settings = [[k, n, w, len(acc[(k, n, w)]), _mean(acc[(k, n, w)]), _std(acc[(k, n, w)])]
                 for k in kinds for n in pairs for w in widths if (k, n, w) in cells]
     write_csv(os.path.join(out, "cells.csv"), ["kind", "pairs", "d_model", "n", "mean accuracy", "std"], settings)

@@ -61,7 +61,8 @@ MIN_SEEDS = 3  # seeds a side below which a contrast gets no verdict
 def metric(record: dict, name: str) -> Optional[float]:
     """A number of a point record: nll, ppl, bleu, chrf, grad (max grad norm), spikes, jump (largest loss
     jump), logit (largest attention logit over groups), wall (minutes: the larger of the sweep runner's time
-    for the last train.py call and the logged time of all calls)."""
+    for the last train.py call and the logged time of all calls), train (minutes: steps x the median seconds per
+    step, which pauses do not inflate; None in records made before it was recorded)."""
     st = record.get("stability") or {}
     getters: dict[str, Callable[[], Any]] = {
         "nll": lambda: (record.get("validation") or {}).get("nll"),
@@ -73,15 +74,15 @@ def metric(record: dict, name: str) -> Optional[float]:
         "jump": lambda: st.get("max_loss_jump"),
         "logit": lambda: max([v for v in (st.get("max_attention_logit") or {}).values() if v is not None],
                              default=None),
-        "wall": lambda: max([v for v in (record.get("wall_s"), record.get("logged_s")) if v is not None],
-                            default=None),
+        "wall": lambda: _study.wall_minutes(record),
+        "train": lambda: _study.train_minutes(record),
     }
     if name not in getters:
         raise ValueError(f"metric {name!r}; expected one of {sorted(getters)}")
     v = getters[name]()
     if v is None or not math.isfinite(float(v)):
         return None
-    return float(v) / 60 if name == "wall" else float(v)
+    return float(v)
 
 
 def values(records: Sequence[dict], name: str) -> list[float]:
@@ -295,17 +296,9 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
         f"statistics), and beside each the decoded test sentences (`<point>.test.txt`, greedy, one line per test "
         f"sentence in corpus order). Steps per recorded point: {steps or 'none yet'}. Made by commit(s): "
         f"{', '.join(commits) or '—'}. Run folders (not committed): `{os.path.relpath(workdir, REPO)}/<row>/<point>`.")
-    walls = sorted(w for w in (metric(r, "wall") for r in all_recs) if w is not None)
     command = "python scripts/repro_table3.py" + (" --quick" if quick else "") + (
         f" --d_model={d_model}" if d_model != 128 else "")
-    report.text(
-        f"Command: `{command}` (resumable: finished points are skipped, an interrupted point resumes from its last "
-        "checkpoint), run in the background queue `scripts/ablations.sh` at nice 19. The wall columns (minutes) are "
-        "each point's logged time summed over its `train.py` calls; they include the time the queue was paused (it is "
-        "stopped while CI runs) and the time it shared the 2 cores with other work, so they overstate the "
-        "training cost: "
-        + (f"{walls[0]:.1f} to {walls[-1]:.1f} minutes a point (median {float(np.median(walls)):.1f}), "
-           f"{sum(walls) / 60:.1f} hours over {len(walls)} points." if walls else "no point finished yet."))
+    report.text(_study.runtime_text(command, all_recs))
     if missing:
         report.text(f"**Not finished yet ({len(missing)} points):** " + ", ".join(f"`{m}`" for m in missing)
                     + ". Everything below uses the finished points only.")
@@ -324,13 +317,13 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
             csv_runs.append([s["row"], r.get("point"), s["h"], s["dk"], s["dv"], r.get("seed"), r.get("steps"),
                              r.get("params"), metric(r, "nll"), metric(r, "ppl"), metric(r, "bleu"),
                              metric(r, "chrf"), metric(r, "grad"), metric(r, "spikes"), metric(r, "jump"),
-                             metric(r, "logit"), metric(r, "wall"), r.get("commit")])
+                             metric(r, "logit"), metric(r, "wall"), metric(r, "train"), r.get("commit")])
     report.table(["row", "h", "d_k", "d_v", "parameters", "seeds done", "valid NLL (nats)", "valid perplexity",
                   "test BLEU", "test chrF", "wall (min)"], rows_out, csv_name="settings.csv")
     report.text("Every run (one line per record):")
     report.table(["row", "point", "h", "d_k", "d_v", "seed", "steps", "parameters", "valid NLL", "valid ppl",
                   "test BLEU", "test chrF", "max grad norm", "loss spikes", "max loss jump", "max attn logit",
-                  "wall (min)", "commit"], csv_runs, csv_name="runs.csv", digits=4)
+                  "wall (min)", "train (min)", "commit"], csv_runs, csv_name="runs.csv", digits=4)
 
     # ---- contrasts
     contrasts = []  # (name, key in PAPER or None, records)

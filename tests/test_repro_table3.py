@@ -217,6 +217,23 @@ def test_report_from_partial_records_with_intervals(tmp_path):
     assert "**reproduced**" in text and "A/A control" in text and "d_k = 4" in text
 
 
+def test_runtime_text_separates_wall_from_training_time():
+    """Wall time counts pauses (the larger of the runner's and the logged time); training time is steps x the
+    median step time and only for records that have it."""
+    import _study
+
+    recs = [{"wall_s": 600.0, "logged_s": 1200.0, "steps": 2400, "median_step_s": 0.25},
+            {"wall_s": 300.0, "steps": 2400}]
+    assert [_study.wall_minutes(r) for r in recs] == [20.0, 5.0]
+    assert [_study.train_minutes(r) for r in recs] == [10.0, None]
+    text = _study.runtime_text("python scripts/x.py", recs)
+    assert text.startswith("Command: `python scripts/x.py`")
+    assert "5.0 to 20.0 minutes a point (median 12.5), 0.4 hours over 2 points" in text
+    assert "10.0 to 10.0 minutes a point, 0.2 hours over 1 point." in text
+    assert "Training time" not in _study.runtime_text("c", recs[1:])
+    assert _study.runtime_text("c", []).endswith("No point has finished yet.")
+
+
 # ---------------------------------------------------------------------------------------------- stats
 def test_welch_matches_scipy():
     from scipy import stats as sps
