@@ -124,6 +124,39 @@ def decidable(interval: _stats.Interval) -> bool:
     return interval.lo is not None and min(interval.n_a, interval.n_b) >= MIN_SEEDS
 
 
+def budget_reading(by_step: Sequence[tuple[str, Sequence[tuple[int, _stats.Interval]]]]) -> str:
+    """Which contrasts' mean differences change sign between validation steps, and whether any step resolves
+    a difference (a decidable interval excluding zero): a flip no step resolves is noise, one resolved in
+    both directions reverses with the budget, one resolved in one direction only is said so."""
+    noise, reverses, one_way = [], [], []
+    for name, cs in by_step:
+        signs = {math.copysign(1, iv.diff) for _, iv in cs if iv.diff != 0}
+        if len(cs) < 2 or len(signs) < 2:
+            continue
+        label = (f"{name.split(' vs ')[0]} ({cs[0][1].diff:+.3f} at step {cs[0][0]}, {cs[-1][1].diff:+.3f} at "
+                 f"{cs[-1][0]})")
+        resolved = {math.copysign(1, iv.diff): step for step, iv in cs if decidable(iv) and iv.excludes_zero()}
+        if not resolved:
+            noise.append(label)
+        elif len(resolved) == 2:
+            reverses.append(label)
+        else:
+            sign, step = next(iter(resolved.items()))
+            one_way.append(f"{label}, resolved only {'above' if sign > 0 else 'below'} zero (at step {step})")
+    if not (noise or reverses or one_way):
+        return "every contrast keeps its sign at every validation step."
+    parts = []
+    if reverses:
+        parts.append(f"the difference reverses with the budget for {'; '.join(reverses)} (resolved with both "
+                     "signs)")
+    if one_way:
+        parts.append(f"the sign of the mean changes for {'; '.join(one_way)}")
+    if noise:
+        parts.append(f"the sign of the mean changes for {'; '.join(noise)}, but no validation step resolves a "
+                     "difference (every interval includes zero), so the change is within seed noise")
+    return "; ".join(parts) + "; the others keep their sign at every step."
+
+
 def verdict(interval: Optional[_stats.Interval], paper: Optional[float], no_effect: float) -> str:
     """Our interval against the paper's effect: reproduced, contradicted, not resolved, consistent, missing, or
     too few seeds (fewer than MIN_SEEDS on a side: the interval is shown, nothing is claimed)."""
@@ -541,14 +574,9 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
         items.append(text + ".")
     paragraphs = [intro, "\n".join(items),
                   "In short (NLL): " + "; ".join(f"{v}: {', '.join(names)}" for v, names in tally.items()) + "."]
-    flips = [f"{name.split(' vs ')[0]} ({cs[0][1].diff:+.3f} at step {cs[0][0]}, {cs[-1][1].diff:+.3f} at "
-             f"{cs[-1][0]})" for name, cs in by_step
-             if len(cs) > 1 and len({math.copysign(1, iv.diff) for _, iv in cs if iv.diff != 0}) > 1]
     if by_step and any(cs for _, cs in by_step):
         paragraphs.append("Against the training budget (mean differences at the validation steps): "
-                          + (f"the sign changes during training for {'; '.join(flips)} (budget-dependent); the "
-                             "others keep their sign at every step." if flips else
-                             "every contrast keeps its sign at every validation step."))
+                          + budget_reading(by_step))
     aa = [v for v in verdicts if v[1] is None and v[2] is not None]
     if aa:
         w = aa[0][2][0]

@@ -396,13 +396,24 @@ def test_what_the_data_say_tells_whether_the_paper_value_is_ruled_out():
 
 
 def test_what_the_data_say_names_contrasts_whose_sign_changes_with_the_budget():
+    """A sign change no step resolves is called seed noise; one resolved both ways reverses; one resolved one
+    way is said to be; contrasts that keep their sign are not named."""
     import repro_table3
 
-    by_step = [("h=1 (d_k=128) vs h=8", [(600, _stats.welch_ci([3.03], [3.0])), (2400, _stats.welch_ci([2.8], [2.9]))]),
-               ("h=32 (d_k=4) vs h=8", [(600, _stats.welch_ci([3.1], [3.0])), (2400, _stats.welch_ci([3.0], [2.9]))])]
+    w = _stats.welch_ci
+    by_step = [("h=1 (d_k=128) vs h=8", [(600, w([3.03, 3.2, 2.9], [3.0, 3.1, 2.95])),
+                                         (2400, w([2.8, 2.9, 2.75], [2.9, 2.85, 2.95]))]),
+               ("h=2 (d_k=64) vs h=8", [(600, w([3.10, 3.11, 3.12], [3.0, 3.01, 3.02])),
+                                        (2400, w([2.80, 2.81, 2.82], [2.9, 2.91, 2.92]))]),
+               ("h=4 (d_k=32) vs h=8", [(600, w([3.01, 3.2, 2.9], [3.0, 3.1, 2.95])),
+                                        (2400, w([2.80, 2.81, 2.82], [2.9, 2.91, 2.92]))]),
+               ("h=32 (d_k=4) vs h=8", [(600, w([3.1], [3.0])), (2400, w([3.0], [2.9]))])]
     text = repro_table3.what_the_data_say([], {}, {}, "h=8, d_k=64", [], 512, [{"steps": 2400}], by_step)
-    assert "the sign changes during training for h=1 (d_k=128) (+0.030 at step 600, -0.100 at 2400)" in text
-    assert "h=32" not in text.split("the sign changes")[1].split("(budget-dependent)")[0]
+    assert "reverses with the budget for h=2 (d_k=64) (+0.100 at step 600, -0.100 at 2400) (resolved" in text
+    assert "changes for h=4 (d_k=32) (+0.020 at step 600, -0.100 at 2400), resolved only below zero (at step 2400)" \
+        in text
+    assert "changes for h=1 (d_k=128) (+0.027 at step 600, -0.083 at 2400), but no validation step resolves" in text
+    assert "h=32" not in text.split("Against the training budget")[1]
 
 
 def test_verdicts_need_three_seeds_a_side():
