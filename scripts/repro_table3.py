@@ -590,6 +590,14 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
         else:
             paragraphs.append(f"The A/A control (identical settings, other seeds) gives {w.text(3)} nats, an "
                               "interval that includes zero, as it should.")
+        aa_pairs = p_summary.get(aa[0][0], [])
+        flagged = sum(1 for iv in aa_pairs if iv.excludes_zero())
+        if flagged:
+            paragraphs.append(
+                f"The paired bootstrap flags {flagged} of {len(aa_pairs)} A/A seed pairs as differing in BLEU at the "
+                "5% level between identical settings: it resamples test sentences for one pair of trained models "
+                "and leaves out the seed-to-seed variation, so a contrast's 'n of 3 seed pairs differ' is no "
+                "evidence of an effect; the seed-level intervals are the verdicts' basis.")
     if d_model // 32 < 16:
         paragraphs.append(f"Confounds: at d_model {d_model}, h = 32 means d_k = {d_model // 32} (the paper's smallest"
                           f" d_k is 16), so a rows (A) penalty at h = 32 cannot be told apart from a small-d_k "

@@ -416,6 +416,23 @@ def test_what_the_data_say_names_contrasts_whose_sign_changes_with_the_budget():
     assert "h=32" not in text.split("Against the training budget")[1]
 
 
+def test_what_the_data_say_warns_when_the_paired_bootstrap_flags_aa_pairs():
+    import repro_table3
+
+    nll = _stats.welch_ci([2.90, 2.95, 2.92], [2.91, 2.93, 2.94])
+    bleu = _stats.welch_ci([20.0, 21.0, 19.5], [20.5, 20.2, 19.8])
+    name = "A/A: seeds [3, 4, 5] vs [0, 1, 2]"
+    verdicts = [(name, None, [nll], [bleu], "no difference resolved", "no difference resolved", None, None)]
+    flagged = _stats.Interval(diff=1.1, lo=0.5, hi=1.6, n_a=1, n_b=1, method="paired bootstrap")
+    quiet = _stats.Interval(diff=-0.2, lo=-0.7, hi=0.3, n_a=1, n_b=1, method="paired bootstrap")
+    text = repro_table3.what_the_data_say(verdicts, {name: [quiet, flagged, quiet]}, {}, "h=8, d_k=16", [], 128,
+                                          [{"steps": 2400}])
+    assert "as it should" in text and "flags 1 of 3 A/A seed pairs" in text
+    text = repro_table3.what_the_data_say(verdicts, {name: [quiet] * 3}, {}, "h=8, d_k=16", [], 128,
+                                          [{"steps": 2400}])
+    assert "as it should" in text and "A/A seed pairs" not in text
+
+
 def test_verdicts_need_three_seeds_a_side():
     import repro_table3
 
