@@ -279,21 +279,27 @@ def verdict_rows(kinds, pairs, widths, acc) -> list[list]:
     rows = []
     if "softmax" in kinds:
         claim = "softmax attention solves MQAR at every width"
-        complete = all(acc.get(("softmax", n, w)) for n in pairs for w in widths)
-        allsolved = all(_solved(acc, "softmax", n, w) for n in pairs for w in widths)
-        first = all(_solved(acc, "softmax", pairs[0], w) for w in widths)
-        widest = all(_solved(acc, "softmax", n, widths[-1]) for n in pairs)
-        if not any(acc.get(("softmax", n, w)) for n in pairs for w in widths):
+        cells = [(n, w) for n in pairs for w in widths]
+        complete = all(acc.get(("softmax", n, w)) for n, w in cells)
+        failed = [(n, w) for n, w in cells if _solved(acc, "softmax", n, w) is False]
+        first = not any(n == pairs[0] for n, _ in failed)  # still possible: every width solved at the fewest pairs
+        widest = not any(w == widths[-1] for _, w in failed)  # still possible: every pair count at the widest
+        fails = ", ".join(f"{n} pairs at d_model {w} ({np.mean(acc[('softmax', n, w)]):.2f})" for n, w in failed)
+        if not any(acc.get(("softmax", n, w)) for n, w in cells):
             v, why = "undecided", "no softmax cell has finished"
-        elif allsolved:
-            v, why = "reproduced", "softmax attention solves every cell"
-        elif first or widest:
+        elif not failed:
+            v, why = ("reproduced", "softmax attention solves every cell") if complete else (
+                "undecided", "softmax attention solves every finished cell")
+        elif not (first or widest):
+            v, why = "not reproduced", (f"softmax attention fails {fails}: cells at the fewest pairs and at the "
+                                        "largest width")
+        elif not complete:
+            v, why = "undecided", f"softmax attention fails {fails}; a partial verdict is still possible"
+        else:
             v = "partial"
             why = ("softmax attention solves every width at " + (f"{pairs[0]} pairs" if first else "")
                    + (" and " if first and widest else "")
-                   + (f"every number of pairs at d_model {widths[-1]}" if widest else "") + ", not every cell")
-        else:
-            v, why = "not reproduced", "softmax attention fails cells at both the fewest pairs and the largest width"
+                   + (f"every number of pairs at d_model {widths[-1]}" if widest else "") + f"; it fails {fails}")
         rows.append([claim, ZOOLOGY, f"mean accuracy {_cell_means(acc, 'softmax', pairs, widths)}", v,
                      why + ("" if complete else " (not every cell has finished)")])
     if "linear" in kinds:

@@ -76,6 +76,26 @@ def test_quick_writes_records_and_report_and_never_retrains(tmp_path, stand_in):
     assert len(calls_of(calls)) == 8
 
 
+def test_softmax_verdict_reads_failures_of_finished_cells_only():
+    """With cells missing, failures at the smallest width alone leave the verdict open (partial is possible);
+    failures at the fewest pairs and at the largest width settle it; a complete grid gets a final verdict."""
+    import repro_mqar_variants as m
+
+    pairs, widths = (4, 8), (32, 64)
+
+    def verdict(acc):
+        return m.verdict_rows(["softmax"], pairs, widths, acc)[0][3:]
+
+    acc = {("softmax", 4, 32): [0.58], ("softmax", 4, 64): [1.0], ("softmax", 8, 32): [0.3]}
+    v, why = verdict(acc)
+    assert v == "undecided" and "fails 4 pairs at d_model 32 (0.58), 8 pairs at d_model 32 (0.30)" in why
+    assert verdict({**acc, ("softmax", 8, 64): [1.0]})[0] == "partial"
+    assert verdict({**acc, ("softmax", 8, 64): [0.2]})[0] == "not reproduced"
+    assert verdict({("softmax", 4, 32): [1.0]}) == ["undecided", "softmax attention solves every finished cell "
+                                                    "(not every cell has finished)"]
+    assert verdict({k: [1.0] for k in [("softmax", n, w) for n in pairs for w in widths]})[0] == "reproduced"
+
+
 def test_report_only_lists_unfinished_points(tmp_path, stand_in):
     import repro_mqar_variants as rmv
 
