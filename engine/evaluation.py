@@ -212,8 +212,9 @@ class Evaluator:
 
     def bleu(self, params, split: str, step: int, *, limit: int = 0, decode: Optional[str] = None,
              write: bool = True, interventions: Optional[models.Interventions] = None) -> dict[str, Any]:
-        """Decode (the first ``limit`` of) ``split`` (with ``interventions``) and score it; writes hypotheses
-        to ``outputs/``."""
+        """Decode (the first ``limit`` of) ``split`` (with ``interventions``) and score it: sacreBLEU's scores
+        and signatures, ``hypotheses`` (one per sentence, in order), ``samples`` and ``num_sentences``; with
+        ``write``, the hypotheses also go to ``outputs/<split>_step<step>.txt`` (``hypotheses_path``)."""
         examples = list(self.data.examples(split))
         if limit:
             examples = examples[:limit]
@@ -228,6 +229,7 @@ class Evaluator:
             with open(path, "w", encoding="utf-8") as f:
                 f.write("\n".join(h.replace("\n", " ") for h in hyps) + "\n")
             result["hypotheses_path"] = path
+        result["hypotheses"] = hyps
         result["samples"] = list(zip(sources, refs, hyps))[: int(self.config.eval.num_samples)]
         result["num_sentences"] = len(hyps)
         return result

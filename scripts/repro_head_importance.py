@@ -20,11 +20,16 @@ cross-attention frozen to uniform (``model.uniform_attention_groups=("cross",)``
     python scripts/repro_head_importance.py                  # 3 seeds + 1 uniform x 12 min -> docs/results/head_importance/
     python scripts/repro_head_importance.py --raw /tmp/hi    # keep each run's measurements; a rerun reuses them
     python scripts/repro_head_importance.py --quick          # seconds: tiny sizes, for tests
+    python scripts/repro_head_importance.py --first_seed 3 --seeds 3 --uniform_seeds 3 --steps 2200 --minutes 0 \
+        --raw docs/results/head_importance/replication/raw --out docs/results/head_importance/replication
+                                                             # the replication (queued in scripts/ablations.sh)
 
 Pass criteria of the verdict table (``verdicts.csv`` and the report's "Verdicts" section). They were written on
 2026-12-02, after the measurements in ``docs/results/head_importance/raw/`` had been committed (2026-12-01):
 they turn the judgements of the report's earlier "In short" line into thresholds, so the verdicts are post hoc,
-not a test fixed in advance. Means are over seeds; BLEU is on the ``--sentences`` test subset.
+not a test fixed in advance. The replication (seeds 3-5, three uniform-baseline seeds, 2,200 steps; its report in
+``docs/results/head_importance/replication/``) was queued after they were written, unchanged, so its verdicts test
+them on fresh models. Means are over seeds; BLEU is on the ``--sentences`` test subset.
 - Single heads (Michel et al.): reproduced when the mean number of heads whose BLEU falls by at least
   HURT_BLEU (1) when masked alone is at most MAX_HURT_SHARE (15%) of all heads; not reproduced otherwise.
 - Pruning (Michel et al.): per seed, the largest fraction of all heads (pruned by normalised importance) whose
@@ -76,7 +81,7 @@ SELF_GROUPS = ("encoder_self", "decoder_self")
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 QUICK_FRACTIONS = (0.0, 0.5, 0.9)
 POSITIONAL = 0.9  # Voita et al.: a head is positional when its maximum sits at one relative position >= 90% of the time
-# Pass criteria (module docstring; written after the measurements, so post hoc)
+# Pass criteria (module docstring; written after the first run's measurements, before the replication's)
 HURT_BLEU = 1.0  # a head masked alone "hurts" when BLEU falls by at least this much
 MAX_HURT_SHARE = 0.15  # single heads: at most this share of the heads hurts on average
 WITHIN_BLEU = 1.0  # pruning: "without noticeable loss" = within this much BLEU of the unpruned model
@@ -153,6 +158,7 @@ class Probe:
 
     def __init__(self, keep: KeepModel, eval_batches: int, sentences: int):
         self.keep, self.sentences = keep, sentences
+        self.decoded: dict[str, list[str]] = {}  # condition -> hypotheses, for the decodes asked to be kept
         self.model = keep.setup.model(keep.params)
         self.shapes = models.head_shapes(self.model)
         self.unit = models.unit_head_mask(self.model)
@@ -202,9 +208,13 @@ class Probe:
         tvd = np.concatenate(tvds)
         return {"tvd_mean": float(tvd.mean()), "tvd_median": float(np.median(tvd)), "nll": nll / max(weight, 1.0)}
 
-    def bleu(self, iv) -> float:
+    def bleu(self, iv, keep_as: str = "") -> float:
+        """BLEU of the first ``sentences`` test sentences under ``iv``; with ``keep_as``, the hypotheses are
+        kept in ``decoded[keep_as]``."""
         r = self.keep.evaluator.bleu(self.keep.params, "test", 0, limit=self.sentences, write=False,
                                      interventions=iv)
+        if keep_as:
+            self.decoded[keep_as] = list(r["hypotheses"])
         return r["bleu"]
 
     def importance(self) -> dict:
@@ -274,7 +284,7 @@ def measure(keep: KeepModel, seed: int, eval_batches: int, sentences: int, fract
     heads = head_list(shapes)
     m = {"shapes": shapes, "fractions": tuple(fractions), "base_nll": p.nll(p.masks([]))}
     tb = time.time()
-    m["base_bleu"] = p.bleu(None)
+    m["base_bleu"] = p.bleu(None, keep_as="unmasked")
     m["seconds_per_decode"] = time.time() - tb
     log(f"  unmasked: NLL {m['base_nll']:.4f}, BLEU {m['base_bleu']:.2f} ({m['seconds_per_decode']:.1f}s per decode)")
 
@@ -318,7 +328,8 @@ def measure(keep: KeepModel, seed: int, eval_batches: int, sentences: int, fract
             variants[f"uniform, layer {l}"] = cross_overrides("uniform", [l], key)
     m["vashishth"] = {}
     for name, iv in variants.items():
-        m["vashishth"][name] = dict(p.change(iv), bleu=p.bleu(iv))
+        m["vashishth"][name] = dict(p.change(iv), bleu=p.bleu(iv, keep_as=f"cross {name}" if "all" in name else ""))
+    m["decoded"] = p.decoded
     m["measure_minutes"] = (time.time() - t0) / 60
     log(f"  cross-attention overrides done ({time.time() - t0:.0f}s)")
     return m
@@ -349,6 +360,8 @@ def cached(raw_dir, name: str, make):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first_seed", type=int, default=0, help="seeds first_seed .. first_seed + seeds - 1 (and as "
+                    "many uniform-baseline seeds from first_seed)")
     ap.add_argument("--uniform_seeds", type=int, default=None,
                     help="seeds of the uniform-cross-attention baseline (default 1; 0 with --quick)")
     ap.add_argument("--minutes", type=float, default=12.0, help="training time budget per run (0: none)")
@@ -366,6 +379,8 @@ def main(argv=None) -> None:
     for name in ("seeds", "eval_batches", "steps", "sentences"):
         if getattr(a, name) < 1:
             raise SystemExit(f"--{name}={getattr(a, name)}; expected a positive int")
+    if a.first_seed < 0:
+        raise SystemExit(f"--first_seed={a.first_seed}; expected an int >= 0")
     if a.uniform_seeds < 0:
         raise SystemExit(f"--uniform_seeds={a.uniform_seeds}; expected an int >= 0")
     if not a.minutes >= 0:
@@ -380,25 +395,49 @@ def main(argv=None) -> None:
         keep, info = train(spec, {"seed": seed})
         log(f"seed {seed}: {info['steps']} steps in {info['train_minutes']:.1f} min, engine test BLEU "
             f"{info['engine_bleu']:.2f} on {a.sentences} sentences")
-        return dict(info, **measure(keep, seed, a.eval_batches, a.sentences,
+        return dict(info, seed=seed, measured_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                    **measure(keep, seed, a.eval_batches, a.sentences,
                                     QUICK_FRACTIONS if a.quick else FRACTIONS, log))
 
     def uniform_run(seed: int) -> dict:
         keep, info = train(spec, {"seed": seed, "model.uniform_attention_groups": ("cross",)})
         p = Probe(keep, a.eval_batches, a.sentences)
-        info.update(base_nll=p.nll(None), base_bleu=p.bleu(None))
+        info.update(base_nll=p.nll(None), base_bleu=p.bleu(None, keep_as="unmasked"), decoded=p.decoded, seed=seed,
+                    measured_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
         log(f"uniform cross-attention seed {seed}: {info['steps']} steps, BLEU {info['base_bleu']:.2f}, "
             f"NLL {info['base_nll']:.4f}")
         return info
 
     tag = "quick_" if a.quick else ""
-    runs = [cached(a.raw, f"{tag}seed{s}", lambda s=s: seed_run(s)) for s in range(a.seeds)]
-    uniform = [cached(a.raw, f"{tag}uniform{s}", lambda s=s: uniform_run(s)) for s in range(a.uniform_seeds)]
+    seeds = range(a.first_seed, a.first_seed + a.seeds)
+    runs = [cached(a.raw, f"{tag}seed{s}", lambda s=s: seed_run(s)) for s in seeds]
+    uniform = [cached(a.raw, f"{tag}uniform{s}", lambda s=s: uniform_run(s))
+               for s in range(a.first_seed, a.first_seed + a.uniform_seeds)]
     report(a, runs, uniform, load(spec), time.time() - t0)
     print(f"wrote {a.out}/README.md")
 
 
 # ------------------------------------------------------------------------------------------------- report
+def decoded_text(out: str, runs: list, uniform: list, sentences: int) -> str:
+    """Write the kept decodes of every run to ``<out>/decoded/`` (one hypothesis per line, the first
+    ``sentences`` test sentences in corpus order); the report's sentence about them."""
+    files = []
+    for prefix, group in (("seed", runs), ("uniform_cross_seed", uniform)):
+        for i, m in enumerate(group):
+            for condition, hyps in (m.get("decoded") or {}).items():
+                name = f"{prefix}{m.get('seed', i)}_{condition.replace(', ', '_').replace(' ', '_')}.txt"
+                os.makedirs(os.path.join(out, "decoded"), exist_ok=True)
+                with open(os.path.join(out, "decoded", name), "w", encoding="utf-8") as f:
+                    f.write("\n".join(h.replace("\n", " ") for h in hyps) + "\n")
+                files.append(name)
+    if not files:
+        return ("Decoded sentences: not kept by these measurements (made before the script kept them); the "
+                "replication run keeps them.")
+    return (f"Decoded test sentences behind the BLEU numbers (greedy, the first {sentences} test sentences in corpus "
+            f"order, one per line): {len(files)} files in [decoded/](decoded/), per seed the unmasked model and "
+            "cross-attention permuted / uniform in all layers at decode time, and each uniform-baseline model.")
+
+
 def stack(runs, key, g):
     return np.stack([r[key][g] for r in runs])  # [seeds, L, H]
 
@@ -432,6 +471,7 @@ def report(a, runs: list, uniform: list, config, seconds: float) -> None:
     shapes, fractions = runs[0]["shapes"], runs[0]["fractions"]
     H = shapes["cross"][1]
     n = len(runs)
+    seeds = [m.get("seed", i) for i, m in enumerate(runs)]  # measurements before 2026-12-02 kept no seed: 0..n-1
     r = Report(a.out, "Which heads matter? Michel, Voita and Vashishth et al. on the translation model, 8 heads "
                       "per layer")
     r.text(f"""
@@ -440,13 +480,15 @@ training {sum(m["train_minutes"] for m in runs + uniform):.0f} min ({len(runs) +
 {sum(m["measure_minutes"] for m in runs):.0f} min; this report took {seconds / 60:.1f} min (runs reused from `--raw`
 are loaded, not re-measured).
 
-`python scripts/repro_head_importance.py --seeds {a.seeds} --uniform_seeds {a.uniform_seeds} --minutes {a.minutes}
---steps {a.steps} --eval_batches {a.eval_batches} --sentences {a.sentences}{' --quick' if a.quick else ''}`
+`python scripts/repro_head_importance.py --seeds {a.seeds}{f' --first_seed {a.first_seed}' if a.first_seed else ''} \
+--uniform_seeds {a.uniform_seeds} --minutes {a.minutes} --steps {a.steps} --eval_batches {a.eval_batches} \
+--sentences {a.sentences}{' --quick' if a.quick else ''}{f' --raw {a.raw}' if a.raw else ''}\
+{f' --out {os.path.relpath(a.out, ROOT)}' if os.path.abspath(a.out) != os.path.abspath(OUT) else ''}`
 
 **Protocol.** `configs/repro_head_importance.py`: the main job (Spanish → English Bible verses, d_model
 {config.model.d_model}, {config.model.num_encoder_layers}+{config.model.num_decoder_layers} layers, pre-LN,
 QK-LayerNorm) with {H} heads per layer (head width {config.model.d_model // H}); training stops at
-{budget(config)}; seeds 0..{a.seeds - 1}.
+{budget(config)}; seeds {', '.join(map(str, seeds))}.
 Interventions are `models.Interventions` passed to the model and to `models.greedy_decode` (through
 `Evaluator.bleu(..., interventions=)`), in the encoder and at every KV-cache decoding step:
 - **BLEU**: sacreBLEU on the first **{a.sentences} test sentences**, greedy decoding (the same sentences for every
@@ -474,8 +516,9 @@ Interventions are `models.Interventions` passed to the model and to `models.gree
     r.table(["seed", "steps", "train minutes", f"test BLEU ({a.sentences} sentences)",
              "the engine's final test BLEU (same sentences)", "validation NLL", "seconds per BLEU decode",
              "analysis minutes"],
-            [[i, m["steps"], m["train_minutes"], m["base_bleu"], m["engine_bleu"], m["base_nll"],
-              m["seconds_per_decode"], m["measure_minutes"]] for i, m in enumerate(runs)], csv_name="models.csv")
+            [[s, m["steps"], m["train_minutes"], m["base_bleu"], m["engine_bleu"], m["base_nll"],
+              m["seconds_per_decode"], m["measure_minutes"]] for s, m in zip(seeds, runs)], csv_name="models.csv")
+    r.text(decoded_text(a.out, runs, uniform, a.sentences))
 
     # -------------------------------------------------------------------------------- single heads
     r.section("Masking one head at a time")
@@ -493,7 +536,7 @@ Interventions are `models.Interventions` passed to the model and to `models.gree
             for h in range(H):
                 for s, m in enumerate(runs):
                     b = m["behaviour"][g]
-                    csv_rows.append([s, g, layer, h, float(bleu[s, layer, h]), float(nll[s, layer, h]),
+                    csv_rows.append([seeds[s], g, layer, h, float(bleu[s, layer, h]), float(nll[s, layer, h]),
                                      float(m["raw"][g][layer, h]), float(m["norm"][g][layer, h]),
                                      m["order"].index((g, layer, h)) / len(m["order"]),
                                      float(b["confidence"][layer, h])]
@@ -504,7 +547,7 @@ Interventions are `models.Interventions` passed to the model and to `models.gree
            f"{mean_std([m['base_bleu'] for m in runs])}:")
     r.table(["group", "layer", "mean over the layer's heads", "largest drop", "largest gain", "mean NLL change",
              "mean raw importance", "mean confidence"], rows, csv_name="per_layer.csv")
-    r.text("Seed 0, every head (BLEU change when masked alone):")
+    r.text(f"Seed {seeds[0]}, every head (BLEU change when masked alone):")
     r.text(markdown_table(["group", "layer"] + [f"h{h}" for h in range(H)], seed0_rows))
     write_csv(os.path.join(a.out, "per_head.csv"),
               ["seed", "group", "layer", "head", "bleu_change_masked_alone", "nll_change_masked_alone",
@@ -518,7 +561,7 @@ Interventions are `models.Interventions` passed to the model and to `models.gree
     all_nll = np.array([np.concatenate([(m["single_nll"][g] - m["base_nll"]).ravel() for g in GROUPS]) for m in runs])
     worst = [(float(all_bleu[s].min()), head_list(shapes)[int(all_bleu[s].argmin())]) for s in range(n)]
     r.text("Over all {} heads, per seed: {}.".format(all_bleu.shape[1], "; ".join(
-        f"seed {s}: {int((all_bleu[s] <= -1).sum())} heads lose ≥ 1 BLEU, {int((all_bleu[s] > 0).sum())} gain, "
+        f"seed {seeds[s]}: {int((all_bleu[s] <= -1).sum())} heads lose ≥ 1 BLEU, {int((all_bleu[s] > 0).sum())} gain, "
         f"largest drop {w:+.2f} ({g} layer {l} head {h}), largest NLL increase {all_nll[s].max():+.3f}"
         for s, (w, (g, l, h)) in enumerate(worst))))
 
@@ -642,8 +685,14 @@ Interventions are `models.Interventions` passed to the model and to `models.gree
     numbers = claim_numbers(runs, uniform)
     rows = verdict_rows(numbers)
     r.section("Verdicts")
-    r.text("Criteria: see the docstring of `scripts/repro_head_importance.py`. They were written on 2026-12-02, "
-           "after the measurements of 2026-12-01 had been committed, so these verdicts are post hoc.")
+    if all(m.get("measured_utc") for m in runs + uniform):
+        r.text("Criteria: see the docstring of `scripts/repro_head_importance.py`. They were written on 2026-12-02, "
+               "from an earlier run (seeds 0-2, 2026-12-01, `docs/results/head_importance/`); these measurements "
+               f"were made after them ({', '.join(sorted({m['measured_utc'] for m in runs + uniform}))} UTC), so "
+               "the verdicts below test the criteria on fresh models.")
+    else:
+        r.text("Criteria: see the docstring of `scripts/repro_head_importance.py`. They were written on 2026-12-02, "
+               "after the measurements of 2026-12-01 had been committed, so these verdicts are post hoc.")
     r.table(["claim", "paper", "measured", "verdict", "reason"], rows, csv_name="verdicts.csv")
     r.section("What the data say")
     r.text(verdict(numbers, rows, a.sentences))

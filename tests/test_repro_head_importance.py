@@ -21,7 +21,7 @@ def _rows(path):
 
 
 def test_repro_head_importance_quick(tmp_path):
-    repro_head_importance.main(["--quick", "--out", str(tmp_path)])
+    repro_head_importance.main(["--quick", "--first_seed", "2", "--out", str(tmp_path)])
     for name in ("pruning.png", "confidence.png", "README.md"):
         assert (tmp_path / name).exists(), name
     rows = _rows(tmp_path / "per_head.csv")
@@ -45,7 +45,14 @@ def test_repro_head_importance_quick(tmp_path):
     assert len(verdicts) == 7 and all(r["verdict"] in VERDICTS for r in verdicts)
     assert verdicts[1]["verdict"] == "undecided"  # the quick pruning grid (0, 0.5, 0.9) has no 20% point
     assert verdicts[-1]["verdict"] == "undecided"  # no uniform baseline with --quick
-    assert "## Verdicts" in (tmp_path / "README.md").read_text()
+    text = (tmp_path / "README.md").read_text()
+    assert "## Verdicts" in text and "test the criteria on fresh models" in text and "--first_seed 2" in text
+    assert {r["seed"] for r in rows} == {"2"} and [r["seed"] for r in _rows(tmp_path / "models.csv")] == ["2"]
+    decoded = sorted(os.listdir(tmp_path / "decoded"))
+    assert decoded == ["seed2_cross_permute_all_layers.txt", "seed2_cross_uniform_all_layers.txt",
+                       "seed2_unmasked.txt"]
+    for name in decoded:
+        assert len((tmp_path / "decoded" / name).read_text().split("\n")) == 8 + 1  # 8 sentences, final newline
 
 
 def test_verdict_rows_follow_the_criteria():
