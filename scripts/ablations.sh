@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long CPU sweeps behind docs/results/entropy_collapse/, logit_growth/, table3/, mqar_variants/, heads_depth/
-# and table3_d256/ (about 33 hours on 2 cores), as one queue at the lowest priority so other work goes on, the
+# head_importance/replication/ and table3_d256/ (about 36 hours on 2 cores), as one queue at the lowest priority so other work goes on, the
 # short studies first:
 #   1. entropy collapse (4 lrs x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 30 min)
 #   2. logit growth (6 lrs x d_model 64/128 x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 2 hours)
@@ -9,10 +9,13 @@
 #   4. attention variants on MQAR (softmax, linear, additive, hard x pairs x width, 3 seeds; about 3-4 hours)
 #   5. heads vs depth (8 heads x 3+3 against 1 head x 6+6, 12+12, 24+24 at equal parameters, pre-LN with
 #      QK-LayerNorm off/on and post-LN, 3 seeds; about 9 hours)
-#   6. Table 3 at d_model 256 (about 15 hours)
+#   6. head-importance replication on fresh seeds 3-5 (3 models + 3 uniform-baseline models, 2,200 steps each, and
+#      the head analyses; about 3 hours), testing the verdict criteria written after the first run
+#   7. Table 3 at d_model 256 (about 15 hours)
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
 # (and its decoded test sentences, if any, beside it; commit those: a point with a record is never trained again,
-# even in a fresh checkout without runs/), an interrupted point resumes from its checkpoints in runs/repro/, and
+# even in a fresh checkout without runs/; the head-importance replication keeps one file per trained model in
+# docs/results/head_importance/replication/raw/, reused the same way), an interrupted point resumes from its checkpoints in runs/repro/, and
 # every report is rebuilt from the records.
 # A second copy started while one runs exits at once (lock: runs/repro/ablations.lock).
 # Log: runs/repro/ablations.log.   PYTHON=/path/to/python scripts/ablations.sh to pick the interpreter.
@@ -40,6 +43,9 @@ PY="${PYTHON:-python}"
   date -u +"%F %T mqar_variants ended ($?)"
   nice -n 19 "$PY" scripts/repro_heads_depth.py              # 8 heads x 3+3 vs 1 head x 6+6 .. 24+24; QK-LN, post-LN
   date -u +"%F %T heads_depth ended ($?)"
+  nice -n 19 "$PY" scripts/repro_head_importance.py --first_seed 3 --seeds 3 --uniform_seeds 3 --steps 2200 \
+    --minutes 0 --raw docs/results/head_importance/replication/raw --out docs/results/head_importance/replication
+  date -u +"%F %T head_importance replication ended ($?)"
   nice -n 19 "$PY" scripts/repro_table3.py --d_model=256     # d 256: h 16 still has d_k 16
   date -u +"%F %T table3 d256 ended ($?)"
 } >> runs/repro/ablations.log 2>&1
