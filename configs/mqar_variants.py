@@ -19,7 +19,8 @@ Sizing, from pilot runs of softmax attention (``docs/results/mqar_variants/pilot
 sudden phase change whose step depends on the width and the learning rate. 4 pairs are learned within 500
 steps at d_model 64 and 128; 16 pairs at d_model 128 need about 1,500 steps at learning rate 3e-3 (and fail
 at 1e-2), at d_model 64 they need 1e-2 (and fail at 3e-3 and 6e-3); 64 pairs stayed at chance for 1,500 steps
-(d_model 128, 1 or 2 heads), so the grid stops at 16 pairs; d_model 32 did not learn 4 pairs in up to 6,000
+(d_model 128, 1 or 2 heads), so the grid stops at 16 pairs (as Zoology's own Figure 2 config does, with 64 pairs
+commented out); d_model 32 did not learn 4 pairs in up to 6,000
 steps at any learning rate tried. Hence 3,000 steps and a learning rate per width (``LEARNING_RATES``; Zoology
 takes the best of a learning-rate sweep per point instead, which does not fit on 2 CPU cores). The full sweep
 (4 kinds x 3 pair counts x 3 widths x 3 seeds = 108 points) takes about 4 hours of CPU time, nearly all of it

@@ -96,6 +96,19 @@ def test_softmax_verdict_reads_failures_of_finished_cells_only():
     assert verdict({k: [1.0] for k in [("softmax", n, w) for n in pairs for w in widths]})[0] == "reproduced"
 
 
+def test_what_the_data_say_reads_softmax_within_zoologys_widths_apart():
+    """d_model 32 is below Zoology's narrowest width: the report adds the softmax rule over the widths Zoology
+    measured, marked as outside the pass criteria, and leaves the pre-registered verdict as it is."""
+    import repro_mqar_variants as m
+
+    pairs, widths = (4,), (32, 64)
+    acc = {("softmax", 4, 32): [0.5, 0.6, 0.55], ("softmax", 4, 64): [1.0, 1.0, 0.99]}
+    text = m.what_the_data_say(["softmax"], pairs, widths, acc, [], [], [{"steps": 3000}])
+    assert "every width (Zoology): **partial**" in text
+    assert "d_model 32 is below the range" in text and "Over d_model 64 only, the same rule reads **reproduced**" in text
+    assert "below the range" not in m.what_the_data_say(["softmax"], pairs, (64,), acc, [], [], [{"steps": 3000}])
+
+
 def test_report_only_lists_unfinished_points(tmp_path, stand_in):
     import repro_mqar_variants as rmv
 
