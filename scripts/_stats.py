@@ -74,6 +74,22 @@ def welch_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Int
     return Interval(diff, diff - half, diff + half, va.size, vb.size, "welch", p)
 
 
+def variance_ratio(a: Sequence[float], b: Sequence[float]) -> tuple[float, Optional[float]]:
+    """var(a) / var(b) (sample variances) and the two-sided p of the F test that they are equal (None when a
+    group has fewer than 2 values or a variance is zero). Assumes normal values: with few seeds, a guide only."""
+    from scipy import stats as sps
+
+    va, vb = _finite(a, "variance_ratio a"), _finite(b, "variance_ratio b")
+    if va.size < 2 or vb.size < 2:
+        return math.nan, None
+    sa, sb = float(va.var(ddof=1)), float(vb.var(ddof=1))
+    if sa == 0.0 or sb == 0.0:
+        return (math.inf if sb == 0.0 and sa > 0 else math.nan if sa == sb else 0.0), None
+    f = sa / sb
+    tail = min(float(sps.f.cdf(f, va.size - 1, vb.size - 1)), float(sps.f.sf(f, va.size - 1, vb.size - 1)))
+    return f, min(1.0, 2 * tail)
+
+
 def bootstrap_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95, resamples: int = 10_000,
                  seed: int = 0) -> Interval:
     """mean(a) - mean(b) with a percentile bootstrap interval: each group's values (seeds) resampled with

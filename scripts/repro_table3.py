@@ -124,6 +124,35 @@ def decidable(interval: _stats.Interval) -> bool:
     return interval.lo is not None and min(interval.n_a, interval.n_b) >= MIN_SEEDS
 
 
+def spread_reading(settings: dict, base_label: str) -> str:
+    """Seed-to-seed spread of validation NLL per setting against the base's: the settings whose variance
+    differs from the base's in a two-sided F test at the 5% level (MIN_SEEDS or more seeds a side)."""
+    base = values(settings.get(base_label, {}).get("records", []), "nll")
+    if len(base) < MIN_SEEDS:
+        return ""
+    tested, flagged = 0, []
+    for label, s in settings.items():
+        v = values(s["records"], "nll")
+        if label == base_label or len(v) < MIN_SEEDS or s.get("row") == "AA":
+            continue
+        ratio, p = _stats.variance_ratio(v, base)
+        tested += 1
+        if p is not None and p < 0.05:
+            flagged.append(f"{label} (std {np.std(v, ddof=1):.3f}, {math.sqrt(ratio):.1f}x the base's; F test "
+                           f"p = {p:.3f})")
+    if not tested:
+        return ""
+    head = (f"Seed-to-seed spread of validation NLL (base {base_label}: std {np.std(base, ddof=1):.3f}, n = "
+            f"{len(base)}): ")
+    if not flagged:
+        return head + f"no setting's variance differs from the base's (F test, 5%, {tested} settings tested)."
+    return (head + "the variance differs from the base's at the 5% level for " + "; ".join(flagged)
+            + f" (F test, {tested} settings tested with no correction for that; it assumes normal values and has "
+            "little power with 3 seeds). A mean difference with such a spread is read from its Welch interval, "
+            "which allows unequal variances. (Liu, Liu & Han 2021 trace the multi-head advantage to training "
+            "stability; `docs/results/heads_depth/` tests that.)")
+
+
 def budget_reading(by_step: Sequence[tuple[str, Sequence[tuple[int, _stats.Interval]]]]) -> str:
     """Which contrasts' mean differences change sign between validation steps, and whether any step resolves
     a difference (a decidable interval excluding zero): a flip no step resolves is noise, one resolved in
@@ -577,6 +606,9 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
     if by_step and any(cs for _, cs in by_step):
         paragraphs.append("Against the training budget (mean differences at the validation steps): "
                           + budget_reading(by_step))
+    spread = spread_reading(settings, base_label)
+    if spread:
+        paragraphs.append(spread)
     aa = [v for v in verdicts if v[1] is None and v[2] is not None]
     if aa:
         w = aa[0][2][0]

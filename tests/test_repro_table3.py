@@ -433,6 +433,27 @@ def test_what_the_data_say_warns_when_the_paired_bootstrap_flags_aa_pairs():
     assert "as it should" in text and "A/A seed pairs" not in text
 
 
+def test_spread_reading_flags_settings_whose_seed_variance_differs_from_the_base():
+    import repro_table3
+    from scipy import stats as sps
+
+    def setting(nlls, row="A"):
+        return {"row": row, "records": [{"validation": {"nll": v}} for v in nlls]}
+
+    wide, base = [2.80, 2.88, 2.94], [2.939, 2.940, 2.946]
+    settings = {"h=8": setting(base), "h=1": setting(wide), "h=2": setting([2.85, 2.857, 2.86]),
+                "A/A": setting([2.0, 3.0, 4.0], row="AA"), "h=4": setting([2.9, 2.91])}
+    text = repro_table3.spread_reading(settings, "h=8")
+    f = np.var(wide, ddof=1) / np.var(base, ddof=1)
+    p = 2 * sps.f.sf(f, 2, 2)
+    assert f"h=1 (std {np.std(wide, ddof=1):.3f}" in text and f"p = {p:.3f}" in text and p < 0.05
+    assert "h=2 (" not in text and "A/A" not in text and "2 settings tested" in text
+    assert "no setting's variance differs" in repro_table3.spread_reading({"h=8": setting(base),
+                                                                          "h=2": setting(base)}, "h=8")
+    assert repro_table3.spread_reading({"h=8": setting(base[:2])}, "h=8") == ""
+    assert _stats.variance_ratio([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == (1.0, 1.0)
+
+
 def test_verdicts_need_three_seeds_a_side():
     import repro_table3
 
