@@ -298,9 +298,9 @@ def verdict_rows(kinds, pairs, widths, acc) -> list[list]:
             v, why = "undecided", f"softmax attention fails {fails}; a partial verdict is still possible"
         else:
             v = "partial"
-            why = ("softmax attention solves every width at " + (f"{pairs[0]} pairs" if first else "")
-                   + (" and " if first and widest else "")
-                   + (f"every number of pairs at d_model {widths[-1]}" if widest else "") + f"; it fails {fails}")
+            why = ("softmax attention solves " + " and ".join(
+                ([f"every width at {pairs[0]} pairs"] if first else [])
+                + ([f"every number of pairs at d_model {widths[-1]}"] if widest else [])) + f"; it fails {fails}")
         rows.append([claim, ZOOLOGY, f"mean accuracy {_cell_means(acc, 'softmax', pairs, widths)}", v,
                      why + ("" if complete else " (not every cell has finished)")])
     if "linear" in kinds:
@@ -356,6 +356,17 @@ def what_the_data_say(kinds, pairs, widths, acc, contrasts, missing, records) ->
                      f"number of pairs: " + ", ".join(f"{n}: {minw[n] or 'none'}" for n in pairs)
                      + f". Mean accuracy: {by_cell}.")
     paras.append("\n".join(lines))
+    inverted = [f"{k} at {n} pairs (solved at d_model {w_small}, {np.mean(acc[(k, n, w)]):.2f} at d_model {w})"
+                for k in kinds for n in pairs
+                for w_small in [next((w for w in widths if _solved(acc, k, n, w)), None)] if w_small is not None
+                for w in widths if w > w_small and _solved(acc, k, n, w) is False]
+    if inverted:
+        by_width = {(r.get("overrides") or {}).get("model.d_model"): (r.get("overrides") or {}).get(
+            "train.learning_rate") for r in records}
+        lrs = ", ".join(f"{w}: {by_width[w]:g}" for w in widths if by_width.get(w) is not None)
+        paras.append("Not monotonic in width: " + "; ".join(inverted) + ". A width that fails where a narrower one "
+                     "solves the same number of pairs points to optimization within the step budget, not capacity: "
+                     f"the learning rate is set per width from softmax pilots (d_model {lrs}), not tuned per kind.")
 
     verdicts = [f"- {row[0]} (Zoology): **{row[3]}**: {row[4]}." for row in verdict_rows(kinds, pairs, widths, acc)]
     narrow = [w for w in widths if w < min(ZOOLOGY_WIDTHS)]

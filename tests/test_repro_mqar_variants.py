@@ -89,7 +89,9 @@ def test_softmax_verdict_reads_failures_of_finished_cells_only():
     acc = {("softmax", 4, 32): [0.58], ("softmax", 4, 64): [1.0], ("softmax", 8, 32): [0.3]}
     v, why = verdict(acc)
     assert v == "undecided" and "fails 4 pairs at d_model 32 (0.58), 8 pairs at d_model 32 (0.30)" in why
-    assert verdict({**acc, ("softmax", 8, 64): [1.0]})[0] == "partial"
+    assert verdict({**acc, ("softmax", 8, 64): [1.0]}) == [
+        "partial", "softmax attention solves every number of pairs at d_model 64; it fails 4 pairs at d_model 32 "
+        "(0.58), 8 pairs at d_model 32 (0.30)"]
     assert verdict({**acc, ("softmax", 8, 64): [0.2]})[0] == "not reproduced"
     assert verdict({("softmax", 4, 32): [1.0]}) == ["undecided", "softmax attention solves every finished cell "
                                                     "(not every cell has finished)"]
@@ -107,6 +109,19 @@ def test_what_the_data_say_reads_softmax_within_zoologys_widths_apart():
     assert "every width (Zoology): **partial**" in text
     assert "d_model 32 is below the range" in text and "Over d_model 64 only, the same rule reads **reproduced**" in text
     assert "below the range" not in m.what_the_data_say(["softmax"], pairs, (64,), acc, [], [], [{"steps": 3000}])
+
+
+def test_what_the_data_say_names_cells_that_fail_at_a_larger_width_than_one_that_solves():
+    import repro_mqar_variants as m
+
+    acc = {("linear", 4, 32): [1.0], ("linear", 4, 64): [0.97], ("linear", 4, 128): [0.77],
+           ("linear", 8, 32): [0.2], ("linear", 8, 64): [0.3], ("linear", 8, 128): [0.99]}
+    records = [{"overrides": {"model.d_model": w, "train.learning_rate": lr}} for w, lr in ((32, 1e-2), (128, 3e-3))]
+    text = m.what_the_data_say(["linear"], (4, 8), (32, 64, 128), acc, [], [], records)
+    assert "Not monotonic in width: linear at 4 pairs (solved at d_model 32, 0.77 at d_model 128)." in text
+    assert "(d_model 32: 0.01, 128: 0.003)" in text and "8 pairs (solved" not in text
+    acc[("linear", 4, 128)] = [0.99]
+    assert "Not monotonic" not in m.what_the_data_say(["linear"], (4, 8), (32, 64, 128), acc, [], [], records)
 
 
 def test_report_only_lists_unfinished_points(tmp_path, stand_in):
