@@ -141,7 +141,13 @@ def varying_fields(points: Sequence[Point]) -> list[str]:
 
 
 def check_overrides(config_spec: str, points: Sequence[Point], extra: Mapping[str, Any]) -> None:
-    """Raise ValueError naming the field when an override names a field the config does not have."""
+    """Raise ValueError naming the field when an override names a field the config does not have, or when a
+    ``--set`` field is one a point sets itself (the point's value would silently win)."""
+    for key, value in extra.items():
+        clash = next((p for p in points if key in p.overrides), None)
+        if clash is not None:
+            raise ValueError(f"--set {key}={value}: point {clash.name} sets {key}={clash.overrides[key]!r} itself, "
+                             "and a point's own value wins; change it through the config argument or drop the --set")
     path, arg = split_config_spec(config_spec)
     config = load_config_module(path).get_config(arg)
     for where, overrides in [("--set", extra)] + [(f"point {p.name}", p.overrides) for p in points]:
@@ -743,7 +749,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     workdir = os.path.abspath(workdir_arg)
     points = sweep_points(args.config)
     extra = parse_sets(args.sets)
-    check_overrides(args.config, points, extra)
     selected = points
     if args.point:
         known = {p.name: p for p in points}
@@ -751,6 +756,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if unknown:
             raise ValueError(f"--point {unknown}: not points of this sweep; expected some of {sorted(known)}")
         selected = [known[n] for n in args.point]
+    check_overrides(args.config, selected, extra)
 
     if args.wandb_sweep:
         with open(args.wandb_sweep, "w") as f:
@@ -780,4 +786,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ValueError as err:  # bad input: one line, no traceback
+        sys.stderr.write(f"ERROR {err}\n")
+        sys.exit(1)

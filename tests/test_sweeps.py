@@ -7,6 +7,7 @@ points against the real configs.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 
@@ -143,6 +144,20 @@ def test_bad_override_field_is_named(setup):
     cfg, train, _, workdir = setup
     with pytest.raises(ValueError, match="no field 'train.num_stepz'"):
         _run(cfg, train, workdir, "--set=train.num_stepz=3")
+
+
+def test_set_of_a_field_the_points_set_is_refused_before_training(setup):
+    """A --set the points override themselves would be silently ignored: refused, naming field and point."""
+    cfg, train, calls, workdir = setup
+    with pytest.raises(ValueError, match=r"--set model.qk_dim=8: point num_heads_1 sets model.qk_dim=64 itself"):
+        _run(cfg, train, workdir, "--set=model.qk_dim=8")
+    assert not calls.exists()
+    cli = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "sweep.py"), f"--config={cfg}",
+                          f"--workdir={workdir}", "--point=num_heads_8", "--set=model.qk_dim=4"],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 1 and cli.stderr.strip().splitlines() == [
+        "ERROR --set model.qk_dim=4: point num_heads_8 sets model.qk_dim=8 itself, and a point's own value wins; "
+        "change it through the config argument or drop the --set"]
 
 
 def test_wandb_sweep_file(setup, tmp_path):
