@@ -194,6 +194,19 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         report.text("Not measured yet: `python scripts/bench_variants.py --markdown "
                     f"{os.path.relpath(timing, REPO)}` writes this section.")
 
+    probe = lr_probe(out, recs)
+    if probe:
+        report.section("Learning-rate probe")
+        report.text(
+            "Cells re-trained at other learning rates (same config and seed, `lr=` in the config argument), beside "
+            "the sweep's own run of that cell and seed; records in `lr_probe/lr_<learning rate>/`, made with e.g. "
+            "`python scripts/sweep.py --config=configs/mqar_variants.py:seeds=1,lr=0.01 "
+            "--point=attention_kind_linear-mqar_num_kv_pairs_4-d_model_128 "
+            "--records=docs/results/mqar_variants/lr_probe/lr_0.01`.")
+        report.table(["kind", "pairs", "d_model", "seed", "learning rate", "accuracy", "source"], probe,
+                     csv_name="lr_probe.csv", digits=4)
+        report.text(lr_probe_reading(probe))
+
     report.section("Verdicts")
     report.text("Pass criteria: the module docstring of `scripts/repro_mqar_variants.py`, written before the sweep "
                 "ran.")
@@ -202,6 +215,39 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     report.section("What the data say")
     report.text(what_the_data_say(kinds, pairs, widths, acc, contrasts, missing, all_recs))
     return report.write()
+
+
+def lr_probe(out: str, sweep_records: dict) -> list[list]:
+    """Rows (kind, pairs, d_model, seed, learning rate, accuracy, source) of the records under
+    ``<out>/lr_probe/*/`` and of the sweep's own record of each probed cell and seed, sorted."""
+    root = os.path.join(out, "lr_probe")
+    if not os.path.isdir(root):
+        return []
+    rows, probed = [], set()
+    for sub in sorted(os.listdir(root)):
+        for r in sweep_lib.read_records_dir(os.path.join(root, sub)).values():
+            key = cell(r["overrides"]) + (r.get("seed"),)
+            probed.add(key)
+            rows.append([*key, (r.get("train") or {}).get("learning_rate"), accuracy(r), f"lr_probe/{sub}"])
+    for r in sweep_records.values():
+        key = cell(r["overrides"]) + (r.get("seed"),)
+        if key in probed:
+            rows.append([*key, (r.get("train") or {}).get("learning_rate"), accuracy(r), "the sweep"])
+    return sorted(rows, key=lambda x: (KIND_ORDER.index(x[0]), x[1], x[2], x[3], x[4]))
+
+
+def lr_probe_reading(rows: Sequence[list]) -> str:
+    """Per probed cell and seed: the best learning rate and whether any solves the cell."""
+    by: dict[tuple, list] = {}
+    for kind, n, w, seed, lr, acc, _ in rows:
+        by.setdefault((kind, n, w, seed), []).append((lr, acc))
+    parts = []
+    for (kind, n, w, seed), runs in by.items():
+        best_lr, best = max(runs, key=lambda x: -1.0 if x[1] is None else x[1])
+        tried = ", ".join(f"{lr:g}: {acc:.2f}" for lr, acc in sorted(runs))
+        parts.append(f"{kind}, {n} pairs, d_model {w}, seed {seed} ({tried}): best at {best_lr:g}, "
+                     + ("solved" if best >= SOLVED else f"not solved at any of the {len(runs)} learning rates"))
+    return "Reading: " + "; ".join(parts) + "."
 
 
 def _mean(v: Sequence[float]) -> Optional[float]:
@@ -365,8 +411,9 @@ def what_the_data_say(kinds, pairs, widths, acc, contrasts, missing, records) ->
             "train.learning_rate") for r in records}
         lrs = ", ".join(f"{w}: {by_width[w]:g}" for w in widths if by_width.get(w) is not None)
         paras.append("Not monotonic in width: " + "; ".join(inverted) + ". A width that fails where a narrower one "
-                     "solves the same number of pairs points to optimization within the step budget, not capacity: "
-                     f"the learning rate is set per width from softmax pilots (d_model {lrs}), not tuned per kind.")
+                     "solves the same number of pairs is no capacity limit (the wider model holds a larger state): it "
+                     "fails to learn within the step budget, at a learning rate set per width from softmax pilots "
+                     f"(d_model {lrs}), not tuned per kind (see the learning-rate probe, where one was run).")
 
     verdicts = [f"- {row[0]} (Zoology): **{row[3]}**: {row[4]}." for row in verdict_rows(kinds, pairs, widths, acc)]
     narrow = [w for w in widths if w < min(ZOOLOGY_WIDTHS)]

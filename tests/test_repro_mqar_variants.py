@@ -124,6 +124,26 @@ def test_what_the_data_say_names_cells_that_fail_at_a_larger_width_than_one_that
     assert "Not monotonic" not in m.what_the_data_say(["linear"], (4, 8), (32, 64, 128), acc, [], [], records)
 
 
+def test_lr_probe_rows_put_probed_cells_beside_the_sweeps_run(tmp_path):
+    import repro_mqar_variants as m
+    import sweep
+
+    def rec(lr, acc, seed=0, pairs=4):
+        return {"schema": 1, "point": "p", "seed": seed, "train": {"learning_rate": lr},
+                "validation": {"accuracy": acc},
+                "overrides": {"model.attention_kind": "linear", "data.mqar_num_kv_pairs": pairs, "model.d_model": 128}}
+
+    assert m.lr_probe(str(tmp_path), {}) == []
+    for lr, acc in ((0.01, 0.69), (0.001, 0.63)):
+        sweep.write_record(str(tmp_path / "lr_probe" / f"lr_{lr}" / "a.json"), rec(lr, acc))
+    sweep_recs = {"a": rec(0.003, 0.96), "b": rec(0.003, 0.5, seed=1), "c": rec(0.003, 0.4, pairs=8)}
+    rows = m.lr_probe(str(tmp_path), sweep_recs)
+    assert [(r[4], r[5], r[6]) for r in rows] == [(0.001, 0.63, "lr_probe/lr_0.001"), (0.003, 0.96, "the sweep"),
+                                                  (0.01, 0.69, "lr_probe/lr_0.01")]
+    assert m.lr_probe_reading(rows) == ("Reading: linear, 4 pairs, d_model 128, seed 0 (0.001: 0.63, 0.003: 0.96, "
+                                        "0.01: 0.69): best at 0.003, solved.")
+
+
 def test_report_only_lists_unfinished_points(tmp_path, stand_in):
     import repro_mqar_variants as rmv
 
