@@ -37,6 +37,12 @@ def round_up(n: int, multiple: int) -> int:
     return max(multiple, -(-n // multiple) * multiple)
 
 
+def write_hypotheses(path: str, hypotheses: Sequence[str]) -> None:
+    """``hypotheses`` to ``path``, one per line in order (a newline inside one becomes a space)."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(h.replace("\n", " ") for h in hypotheses) + "\n")
+
+
 def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
     """sacreBLEU corpus BLEU and chrF with their signatures."""
     import sacrebleu
@@ -226,8 +232,7 @@ class Evaluator:
             outdir = os.path.join(self.workdir, "outputs")
             os.makedirs(outdir, exist_ok=True)
             path = os.path.join(outdir, f"{split}_step{step}.txt")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write("\n".join(h.replace("\n", " ") for h in hyps) + "\n")
+            write_hypotheses(path, hyps)
             result["hypotheses_path"] = path
         result["hypotheses"] = hyps
         result["samples"] = list(zip(sources, refs, hyps))[: int(self.config.eval.num_samples)]

@@ -71,6 +71,7 @@ from scipy import stats as scipy_stats  # noqa: E402
 
 import engine  # noqa: E402
 import models  # noqa: E402
+from engine.evaluation import write_hypotheses  # noqa: E402
 from engine.hooks import Hook  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -427,8 +428,7 @@ def decoded_text(out: str, runs: list, uniform: list, sentences: int) -> str:
             for condition, hyps in (m.get("decoded") or {}).items():
                 name = f"{prefix}{m.get('seed', i)}_{condition.replace(', ', '_').replace(' ', '_')}.txt"
                 os.makedirs(os.path.join(out, "decoded"), exist_ok=True)
-                with open(os.path.join(out, "decoded", name), "w", encoding="utf-8") as f:
-                    f.write("\n".join(h.replace("\n", " ") for h in hyps) + "\n")
+                write_hypotheses(os.path.join(out, "decoded", name), hyps)
                 files.append(name)
     if not files:
         return ("Decoded sentences: not kept by these measurements (made before the script kept them); the "
