@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The long CPU sweeps behind docs/results/entropy_collapse/, logit_growth/, table3/, mqar_variants/, heads_depth/
-# head_importance/replication/ and table3_d256/ (about 36 hours on 2 cores), as one queue at the lowest priority so other work goes on, the
-# short studies first:
+# The long CPU sweeps behind docs/results/entropy_collapse/, logit_growth/, table3/, mqar_variants/,
+# heads_vs_depth/, head_importance/replication/ and table3_d256/ (about 36 hours on 2 cores), as one queue at the
+# lowest priority so other work goes on, the short studies first:
 #   1. entropy collapse (4 lrs x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 30 min)
 #   2. logit growth (6 lrs x d_model 64/128 x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 2 hours)
 #   3. Table 3 at d_model 128: rows (A), (B) and the A/A control (3 seeds each, 2,400 steps per point; about
@@ -15,8 +15,8 @@
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
 # (and its decoded test sentences, if any, beside it; commit those: a point with a record is never trained again,
 # even in a fresh checkout without runs/; the head-importance replication keeps one file per trained model in
-# docs/results/head_importance/replication/raw/, reused the same way), an interrupted point resumes from its checkpoints in runs/repro/, and
-# every report is rebuilt from the records.
+# docs/results/head_importance/replication/raw/, reused the same way), an interrupted point resumes from its
+# checkpoints in runs/repro/, and every report is rebuilt from the records.
 # A second copy started while one runs exits at once (lock: runs/repro/ablations.lock).
 # Log: runs/repro/ablations.log.   PYTHON=/path/to/python scripts/ablations.sh to pick the interpreter.
 set -u

@@ -33,7 +33,7 @@ of the single-head penalty of Vaswani et al.'s Table 3, +0.073).
    there is no multi-head advantage to explain (criterion 1 reproduced) or a criterion is undecided.
 
 The post-LN arm and criteria 5-6 were added on 2026-12-02 (a later session), before any point of the sweep ran,
-after two 300-step post-LN pilots (``docs/results/heads_depth/pilot_post_ln.csv``; seed 0, ``python train.py
+after two 300-step post-LN pilots (``docs/results/heads_vs_depth/pilot_post_ln.csv``; seed 0, ``python train.py
 --config=configs/heads_depth.py:arch=<arch>,steps=300,test_examples=20 --config.model.norm=post``, so the
 learning rate decays to 0 at step 300): validation NLL at step 300 4.79 for 8 heads x 3+3, 6.23 for 1 head x
 24+24, which had not moved from 6.28 at step 75. Liu et al. had to stabilise the training of their deep
@@ -92,13 +92,14 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     parser.add_argument("--test_examples", type=int, default=0, help="test sentences decoded per point (0 = all)")
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
     parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/heads_depth[_quick])")
-    parser.add_argument("--out", default=None, help="report and records folder (default docs/results/heads_depth, "
+    parser.add_argument("--out", default=None, help="report and records folder (default docs/results/heads_vs_depth, "
                         "or runs/repro/heads_depth_quick with --quick)")
     parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     args = parser.parse_args(argv)
     tag = "heads_depth_quick" if args.quick else "heads_depth"
     workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
-    out = args.out or os.path.join(REPO, "runs/repro" if args.quick else "docs/results", tag)
+    out = args.out or os.path.join(REPO, "runs/repro/heads_depth_quick" if args.quick
+                                   else "docs/results/heads_vs_depth")
     records_dir = os.path.join(out, "points")
     config_arg = (f"seeds={1 if args.quick else args.seeds},steps={args.steps},minutes={args.minutes:g},"
                   f"test_examples={args.test_examples}" + (",quick" if args.quick else ""))

@@ -150,7 +150,7 @@ def spread_reading(settings: dict, base_label: str) -> str:
             + f" (F test, {tested} settings tested with no correction for that; it assumes normal values and has "
             "little power with 3 seeds). A mean difference with such a spread is read from its Welch interval, "
             "which allows unequal variances. (Liu, Liu & Han 2021 trace the multi-head advantage to training "
-            "stability; `docs/results/heads_depth/` tests that.)")
+            "stability; `docs/results/heads_vs_depth/` tests that.)")
 
 
 def budget_reading(by_step: Sequence[tuple[str, Sequence[tuple[int, _stats.Interval]]]]) -> str:
