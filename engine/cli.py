@@ -58,6 +58,22 @@ def run(main: Callable[[list[str]], Any]) -> None:
     app.run(guarded, flags_parser=parse_flags)
 
 
+def script(main: Callable[..., Any], *args: Any) -> Any:
+    """``main(*args)`` for a script under ``scripts/``: a bad argument (a ``ValueError`` itself, not a subclass
+    such as ``statistics.StatisticsError``; a ``UsageError``; an ``engine.errors.ANTICIPATED`` error) becomes one
+    ``ERROR`` line and exit code 1; any other exception is a bug and keeps its traceback."""
+    try:
+        return main(*args)
+    except ANTICIPATED as e:
+        fail(str(e))
+    except UsageError as e:
+        fail(str(e))
+    except ValueError as e:
+        if type(e) is not ValueError:
+            raise
+        fail(str(e))
+
+
 def parse_flags(argv: Sequence[str]) -> list[str]:
     """absl's flag parsing, preceded by the ``--config`` checks; every problem exits through ``fail``."""
     try:

@@ -39,6 +39,18 @@ class Study:
         return os.path.join(self.out, "points")
 
 
+_LOWEST = {"seeds": 1, "steps": 1, "d_model": 1, "max_points": 0, "minutes": 0, "test_examples": 0}
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Raise ValueError naming the first of ``--seeds --steps --d_model --max_points --minutes --test_examples``
+    (those ``args`` has and sets) below its lowest meaningful value."""
+    for name, lowest in _LOWEST.items():
+        value = getattr(args, name, None)
+        if value is not None and value < lowest:
+            raise ValueError(f"--{name}={value:g}; expected a number >= {lowest}")
+
+
 def open_study(name: str, config: str, doc: str, argv: Optional[Sequence[str]] = None) -> Study:
     """Parse the shared command line (``--quick --seeds --report_only --max_points --workdir --out
     --train_script``) of study ``name`` on ``config`` (a path relative to the repository)."""
@@ -54,10 +66,7 @@ def open_study(name: str, config: str, doc: str, argv: Optional[Sequence[str]] =
                         f"runs/repro/{tag} with --quick)")
     parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        raise ValueError(f"--seeds={args.seeds}; expected at least 1")
-    if args.max_points is not None and args.max_points < 0:
-        raise ValueError(f"--max_points={args.max_points}; expected a count >= 0")
+    check_args(args)
     config_arg = f"seeds={args.seeds}" + (",quick" if args.quick else "")
     spec = f"{os.path.join(REPO, config)}:{config_arg}"
     points = sweep_lib.sweep_points(spec)

@@ -335,4 +335,6 @@ def main(argv: Optional[Sequence[str]] = None) -> list[Row]:
 
 
 if __name__ == "__main__":
-    main()
+    from engine import cli
+
+    cli.script(main)

@@ -111,4 +111,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from engine import cli
+
+    cli.script(main)

@@ -125,4 +125,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from engine import cli
+
+    cli.script(main)

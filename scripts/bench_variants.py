@@ -139,4 +139,6 @@ def main(argv: Optional[Sequence[str]] = None) -> list[list]:
 
 
 if __name__ == "__main__":
-    main()
+    from engine import cli
+
+    cli.script(main)

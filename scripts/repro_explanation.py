@@ -434,4 +434,6 @@ split (which is ordered by book, so both classes appear), per seed:
 
 
 if __name__ == "__main__":
-    main()
+    from engine import cli
+
+    cli.script(main)

@@ -970,4 +970,6 @@ def verdict(c: dict, rows: list, sentences: int) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from engine import cli
+
+    cli.script(main)

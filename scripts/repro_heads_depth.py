@@ -96,6 +96,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                         "or runs/repro/heads_depth_quick with --quick)")
     parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     args = parser.parse_args(argv)
+    _study.check_args(args)
     tag = "heads_depth_quick" if args.quick else "heads_depth"
     workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
     out = args.out or os.path.join(REPO, "runs/repro/heads_depth_quick" if args.quick
@@ -366,4 +367,6 @@ def what_the_data_say(findings, settings, missing, records) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    from engine import cli
+
+    sys.exit(0 if cli.script(main) else 1)

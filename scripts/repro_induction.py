@@ -716,4 +716,6 @@ def verdicts_text(rows: list[list]) -> str:
             + markdown_table(VERDICT_HEADERS, rows) + "\n\n(CSV: [verdicts.csv](verdicts.csv))")
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    from engine import cli
+
+    sys.exit(0 if cli.script(main) else 1)

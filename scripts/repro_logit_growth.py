@@ -355,4 +355,6 @@ def what_the_data_say(rows, sweeps, widths, lrs, verdicts, missing, init_loss) -
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    from engine import cli
+
+    sys.exit(0 if cli.script(main) else 1)

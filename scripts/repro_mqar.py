@@ -185,4 +185,6 @@ def verdict(acc_seeds: np.ndarray, learn: np.ndarray, heads: Sequence[int], qk_d
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    from engine import cli
+
+    sys.exit(0 if cli.script(main) else 1)

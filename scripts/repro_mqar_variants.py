@@ -71,8 +71,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                         "or runs/repro/mqar_variants_quick with --quick)")
     parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        raise ValueError(f"--seeds={args.seeds}; expected at least 1")
+    _study.check_args(args)
     tag = "mqar_variants_quick" if args.quick else "mqar_variants"
     workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
     out = args.out or os.path.join(REPO, "runs/repro" if args.quick else "docs/results", tag)
@@ -444,4 +443,6 @@ def what_the_data_say(kinds, pairs, widths, acc, contrasts, missing, records) ->
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    from engine import cli
+
+    sys.exit(0 if cli.script(main) else 1)

@@ -383,4 +383,6 @@ def what_the_data_say(init_rows, by_scale, verdict, reason, missing, d_k, num_ke
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    from engine import cli
+
+    sys.exit(0 if cli.script(main) else 1)

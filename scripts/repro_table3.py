@@ -266,6 +266,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                         "runs/repro/table3_quick with --quick)")
     parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     args = parser.parse_args(argv)
+    _study.check_args(args)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
     if bad:
@@ -641,4 +642,6 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    from engine import cli
+
+    sys.exit(0 if cli.script(main) else 1)

@@ -786,8 +786,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ValueError as err:  # bad input: one line, no traceback
-        sys.stderr.write(f"ERROR {err}\n")
-        sys.exit(1)
+    from engine import cli
+
+    sys.exit(cli.script(main))
