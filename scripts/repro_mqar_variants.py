@@ -112,8 +112,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     report = Report(out, "Attention variants on multi-query associative recall (Zoology) at CPU scale")
     report.text(environment_line() + (" Quick mode (tiny model, few steps)." if quick else ""))
     m, d, t = base.model, base.data, base.train
-    lrs = ", ".join(f"d_model {w}: {c['overrides']['train.learning_rate']:g}" for w in widths
-                    for c in [next(v for k, v in cells.items() if k[2] == w)])
+    lrs = learning_rates_text([c["overrides"] for c in cells.values()], widths)
     shapes = ", ".join(f"{n} pairs: {c['overrides']['data.seq_len']} tokens x {c['overrides']['data.batch_size']} "
                        f"sequences" for n in pairs
                        for c in [next(v for k, v in cells.items() if k[1] == n)])
@@ -374,6 +373,12 @@ def verdict_rows(kinds, pairs, widths, acc) -> list[list]:
     return rows
 
 
+def learning_rates_text(overrides: Sequence[dict], widths: Sequence[int]) -> str:
+    """"d_model 32: 0.003, d_model 64: ..." from the points' overrides (the learning rate is set per width)."""
+    by_width = {o.get("model.d_model"): o.get("train.learning_rate") for o in overrides}
+    return ", ".join(f"d_model {w}: {by_width[w]:g}" for w in widths if by_width.get(w) is not None)
+
+
 def what_the_data_say(kinds, pairs, widths, acc, contrasts, missing, records) -> str:
     """Generated from the cell means against Zoology's two claims (see the pass criteria in the docstring)."""
     if not records:
@@ -406,13 +411,11 @@ def what_the_data_say(kinds, pairs, widths, acc, contrasts, missing, records) ->
                 for w_small in [next((w for w in widths if _solved(acc, k, n, w)), None)] if w_small is not None
                 for w in widths if w > w_small and _solved(acc, k, n, w) is False]
     if inverted:
-        by_width = {(r.get("overrides") or {}).get("model.d_model"): (r.get("overrides") or {}).get(
-            "train.learning_rate") for r in records}
-        lrs = ", ".join(f"{w}: {by_width[w]:g}" for w in widths if by_width.get(w) is not None)
+        lrs = learning_rates_text([r.get("overrides") or {} for r in records], widths)
         paras.append("Not monotonic in width: " + "; ".join(inverted) + ". A width that fails where a narrower one "
                      "solves the same number of pairs is no capacity limit (the wider model holds a larger state): it "
                      "fails to learn within the step budget, at a learning rate set per width from softmax pilots "
-                     f"(d_model {lrs}), not tuned per kind (see the learning-rate probe, where one was run).")
+                     f"({lrs}), not tuned per kind (see the learning-rate probe, where one was run).")
 
     verdicts = [f"- {row[0]} (Zoology): **{row[3]}**: {row[4]}." for row in verdict_rows(kinds, pairs, widths, acc)]
     narrow = [w for w in widths if w < min(ZOOLOGY_WIDTHS)]
