@@ -119,7 +119,7 @@ def test_what_the_data_say_names_cells_that_fail_at_a_larger_width_than_one_that
     records = [{"overrides": {"model.d_model": w, "train.learning_rate": lr}} for w, lr in ((32, 1e-2), (128, 3e-3))]
     text = m.what_the_data_say(["linear"], (4, 8), (32, 64, 128), acc, [], [], records)
     assert "Not monotonic in width: linear at 4 pairs (solved at d_model 32, 0.77 at d_model 128)." in text
-    assert "(d_model 32: 0.01, 128: 0.003)" in text and "8 pairs (solved" not in text
+    assert "(d_model 32: 0.01, d_model 128: 0.003)" in text and "8 pairs (solved" not in text
     acc[("linear", 4, 128)] = [0.99]
     assert "Not monotonic" not in m.what_the_data_say(["linear"], (4, 8), (32, 64, 128), acc, [], [], records)
 
