@@ -1,12 +1,15 @@
 """Heads vs depth (Liu, Liu & Han 2021, "Multi-head or single-head? An empirical comparison for Transformer
 training"): 8 heads x 3+3 layers against single-head models 6+6, 12+12 and 24+24 layers deep with the same
 parameter count, each with and without QK-LayerNorm (pre-LN), and each once more post-LN (Vaswani et al.'s
-placement, no stabiliser), where depth is known to make training hard (Liu et al. 2020, Xiong et al. 2020).
+placement, no stabiliser), where depth is known to make training hard (Liu et al. 2020, Xiong et al. 2020), and
+post-LN once more with a long learning-rate warmup (a third of the steps instead of 100), the stabiliser post-LN
+Transformers are trained with (Vaswani et al.; Xiong et al. 2020).
 
     python scripts/repro_heads_depth.py                                # the sweep, records and report
     python scripts/sweep.py --config=configs/heads_depth.py            # the same points through the runner
     python train.py --config=configs/heads_depth.py:arch=h1_L12,qkln   # one point
     python train.py --config=configs/heads_depth.py:arch=h1_L24,post   # one post-LN point
+    python train.py --config=configs/heads_depth.py:arch=h1_L24,post,warmup=800   # post-LN, long warmup
 
 The shallow model is the Table 3 CPU-scale translation model (``configs/table3_heads.py``: d_model 128, 8
 heads of d_k = d_v = 16, d_ff 512, no QK-LayerNorm, learning rate 3e-3, 2,400 steps, validation loss every
@@ -20,7 +23,7 @@ grow with the number of layers (encoder + decoder parameters 1,389,056 at 3+3, 1
 else; post-LN drops the final LayerNorm of each stack (d_model x 2 x 2 parameters).
 
 Arguments (``:key=value,...``): arch (one of ARCHS), qkln (QK-LayerNorm on), post (post-LN; QK-LayerNorm off),
-seed, seeds (the sweep runs seeds 0..seeds-1), steps, minutes (optional time cap), test_examples (0 = all), quick
+warmup (learning-rate warmup steps; 0 = the Table 3 model's 100), seed, seeds (the sweep runs seeds 0..seeds-1), steps, minutes (optional time cap), test_examples (0 = all), quick
 (tiny model: d_model 64, 4 heads x 1+1 against 1 head x 2+2 and 4+4).
 """
 from engine.config import parse_arg, sibling_config
@@ -30,7 +33,7 @@ QUICK_ARCHS = {"h8_L3": (4, 1), "h1_L6": (1, 2), "h1_L12": (1, 4)}  # the first 
 
 
 def parse(arg):
-    return parse_arg(arg, arch="h8_L3", qkln=False, post=False, seed=0, seeds=3, steps=2400, minutes=0.0,
+    return parse_arg(arg, arch="h8_L3", qkln=False, post=False, warmup=0, seed=0, seeds=3, steps=2400, minutes=0.0,
                      test_examples=0, quick=False)
 
 
@@ -49,10 +52,16 @@ def layer_params(config) -> int:
     return parts["encoder"] + parts["decoder"]
 
 
-def arch_overrides(a, arch: str, qkln: bool, post: bool = False) -> dict:
+def long_warmup(a) -> int:
+    """Warmup steps of the long-warmup arm: a third of the training steps (800 of 2,400)."""
+    return _base(a).train.num_steps // 3
+
+
+def arch_overrides(a, arch: str, qkln: bool, post: bool = False, warmup: int = 0) -> dict:
     """The model fields of ``arch``: its heads and layers, and the shallow reference's attention and feed-forward
     widths split over ``layers / reference layers`` times as many layers (Liu et al.'s construction); with
-    ``post`` the LayerNorms after each sublayer (the field is left out of pre-LN points, so their names stay)."""
+    ``post`` the LayerNorms after each sublayer, with ``warmup`` > 0 that many warmup steps (both fields are left
+    out of points that keep the default, so earlier points keep their names)."""
     archs = QUICK_ARCHS if a.quick else ARCHS
     if arch not in archs:
         raise ValueError(f"heads_depth: arch={arch!r}; expected one of {sorted(archs)}")
@@ -62,6 +71,8 @@ def arch_overrides(a, arch: str, qkln: bool, post: bool = False) -> dict:
     if width % (heads * layers) or (c.model.d_ff * ref_layers) % layers:
         raise ValueError(f"heads_depth: arch={arch!r} ({heads} head(s) x {layers} layers) does not divide the "
                          f"reference's attention width {width} and d_ff {c.model.d_ff} x {ref_layers} evenly")
+    if warmup < 0:
+        raise ValueError(f"heads_depth: warmup={warmup}; expected a number of steps >= 0 (0 = the default 100)")
     if post and qkln:
         raise ValueError(f"heads_depth: arch={arch!r} with both post and qkln; the post-LN arm has QK-LayerNorm off")
     d_k = width // (heads * layers)
@@ -69,23 +80,30 @@ def arch_overrides(a, arch: str, qkln: bool, post: bool = False) -> dict:
     fields = {"model.num_encoder_layers": layers, "model.num_decoder_layers": layers, "model.num_heads": heads,
               "model.qk_dim": d_k, "model.v_dim": d_k, "model.d_ff": c.model.d_ff * ref_layers // layers,
               "model.qk_layernorm": qkln}
-    return {**fields, "model.norm": "post"} if post else fields
+    fields = {**fields, "model.norm": "post"} if post else fields
+    return {**fields, "train.warmup_steps": warmup} if warmup else fields
 
 
 def get_config(arg=None):
     a = parse(arg)
     c = _base(a)
-    for key, value in arch_overrides(a, a.arch, a.qkln, a.post).items():
-        c.model[key.split(".", 1)[1]] = value
+    for key, value in arch_overrides(a, a.arch, a.qkln, a.post, a.warmup).items():
+        group, field = key.split(".", 1)
+        c[group][field] = value
     c.wandb.tags = tuple(c.wandb.tags) + ("heads_depth",)
     return c
 
 
 def sweep(arg=None):
     """Points: seed x (pre-LN with QK-LayerNorm off, on; post-LN) x arch (ARCHS, or QUICK_ARCHS),
-    parameter-matched."""
+    parameter-matched; then seed x arch post-LN with the long warmup (added after the first arms, so it runs
+    after them)."""
     a = parse(arg)
+    archs = QUICK_ARCHS if a.quick else ARCHS
     for seed in range(a.seeds):
         for qkln, post in ((False, False), (True, False), (False, True)):
-            for arch in (QUICK_ARCHS if a.quick else ARCHS):
+            for arch in archs:
                 yield {**arch_overrides(a, arch, qkln, post), "seed": seed}
+    for seed in range(a.seeds):
+        for arch in archs:
+            yield {**arch_overrides(a, arch, False, True, long_warmup(a)), "seed": seed}

@@ -1,6 +1,6 @@
 """Heads vs depth (Liu, Liu & Han 2021): 8 heads x 3+3 layers against single-head models 6+6, 12+12 and 24+24
-layers deep at the same parameter count, pre-LN with and without QK-LayerNorm and post-LN, on the Table 3
-CPU-scale translation model.
+layers deep at the same parameter count, pre-LN with and without QK-LayerNorm, and post-LN with the short and a
+long learning-rate warmup, on the Table 3 CPU-scale translation model.
 
 Liu et al. ("Multi-head or single-head? An empirical comparison for Transformer training") split each
 multi-head layer into single-head layers of the same total width, so the deep single-head model attends as many
@@ -12,7 +12,7 @@ does), so a point with a record is never trained again; the report is built from
 (validation NLL on the whole split, test BLEU) and stability (loss spikes, largest gradient norm, largest
 attention logit from the engine's statistics).
 
-    python scripts/repro_heads_depth.py                 # 3 seeds x 4 architectures x (QK-LN off, on, post-LN)
+    python scripts/repro_heads_depth.py                 # 3 seeds x 4 architectures x 4 arms (see below)
     python scripts/repro_heads_depth.py --report_only   # the report from the committed records
     python scripts/repro_heads_depth.py --quick         # tiny model, a handful of steps; for tests
 
@@ -46,6 +46,22 @@ model, and pre-LN is our stabiliser.
    5 and 1 are reproduced (worse post-LN, matches pre-LN); not reproduced when 5 is reproduced and 1 is not
    reproduced (worse pre-LN too); undecided when there is no post-LN penalty to explain (5 not reproduced) or a
    criterion is undecided.
+
+The long-warmup post-LN arm and criteria 7-8 were added on 2026-12-03 (a later session), after 16 of the first
+36 points had finished, seed 0 of every arm among them (every single-head post-LN model stayed at validation NLL
+6.21, the unigram level, while 8 heads x 3+3 post-LN reached 3.26), and after four pilots
+(``docs/results/heads_vs_depth/pilot_post_ln_warmup.csv``): with 800 warmup steps instead of 100, 1 head x 24+24
+post-LN was still at validation NLL 6.25 (peak learning rate 3e-3) and 6.08 (1e-3) at step 800, while 1 head x 6+6
+post-LN reached 4.58 at step 800; and 8 heads x 6+6 post-LN with the short warmup (a depth control, not
+parameter-matched: 3.80M parameters) was at 6.16 at step 300, where 8 heads x 3+3 had reached 4.79, so the
+post-LN failure follows depth, not the single head. A long
+warmup is the usual stabiliser of post-LN training (Vaswani et al. warm up for 4,000 steps; Xiong et al. 2020);
+the arm keeps the peak learning rate (3e-3) and changes only the warmup, to a third of the steps (800).
+7. "With a long warmup the deep single-head model matches the multi-head one (post-LN)": as criteria 1 and 2, on
+   the long-warmup post-LN arm (shallow and deep both with the long warmup).
+8. "A long warmup trains the post-LN deep single-head model": the interval of deep long-warmup minus deep
+   short-warmup validation NLL; reproduced when its upper end is below -MARGIN; not reproduced when its lower end
+   is above -MARGIN; undecided otherwise.
 """
 from __future__ import annotations
 
@@ -69,7 +85,8 @@ MIN_SEEDS = t3.MIN_SEEDS  # 3: as in the Table 3 report
 MARGIN = 0.05  # nats of validation NLL: "matches" when deep - shallow stays below it
 
 
-VARIANTS = {"off": "QK-LN off", "on": "QK-LN on", "post": "post-LN"}  # pre-LN without, with QK-LayerNorm; post-LN
+# pre-LN without, with QK-LayerNorm; post-LN with the Table 3 model's 100 warmup steps, and with a third of the steps
+VARIANTS = {"off": "QK-LN off", "on": "QK-LN on", "post": "post-LN", "warm": "post-LN, long warmup"}
 
 
 def setting(overrides: dict) -> tuple[str, str, str]:
@@ -77,7 +94,7 @@ def setting(overrides: dict) -> tuple[str, str, str]:
     h, n, d_ff = overrides["model.num_heads"], overrides["model.num_encoder_layers"], overrides["model.d_ff"]
     arch = f"{h} head{'s' if h > 1 else ''} x {n}+{n}, d_k {overrides['model.qk_dim']}, d_ff {d_ff}"
     if overrides.get("model.norm", "pre") == "post":
-        variant = "post"
+        variant = "warm" if "train.warmup_steps" in overrides else "post"
     else:
         variant = "on" if overrides["model.qk_layernorm"] else "off"
     return arch, variant, f"{arch}, {VARIANTS[variant]}"
@@ -143,7 +160,12 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         "layers sharing its attention and feed-forward widths, so attention and feed-forward weights are equal at "
         "every depth (`configs/heads_depth.py`; the parameters column counts LayerNorms and biases too), each "
         "pre-LN with QK-LayerNorm off and on, and post-LN (QK-LayerNorm off; LayerNorm after each sublayer, as in "
-        "Vaswani et al., no stabiliser; the two 300-step pilots that motivated it: `pilot_post_ln.csv`). "
+        "Vaswani et al., no stabiliser; the two 300-step pilots that motivated it: `pilot_post_ln.csv`), and "
+        f"post-LN with a long warmup ({long_warmup_text(points)} warmup steps instead of "
+        f"{base.train.warmup_steps}, the same peak learning rate; the pilots run before it: "
+        "`pilot_post_ln_warmup.csv`, which also holds a depth control: 8 heads x 6+6 post-LN with the short "
+        "warmup, not parameter-matched, still at validation NLL 6.16 at step 300, so the short-warmup post-LN "
+        "failure follows depth, not the single head). "
         "Validation NLL on the whole validation "
         f"split (every {base.train.eval_every} steps and at the end), greedy test BLEU on "
         f"{base.eval.split_examples or 'all'} test sentences.\n\n"
@@ -189,6 +211,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     for a in archs:
         pairs.append((f"QK-LN on minus off, {a}", by.get((a, "on"), []), by.get((a, "off"), [])))
         pairs.append((f"post-LN minus pre-LN (QK-LN off), {a}", by.get((a, "post"), []), by.get((a, "off"), [])))
+        pairs.append((f"long minus short warmup (post-LN), {a}", by.get((a, "warm"), []), by.get((a, "post"), [])))
     c_rows, findings, paired_rows = [], [], []
     for name, a, b in pairs:
         row = [name, len(a), len(b)]
@@ -240,6 +263,12 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     return report.write()
 
 
+def long_warmup_text(points: Sequence[sweep_lib.Point]) -> str:
+    """The warmup steps of the long-warmup points, as text ("800"); "—" when there are none."""
+    steps = sorted({p.overrides["train.warmup_steps"] for p in points if "train.warmup_steps" in p.overrides})
+    return "/".join(str(s) for s in steps) or "—"
+
+
 def _interval(a: Sequence[dict], b: Sequence[dict], metric: str) -> Optional[_stats.Interval]:
     """Welch interval of mean(a) - mean(b) of ``metric``; None with fewer than MIN_SEEDS values on a side."""
     va, vb = t3.values(a, metric), t3.values(b, metric)
@@ -259,7 +288,7 @@ def _nll_verdict(deep: Sequence[dict], shallow: Sequence[dict], claim: str, rule
 
 
 def _matches(deep: Sequence[dict], shallow: Sequence[dict], variant: str, deep_arch: str) -> list:
-    """Criteria 1 and 2: the verdict row of "``deep_arch`` matches the multi-head model" under ``variant``."""
+    """Criteria 1, 2 and 7: the verdict row of "``deep_arch`` matches the multi-head model" under ``variant``."""
     return _nll_verdict(deep, shallow, f"{deep_arch} matches the multi-head model ({VARIANTS[variant]})",
                         [(lambda iv: iv.hi < MARGIN, "reproduced", f"upper end below +{MARGIN:g}"),
                          (lambda iv: iv.lo > 0, "not reproduced", "the deep single-head model is significantly worse")],
@@ -272,6 +301,14 @@ def _post_ln_penalty(deep: Sequence[dict], shallow: Sequence[dict], deep_arch: s
                         [(lambda iv: iv.lo > MARGIN, "reproduced", f"lower end above +{MARGIN:g}"),
                          (lambda iv: iv.hi < MARGIN, "not reproduced", f"upper end below +{MARGIN:g}: it matches")],
                         f"the interval includes +{MARGIN:g}")
+
+
+def _warmup_rescues(warm: Sequence[dict], post: Sequence[dict], deep_arch: str) -> list:
+    """Criterion 8: the verdict row of "a long warmup removes the post-LN failure of ``deep_arch``"."""
+    return _nll_verdict(warm, post, f"a long warmup trains post-LN {deep_arch} (lower NLL than the short warmup)",
+                        [(lambda iv: iv.hi < -MARGIN, "reproduced", f"upper end below -{MARGIN:g}"),
+                         (lambda iv: iv.lo > -MARGIN, "not reproduced", f"lower end above -{MARGIN:g}")],
+                        f"the interval includes -{MARGIN:g}")
 
 
 def _less_stable(deep: Sequence[dict], shallow: Sequence[dict], deep_arch: str) -> list:
@@ -302,7 +339,7 @@ def _explained(claim: str, penalty: list, shown: str, stabilised: list, reasons:
 
 
 def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
-    """Rows (``VERDICT_HEADERS``) of the module docstring's criteria, six per deep model; ``by``: (architecture,
+    """Rows (``VERDICT_HEADERS``) of the module docstring's criteria, eight per deep model; ``by``: (architecture,
     variant (a key of VARIANTS)) -> records, ``archs``: the shallow multi-head label, then the deep single-head
     ones."""
     if len(archs) < 2:
@@ -322,7 +359,9 @@ def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
                            post, "reproduced", off, ("no post-LN depth penalty to explain",
                                                      "worse post-LN, matches pre-LN",
                                                      "the deep single-head model is worse pre-LN too"))
-        rows += [off, on, _less_stable(*pair["off"], deep), reading, post, cured]
+        warm_matches = _matches(*pair["warm"], "warm", deep)
+        rescued = _warmup_rescues(pair["warm"][0], pair["post"][0], deep)
+        rows += [off, on, _less_stable(*pair["off"], deep), reading, post, cured, warm_matches, rescued]
     return rows
 
 
@@ -333,8 +372,9 @@ def what_the_data_say(findings, settings, missing, records) -> str:
              "very deep single-head models needed stabilised training (the abstract: 'with recent advances in deep "
              "learning, we can successfully stabilize the training of the 384-layer Transformer'). Here the "
              "stabiliser is pre-LN (with gradient clipping, as in every arm): the post-LN arm is the unstabilised "
-             "setting in which depth should cost the single-head model, and QK-LayerNorm off against on tests "
-             "instability through the attention logits, at depths up to 24+24.")
+             "setting in which depth should cost the single-head model, the long-warmup post-LN arm tests the "
+             "usual post-LN stabiliser, and QK-LayerNorm off against on tests instability through the attention "
+             "logits, at depths up to 24+24.")
     if not records:
         return "No point has finished yet: nothing can be said."
     lines = []

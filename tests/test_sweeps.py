@@ -211,14 +211,19 @@ def test_heads_depth_sweep_is_parameter_matched():
     sweep.check_overrides(spec, points, {})
     got = {(p.overrides["model.num_heads"], p.overrides["model.num_encoder_layers"],
             p.overrides["model.num_decoder_layers"], p.overrides["model.qk_layernorm"],
-            p.overrides.get("model.norm", "pre"), p.overrides["seed"]) for p in points}
+            p.overrides.get("model.norm", "pre"), p.overrides.get("train.warmup_steps", 100), p.overrides["seed"])
+           for p in points}
     archs = ((8, 3), (1, 6), (1, 12), (1, 24))
-    variants = ((False, "pre"), (True, "pre"), (False, "post"))
-    assert got == {(h, n, n, q, norm, s) for h, n in archs for q, norm in variants for s in (0, 1, 2)}
+    variants = ((False, "pre", 100), (True, "pre", 100), (False, "post", 100), (False, "post", 800))
+    assert len(points) == 48
+    assert got == {(h, n, n, q, norm, w, s) for h, n in archs for q, norm, w in variants for s in (0, 1, 2)}
+    # the long-warmup arm comes after the first three arms, so the points that ran before it keep their order
+    assert all("train.warmup_steps" in p.overrides for p in points[36:])
     # pre-LN points keep their names; post-LN points add the norm
     names = {p.name for p in points}
     assert {"num_encoder_layers_24-qk_layernorm_false-seed_2",
-            "num_encoder_layers_24-qk_layernorm_false-seed_2-norm_post"} <= names
+            "num_encoder_layers_24-qk_layernorm_false-seed_2-norm_post",
+            "num_encoder_layers_24-qk_layernorm_false-seed_2-norm_post-warmup_steps_800"} <= names
     module = sweep.load_config_module(spec)
     for qkln in ("", ",qkln"):
         shallow = module.get_config("arch=h8_L3" + qkln)
@@ -238,3 +243,7 @@ def test_heads_depth_sweep_is_parameter_matched():
     assert post.model.norm == "post" and not post.model.qk_layernorm and module.get_config().model.norm == "pre"
     with pytest.raises(ValueError, match="both post and qkln"):
         module.get_config("arch=h1_L24,post,qkln")
+    warm = module.get_config("arch=h1_L24,post,warmup=800")
+    assert warm.train.warmup_steps == 800 and warm.model.norm == "post" and post.train.warmup_steps == 100
+    with pytest.raises(ValueError, match="warmup=-1"):
+        module.get_config("arch=h1_L24,post,warmup=-1")
