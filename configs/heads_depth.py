@@ -23,7 +23,8 @@ grow with the number of layers (encoder + decoder parameters 1,389,056 at 3+3, 1
 else; post-LN drops the final LayerNorm of each stack (d_model x 2 x 2 parameters).
 
 Arguments (``:key=value,...``): arch (one of ARCHS), qkln (QK-LayerNorm on), post (post-LN; QK-LayerNorm off),
-warmup (learning-rate warmup steps; 0 = the Table 3 model's 100), seed, seeds (the sweep runs seeds 0..seeds-1), steps, minutes (optional time cap), test_examples (0 = all), quick
+warmup (learning-rate warmup steps; 0 = the Table 3 model's 100), seed, seeds (the sweep runs seeds
+0..seeds-1), steps, minutes (optional time cap), test_examples (0 = all), quick
 (tiny model: d_model 64, 4 heads x 1+1 against 1 head x 2+2 and 4+4).
 """
 from engine.config import parse_arg, sibling_config

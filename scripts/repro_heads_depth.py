@@ -365,6 +365,26 @@ def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
     return rows
 
 
+def depth_trend(settings: dict) -> str:
+    """Per arm, the mean validation NLL of each architecture in order of depth and how it moves from one depth to
+    the next: up or down by more than MARGIN, or within it."""
+    lines = []
+    for v, name in VARIANTS.items():
+        means = [(s["arch"], float(np.mean(t3.values(s["records"], "nll")))) for s in settings.values()
+                 if s["variant"] == v and t3.values(s["records"], "nll")]
+        if len(means) < 2:
+            continue
+        steps = [b - a for (_, a), (_, b) in zip(means, means[1:])]
+        moves = [("up" if d > MARGIN else "down" if d < -MARGIN else f"within ±{MARGIN:g}") for d in steps]
+        runs = [m for i, m in enumerate(moves) if i == 0 or m != moves[i - 1]]
+        shape = f"{runs[0]} at every step" if len(runs) == 1 else ", then ".join(runs)
+        lines.append(f"- {name}: " + ", ".join(f"{arch.split(',')[0]} {m:.3f}" for arch, m in means)
+                     + f" (steps in depth {', '.join(f'{d:+.3f}' for d in steps)} nats: {shape}).")
+    if not lines:
+        return "Mean validation NLL by depth: no arm has two finished architectures yet."
+    return "Mean validation NLL by depth, per arm (finished seeds only):\n" + "\n".join(lines)
+
+
 def what_the_data_say(findings, settings, missing, records) -> str:
     """Generated from the intervals: does the deep single-head model match, and is the difference stability."""
     intro = (f"Budget: {t3.budget(records)} per point. Liu, Liu & Han (2021): the multi-head advantage is mostly "
@@ -396,7 +416,7 @@ def what_the_data_say(findings, settings, missing, records) -> str:
             if c is not None:
                 text += f"; Δ {what} {c[0].text(2)}"
         lines.append(text + ".")
-    paragraphs = [intro, "\n".join(lines)]
+    paragraphs = [intro, depth_trend(settings), "\n".join(lines)]
     spikes = {label: sum(t3.values(s["records"], "spikes")) for label, s in settings.items() if s["records"]}
     if spikes:
         paragraphs.append("Loss spikes summed over seeds: "

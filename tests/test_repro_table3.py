@@ -398,6 +398,28 @@ def test_heads_depth_verdicts_follow_the_criteria():
     assert got[15][0].startswith("a long warmup trains post-LN 24+24")
 
 
+def test_heads_depth_trend_reads_each_step_in_depth_against_the_margin():
+    import repro_heads_depth
+
+    def setting(arch, variant, nlls):
+        return {"arch": arch, "variant": variant, "records": _hd_records(nlls)}
+
+    settings = {"a": setting("8 heads x 3+3, d_k 16", "off", [2.9, 2.9]),
+                "b": setting("1 head x 6+6, d_k 64", "off", [3.0, 3.0]),
+                "c": setting("1 head x 12+12, d_k 32", "off", [3.2, 3.2]),
+                "d": setting("8 heads x 3+3, d_k 16", "post", [3.3]),
+                "e": setting("1 head x 6+6, d_k 64", "post", [6.2]),
+                "f": setting("1 head x 12+12, d_k 32", "post", [6.19]),
+                "g": setting("8 heads x 3+3, d_k 16", "on", []), "h": setting("1 head x 6+6, d_k 64", "on", [2.9])}
+    text = repro_heads_depth.depth_trend(settings)
+    assert "- QK-LN off: 8 heads x 3+3 2.900, 1 head x 6+6 3.000, 1 head x 12+12 3.200 (steps in depth +0.100, " \
+           "+0.200 nats: up at every step)." in text
+    assert "- post-LN: 8 heads x 3+3 3.300, 1 head x 6+6 6.200, 1 head x 12+12 6.190 (steps in depth +2.900, " \
+           "-0.010 nats: up, then within ±0.05)." in text
+    assert "QK-LN on" not in text  # one finished architecture: no step to read
+    assert "no arm" in repro_heads_depth.depth_trend({"a": setting("8 heads x 3+3", "off", [2.9])})
+
+
 def test_what_the_data_say_tells_whether_the_paper_value_is_ruled_out():
     import repro_table3
 
