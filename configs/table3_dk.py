@@ -31,8 +31,9 @@ def sweep(arg=None):
     """Points: seed x d_k in (base / 2, base / 4) at 8 heads, base = d_model / 8; d_v = d_model / 8."""
     t3 = sibling_config(__file__, "table3_heads")
     a = t3.parse(arg)
-    if a.aa:
-        raise ValueError("table3_dk: aa (the A/A control) is a rows (A) argument; use configs/table3_heads.py:aa")
+    if a.aa or a.more_h1:
+        arg_name = "aa (the A/A control)" if a.aa else "more_h1 (the single-head extension)"
+        raise ValueError(f"table3_dk: {arg_name} is a rows (A) argument; use configs/table3_heads.py")
     base_dk = t3.base(a).model.d_model // 8
     for seed in range(a.seeds):
         for f in FRACTIONS:

@@ -11,7 +11,8 @@ d_model (CPU scale: 128, or 256 with d_ff 1024), steps (CPU scale: training step
 the main job's budget; a step budget, not a time budget, so every point sees the same data whatever the
 machine load), minutes (CPU scale: an optional time cap, 0 = none), test_examples (CPU scale: test sentences
 decoded per point, 0 = all), quick (CPU scale, tiny model and a few steps), aa (the A/A control: the
-sweep yields only the base point h = 8, with the seeds after the main ones, seeds .. 2 * seeds - 1).
+sweep yields only the base point h = 8, with the seeds after the main ones, seeds .. 2 * seeds - 1), more_h1 (the
+single-head extension: h = 1 only, at the same later seeds, so h = 1 and h = 8 both have 2 * seeds).
 At CPU scale the base is ``configs/translation.py`` (d_model 128: d_k = 128, 64, 32, 16, 8, 4) without
 QK-LayerNorm (the paper's attention) at learning rate 3e-3, with the validation loss (whole validation split,
 no decoding) every 600 steps (a fourth of the budget) for learning curves.
@@ -24,7 +25,7 @@ HEADS = (1, 2, 4, 8, 16, 32)
 def parse(arg):
     """The arguments of the Table 3 configs (shared with ``configs/table3_dk.py``)."""
     return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=3, wmt14=False, d_model=128, steps=2400, minutes=0.0,
-                     test_examples=0, quick=False, aa=False)
+                     test_examples=0, quick=False, aa=False, more_h1=False)
 
 
 def base(a):
@@ -60,12 +61,16 @@ def get_config(arg=None):
 
 def sweep(arg=None):
     """Points: seed x h in HEADS (those dividing d_model), with qk_dim = v_dim = d_model / h; with ``aa``, the
-    base point h = 8 only, at seeds seeds .. 2 * seeds - 1 (the A/A control against seeds 0 .. seeds - 1)."""
+    base point h = 8 only, at seeds seeds .. 2 * seeds - 1 (the A/A control against seeds 0 .. seeds - 1); with
+    ``more_h1``, h = 1 only at those seeds."""
     a = parse(arg)
     d_model = base(a).model.d_model
-    if a.aa:
+    if a.aa and a.more_h1:
+        raise ValueError("table3_heads: aa and more_h1 together; each is a sweep of its own (h = 8, h = 1)")
+    if a.aa or a.more_h1:
+        h = 8 if a.aa else 1
         for seed in range(a.seeds, 2 * a.seeds):
-            yield {"model.num_heads": 8, "model.qk_dim": d_model // 8, "model.v_dim": d_model // 8, "seed": seed}
+            yield {"model.num_heads": h, "model.qk_dim": d_model // h, "model.v_dim": d_model // h, "seed": seed}
         return
     for seed in range(a.seeds):
         for h in HEADS:
