@@ -37,7 +37,7 @@ PY="${PYTHON:-python}"
   date -u +"%F %T entropy_collapse ended ($?)"
   nice -n 19 "$PY" scripts/repro_logit_growth.py             # 6 lrs x d_model 64/128 x QK-LN off/on x 3 seeds
   date -u +"%F %T logit_growth ended ($?)"
-  nice -n 19 "$PY" scripts/repro_table3.py                   # d 128: rows (A) h 1..32, (B) d_k 8, 4, A/A + h 1 seeds 3-5
+  nice -n 19 "$PY" scripts/repro_table3.py                   # d 128: (A) h 1..32, (B) d_k 8, 4, A/A + h 1 seeds 3-5
   date -u +"%F %T table3 d128 ended ($?)"
   nice -n 19 "$PY" scripts/repro_mqar_variants.py            # softmax/linear/additive/hard x pairs x d_model
   date -u +"%F %T mqar_variants ended ($?)"
