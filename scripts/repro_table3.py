@@ -251,7 +251,8 @@ def single_head_extension(settings: dict, base_label: str, d_model: int) -> Opti
            reading]
     sentence = (f"Single-head extension (h = 1 and h = 8 with {n_needed} seeds each, the reading fixed before its "
                 f"points ran): Δ NLL {nll[0].text(3) if nll else '—'} nats (n = {len(ones)} vs {len(eights)}): "
-                f"{reading}.")
+                f"{reading}. Head count and d_k change together here (d_k {d_model} at h = 1, {d_model // 8} at "
+                "h = 8).")
     return row, sentence
 
 
