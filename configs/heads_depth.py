@@ -54,8 +54,8 @@ def layer_params(config) -> int:
 
 
 def long_warmup(a) -> int:
-    """Warmup steps of the long-warmup arm: a third of the training steps (800 of 2,400)."""
-    return _base(a).train.num_steps // 3
+    """Warmup steps of the long-warmup arm: a third of the training steps (800 of 2,400), at least 1."""
+    return max(_base(a).train.num_steps // 3, 1)
 
 
 def arch_overrides(a, arch: str, qkln: bool, post: bool = False, warmup: int = 0) -> dict:

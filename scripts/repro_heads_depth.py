@@ -54,9 +54,9 @@ The long-warmup post-LN arm and criteria 7-8 were added on 2026-12-03 (a later s
 post-LN was still at validation NLL 6.25 (peak learning rate 3e-3) and 6.08 (1e-3) at step 800, while 1 head x 6+6
 post-LN reached 4.58 at step 800; and 8 heads x 6+6 post-LN with the short warmup (a depth control, not
 parameter-matched: 3.80M parameters) was at 6.16 at step 300, where 8 heads x 3+3 had reached 4.79, so the
-post-LN failure follows depth, not the single head. A long
-warmup is the usual stabiliser of post-LN training (Vaswani et al. warm up for 4,000 steps; Xiong et al. 2020);
-the arm keeps the peak learning rate (3e-3) and changes only the warmup, to a third of the steps (800).
+post-LN failure follows depth, not the single head. A long warmup is the usual stabiliser of post-LN training
+(Vaswani et al. warm up for 4,000 steps; Xiong et al. 2020); the arm keeps the peak learning rate (3e-3) and
+changes only the warmup, to a third of the steps (800).
 7. "With a long warmup the deep single-head model matches the multi-head one (post-LN)": as criteria 1 and 2, on
    the long-warmup post-LN arm (shallow and deep both with the long warmup).
 8. "A long warmup trains the post-LN deep single-head model": the interval of deep long-warmup minus deep
