@@ -31,9 +31,10 @@ def sweep(arg=None):
     """Points: seed x d_k in (base / 2, base / 4) at 8 heads, base = d_model / 8; d_v = d_model / 8."""
     t3 = sibling_config(__file__, "table3_heads")
     a = t3.parse(arg)
-    if a.aa or a.more_h1:
-        arg_name = "aa (the A/A control)" if a.aa else "more_h1 (the single-head extension)"
-        raise ValueError(f"table3_dk: {arg_name} is a rows (A) argument; use configs/table3_heads.py")
+    for flag, what in (("aa", "the A/A control"), ("more_h1", "the single-head extension"),
+                       ("h1_base_dk", "the single-head d_k control")):
+        if a[flag]:
+            raise ValueError(f"table3_dk: {flag} ({what}) is a rows (A) argument; use configs/table3_heads.py")
     base_dk = t3.base(a).model.d_model // 8
     for seed in range(a.seeds):
         for f in FRACTIONS:

@@ -12,7 +12,9 @@ the main job's budget; a step budget, not a time budget, so every point sees the
 machine load), minutes (CPU scale: an optional time cap, 0 = none), test_examples (CPU scale: test sentences
 decoded per point, 0 = all), quick (CPU scale, tiny model and a few steps), aa (the A/A control: the
 sweep yields only the base point h = 8, with the seeds after the main ones, seeds .. 2 * seeds - 1), more_h1 (the
-single-head extension: h = 1 only, at the same later seeds, so h = 1 and h = 8 both have 2 * seeds).
+single-head extension: h = 1 only, at the same later seeds, so h = 1 and h = 8 both have 2 * seeds), h1_base_dk
+(the single-head d_k control: h = 1 with the base's d_k = d_model / 8 and d_v = d_model, seeds 0 .. seeds - 1).
+With qk_dim > 0 a single point keeps d_v = d_model / h and takes that d_k.
 At CPU scale the base is ``configs/translation.py`` (d_model 128: d_k = 128, 64, 32, 16, 8, 4) without
 QK-LayerNorm (the paper's attention) at learning rate 3e-3, with the validation loss (whole validation split,
 no decoding) every 600 steps (a fourth of the budget) for learning curves.
@@ -25,7 +27,7 @@ HEADS = (1, 2, 4, 8, 16, 32)
 def parse(arg):
     """The arguments of the Table 3 configs (shared with ``configs/table3_dk.py``)."""
     return parse_arg(arg, heads=8, qk_dim=0, seed=0, seeds=3, wmt14=False, d_model=128, steps=2400, minutes=0.0,
-                     test_examples=0, quick=False, aa=False, more_h1=False)
+                     test_examples=0, quick=False, aa=False, more_h1=False, h1_base_dk=False)
 
 
 def base(a):
@@ -53,8 +55,10 @@ def get_config(arg=None):
     d_model = c.model.d_model
     if a.heads <= 0 or d_model % a.heads:
         raise ValueError(f"table3_heads: heads={a.heads} must be a positive divisor of d_model={d_model}")
+    if a.qk_dim < 0:
+        raise ValueError(f"table3_heads: qk_dim={a.qk_dim}; expected a positive width (0 = d_model / heads)")
     c.model.num_heads = a.heads
-    c.model.qk_dim = d_model // a.heads
+    c.model.qk_dim = a.qk_dim or d_model // a.heads
     c.model.v_dim = d_model // a.heads
     return c
 
@@ -62,11 +66,16 @@ def get_config(arg=None):
 def sweep(arg=None):
     """Points: seed x h in HEADS (those dividing d_model), with qk_dim = v_dim = d_model / h; with ``aa``, the
     base point h = 8 only, at seeds seeds .. 2 * seeds - 1 (the A/A control against seeds 0 .. seeds - 1); with
-    ``more_h1``, h = 1 only at those seeds."""
+    ``more_h1``, h = 1 only at those seeds; with ``h1_base_dk``, h = 1 with d_k = d_model / 8 and d_v = d_model at
+    seeds 0 .. seeds - 1."""
     a = parse(arg)
     d_model = base(a).model.d_model
-    if a.aa and a.more_h1:
-        raise ValueError("table3_heads: aa and more_h1 together; each is a sweep of its own (h = 8, h = 1)")
+    if a.aa + a.more_h1 + a.h1_base_dk > 1:
+        raise ValueError("table3_heads: at most one of aa, more_h1, h1_base_dk; each is a sweep of its own")
+    if a.h1_base_dk:
+        for seed in range(a.seeds):
+            yield {"model.num_heads": 1, "model.qk_dim": d_model // 8, "model.v_dim": d_model, "seed": seed}
+        return
     if a.aa or a.more_h1:
         h = 8 if a.aa else 1
         for seed in range(a.seeds, 2 * a.seeds):

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The long CPU sweeps behind docs/results/entropy_collapse/, logit_growth/, table3/, mqar_variants/,
-# heads_vs_depth/, head_importance/replication/ and table3_d256/ (about 41 hours on 2 cores), as one queue at the
+# heads_vs_depth/, head_importance/replication/ and table3_d256/ (about 42 hours on 2 cores), as one queue at the
 # lowest priority so other work goes on, the short studies first:
 #   1. entropy collapse (4 lrs x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 30 min)
 #   2. logit growth (6 lrs x d_model 64/128 x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 2 hours)
 #   3. Table 3 at d_model 128: rows (A), (B) and the A/A control (3 seeds each, 2,400 steps per point; about
-#      5 hours), then h = 1 with seeds 3-5 (the single-head extension; about 40 minutes)
+#      5 hours), then h = 1 with seeds 3-5 (the single-head extension) and h = 1 at the base's d_k (the d_k
+#      control; 3 seeds; about 30 minutes each)
 #   4. attention variants on MQAR (softmax, linear, additive, hard x pairs x width, 3 seeds; about 3-4 hours)
 #   5. heads vs depth (8 heads x 3+3 against 1 head x 6+6, 12+12, 24+24 at equal parameters, pre-LN with
 #      QK-LayerNorm off/on, post-LN with the short and a long warmup, 3 seeds; about 12 hours)
@@ -37,7 +38,7 @@ PY="${PYTHON:-python}"
   date -u +"%F %T entropy_collapse ended ($?)"
   nice -n 19 "$PY" scripts/repro_logit_growth.py             # 6 lrs x d_model 64/128 x QK-LN off/on x 3 seeds
   date -u +"%F %T logit_growth ended ($?)"
-  nice -n 19 "$PY" scripts/repro_table3.py                   # d 128: (A) h 1..32, (B) d_k 8, 4, A/A + h 1 seeds 3-5
+  nice -n 19 "$PY" scripts/repro_table3.py                   # d 128: (A), (B), A/A, h 1 seeds 3-5, h 1 at d_k 16
   date -u +"%F %T table3 d128 ended ($?)"
   nice -n 19 "$PY" scripts/repro_mqar_variants.py            # softmax/linear/additive/hard x pairs x d_model
   date -u +"%F %T mqar_variants ended ($?)"

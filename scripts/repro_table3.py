@@ -31,6 +31,16 @@ single-head penalty when the lower end is above 0 (smaller than the paper's when
 too); single head better when the upper end is below 0; the paper's penalty ruled out, none resolved, when the
 interval holds 0 and its upper end is below +0.073; undecided otherwise. The 3-seed verdict of the contrasts table
 stays the pre-set one; the extension is reported beside it.
+
+The single-head d_k control (row ``A1dk``, written on 2026-12-03 after the extension found h = 1 better than
+h = 8 at d_model 128, -0.069 [-0.114, -0.025] nats over 6 seeds each, and before any of its points ran): h = 1
+with the base's d_k = d_model / 8 and d_v = d_model (the base's total value width), seeds 0 .. 2, so head count
+and d_k can be told apart. Two Welch intervals of validation NLL (``dk_control_reading``): head count at equal
+d_k, h = 1 (d_k = d_model / 8) minus h = 8 (every seed of the base and the A/A row); d_k at one head, h = 1
+(d_k = d_model, every seed of rows (A) and A1) minus h = 1 (d_k = d_model / 8). Reading: the single head's
+advantage "goes with its d_k" when the d_k contrast is below 0 and the head-count contrast is not; "goes with the
+head count" when the head-count contrast is below 0 and the d_k contrast is not; "both" when both are below 0;
+"neither resolved" when neither is; fewer than MIN_SEEDS seeds on a side: "waiting".
 """
 from __future__ import annotations
 
@@ -50,8 +60,9 @@ import sweep as sweep_lib
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROWS = {"A": ("configs/table3_heads.py", ""), "B": ("configs/table3_dk.py", ""),
         "AA": ("configs/table3_heads.py", ",aa"),
-        "A1": ("configs/table3_heads.py", ",more_h1")}  # row -> (config, extra config argument)
-LATE_ROWS = {"AA": 1, "A1": 2}  # rows trained after rows (A) and (B) of every seed, in this order
+        "A1": ("configs/table3_heads.py", ",more_h1"),
+        "A1dk": ("configs/table3_heads.py", ",h1_base_dk")}  # row -> (config, extra config argument)
+LATE_ROWS = {"AA": 1, "A1": 2, "A1dk": 3}  # rows trained after rows (A) and (B) of every seed, in this order
 QUICK = {"A": ("model.num_heads", (1, 8))}  # the points of rows (A) --quick runs (rows (B), A/A: all)
 
 # Vaswani et al. 2017, Table 3 (newstest2013 dev; base: h = 8, d_k = 64, PPL 4.92, BLEU 25.8): per contrast,
@@ -256,6 +267,46 @@ def single_head_extension(settings: dict, base_label: str, d_model: int) -> Opti
     return row, sentence
 
 
+def dk_control_reading(heads: Optional[_stats.Interval], dk: Optional[_stats.Interval]) -> str:
+    """The single-head d_k control's reading (the module docstring's rule) of the Welch intervals of h = 1 minus
+    h = 8 at equal d_k (``heads``) and of h = 1 at d_k = d_model minus h = 1 at d_model / 8 (``dk``)."""
+    if any(iv is None or iv.lo is None or min(iv.n_a, iv.n_b) < MIN_SEEDS for iv in (heads, dk)):
+        return f"waiting for {MIN_SEEDS} seeds a side"
+    better_heads, better_dk = heads.hi < 0, dk.hi < 0
+    if better_dk and better_heads:
+        return "both: one head is better at equal d_k, and a wider d_k is better still"
+    if better_dk:
+        return "the single head's advantage goes with its d_k"
+    if better_heads:
+        return "the single head's advantage goes with the head count"
+    return "neither resolved"
+
+
+def dk_control(settings: dict, base_label: str, d_model: int) -> Optional[tuple[list[list], str]]:
+    """(table rows, sentence) of the single-head d_k control; None when it has no expected points."""
+    ctrl = [s for s in settings.values() if s["row"] == "A1dk"]
+    if not ctrl:
+        return None
+    small = [r for s in ctrl for r in s["records"]]
+    eights = settings.get(base_label, {}).get("records", []) + [
+        r for s in settings.values() if s["row"] == "AA" for r in s["records"]]
+    wide = [r for s in settings.values() if s["row"] in ("A", "A1") and s["h"] == 1 for r in s["records"]]
+    small_label = f"h=1 (d_k={d_model // 8}, d_v={d_model})"
+    pairs = [(f"{small_label} minus h=8 (d_k={d_model // 8}): head count at equal d_k", small, eights),
+             (f"h=1 (d_k={d_model}) minus {small_label}: d_k at one head", wide, small)]
+    rows, welch = [], []
+    for name, a, b in pairs:
+        nll, bleu = contrast(a, b, "nll"), contrast(a, b, "bleu")
+        welch.append(nll[0] if nll else None)
+        rows.append([name, len(a), len(b), nll[0].text(3) if nll else "—", nll[1].text(3) if nll else "—",
+                     bleu[0].text(2) if bleu else "—"])
+    reading = dk_control_reading(*welch)
+    sentence = ("Single-head d_k control (the reading fixed before its points ran): "
+                + "; ".join(f"{name} {iv.text(3) if iv else '—'} nats" for (name, _, _), iv in zip(pairs, welch))
+                + f": {reading}.")
+    return rows, sentence
+
+
 def valid_nll_at(record: dict, step: int) -> Optional[float]:
     """The record's validation NLL at ``step`` (its learning curve), or None when it was not evaluated there."""
     c = record.get("curve") or {}
@@ -312,7 +363,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     parser.add_argument("--d_model", type=int, default=128, help="model width (CPU scale: 128 or 256)")
     parser.add_argument("--minutes", type=float, default=0.0, help="optional time cap per point (0 = none)")
     parser.add_argument("--test_examples", type=int, default=0, help="test sentences decoded per point (0 = all)")
-    parser.add_argument("--rows", default="A,B,AA,A1", help="rows to train, of A, B, AA, A1 (the report shows all)")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"rows to train, of {', '.join(ROWS)} (the report "
+                        "shows all)")
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
     parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/table3[_quick])")
     parser.add_argument("--out", default=None, help="report and records folder (default docs/results/table3, or "
@@ -365,8 +417,10 @@ def setting_of(row: str, overrides: dict, d_model: int) -> tuple[str, int, int, 
         h, dk, dv = 8, int(overrides["model.qk_dim"]), d_model // 8
     else:
         h = int(overrides["model.num_heads"])
-        dk = dv = int(overrides["model.qk_dim"])
-    label = {"AA": "A/A: ", "A1": "more seeds: "}.get(row, "") + f"h={h}, d_k={dk}"
+        dk = int(overrides["model.qk_dim"])
+        dv = int(overrides.get("model.v_dim", dk))
+    label = {"AA": "A/A: ", "A1": "more seeds: "}.get(row, "") + f"h={h}, d_k={dk}" + (
+        f", d_v={dv}" if row == "A1dk" else "")
     return label, h, dk, dv
 
 
@@ -511,6 +565,17 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
                       "Δ NLL [bootstrap 95%]", "Δ BLEU [Welch 95%]", "reading"], [extension[0]],
                      csv_name="single_head_extension.csv")
 
+    control = dk_control(settings, base_label, d_model)
+    if control:
+        report.section("Single head at the base's d_k (control)")
+        report.text(f"h = 1 with d_k = {d_model // 8} (the base's) and d_v = {d_model} (the base's total value "
+                    f"width), against h = 8 at the same d_k (head count at equal d_k) and against h = 1 at d_k = "
+                    f"{d_model} (d_k at one head). Added after the extension at d_model 128 found one head better; "
+                    "the reading rule was written in `scripts/repro_table3.py` before these points ran.")
+        report.table(["contrast", "n", "n other", "Δ NLL [Welch 95%]", "Δ NLL [bootstrap 95%]",
+                      "Δ BLEU [Welch 95%]"], control[0], csv_name="single_head_dk_control.csv")
+        report.text(control[1])
+
     # ---- contrasts against the training budget
     by_step = [(name, contrasts_by_step(rs, base_recs)) for name, _, rs in contrasts]
     steps_seen = sorted({st for _, cs in by_step for st, _ in cs})
@@ -597,7 +662,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
                       "95% Welch interval (blue) and the paper's Table 3 difference (red x).")
     if any(r.get("curve") for r in all_recs):
         fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-        groups_a = {l: s["records"] for l, s in settings.items() if s["row"] in ("A", "A1")}
+        groups_a = {l: s["records"] for l, s in settings.items() if s["row"] in ("A", "A1", "A1dk")}
         groups_b = {l: s["records"] for l, s in settings.items() if s["row"] in ("B", "AA") or l == base_label}
         plot_curves(axes[0, 0], axes[0, 1], groups_a)
         plot_curves(axes[1, 0], axes[1, 1], groups_b)
@@ -623,7 +688,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
 
     report.section("What the data say")
     report.text(what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_model, all_recs, by_step)
-                + (f"\n\n{extension[1]}" if extension else ""))
+                + (f"\n\n{extension[1]}" if extension else "") + (f"\n\n{control[1]}" if control else ""))
     return report.write()
 
 

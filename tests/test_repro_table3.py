@@ -72,17 +72,20 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     names = sorted(os.path.relpath(os.path.join(d, f), out / "points") for d, _, fs in os.walk(out / "points")
                    for f in fs)
     # quick: d_model 64, one seed (so no seed in the names); the A/A row is the base point with seed 1, the
-    # single-head extension h = 1 with seed 1; each record has its decoded test sentences beside it
-    points = ["A/num_heads_1", "A/num_heads_8", "A1/default", "AA/default", "B/qk_dim_2", "B/qk_dim_4"]
+    # single-head extension h = 1 with seed 1, the d_k control h = 1 at d_k 8 with seed 0; each record has its
+    # decoded test sentences beside it
+    points = ["A/num_heads_1", "A/num_heads_8", "A1/default", "A1dk/default", "AA/default", "B/qk_dim_2",
+              "B/qk_dim_4"]
     assert names == sorted(f"{p}{ext}" for p in points for ext in (".json", ".test.txt"))
     hyps = [" ".join(r.split()[:-1]) if i % 3 == 0 else r for i, r in enumerate(REFS)]
     committed = out / "points" / "A" / "num_heads_1.test.txt"
     assert committed.read_text() == "\n".join(hyps) + "\n"
     committed.unlink()  # a record whose sentences are missing gets them back from its run folder
     repro_table3.main(argv + ["--rows=A"])
-    assert committed.read_text() == "\n".join(hyps) + "\n" and len(calls_of(calls)) == 6
-    # seed-major order: rows (A) and (B) of seed 0 first, then the A/A row, the single-head extension last
-    assert [os.path.basename(os.path.dirname(c)) for c in calls_of(calls)] == ["A", "A", "B", "B", "AA", "A1"]
+    assert committed.read_text() == "\n".join(hyps) + "\n" and len(calls_of(calls)) == 7
+    # seed-major order: rows (A) and (B) of seed 0 first, then the A/A row, the single-head rows last
+    assert [os.path.basename(os.path.dirname(c)) for c in calls_of(calls)] == [
+        "A", "A", "B", "B", "AA", "A1", "A1dk"]
 
     path = out / "points" / "A" / "num_heads_1.json"
     assert path.stat().st_size < 60_000
@@ -107,8 +110,9 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     assert _stats.corpus_bleu(np.asarray(bs["rows"])) == pytest.approx(
         sacrebleu.corpus_bleu(hyps, [REFS]).score, abs=1e-9)
     text = (out / "README.md").read_text()
-    assert "Records: 6 of 6 points" in text and "## What the data say" in text and "Not finished" not in text
+    assert "Records: 7 of 7 points" in text and "## What the data say" in text and "Not finished" not in text
     assert "more seeds: h=1, d_k=64" in text and "## Single head with more seeds (extension)" in text
+    assert "h=1, d_k=8, d_v=64" in text and "## Single head at the base's d_k (control)" in text
     assert "too few seeds" in text  # one seed per setting: no interval
     for fig in ("table3", "contrasts", "learning_curves"):
         assert (out / f"{fig}.png").stat().st_size > 0 and f"]({fig}.png)" in text
@@ -117,7 +121,7 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     shutil.rmtree(runs)
     before = {p: p.read_bytes() for p in (out / "points").rglob("*.json")}
     repro_table3.main(argv)
-    assert len(calls_of(calls)) == 6
+    assert len(calls_of(calls)) == 7
     assert {p: p.read_bytes() for p in (out / "points").rglob("*.json")} == before
 
     # a record made with other settings is refused, naming it
@@ -128,9 +132,9 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     # a missing record (unfinished point): the report still builds, and says what is missing
     path.unlink()
     repro_table3.main(argv + ["--report_only"])
-    assert len(calls_of(calls)) == 6
+    assert len(calls_of(calls)) == 7
     text = (out / "README.md").read_text()
-    assert "Not finished yet (1 points):** `A/num_heads_1`" in text and "Records: 5 of 6" in text
+    assert "Not finished yet (1 points):** `A/num_heads_1`" in text and "Records: 6 of 7" in text
 
 
 def test_report_compares_head_counts_at_equal_dk(tmp_path):
@@ -193,7 +197,7 @@ def test_report_from_partial_records_with_intervals(tmp_path):
                                _record(row, point, ov, seed, nll[key][s], st))
     repro_table3.main([f"--out={out}", f"--workdir={tmp_path / 'runs'}", "--report_only"])
     text = (out / "README.md").read_text()
-    assert "Records: 9 of 30 points" in text and "Not finished yet (21 points)" in text
+    assert "Records: 9 of 33 points" in text and "Not finished yet (24 points)" in text
     ext = _csv(out / "single_head_extension.csv")
     assert len(ext) == 1 and ext[0]["reading"] == "waiting for 6 seeds a side"
     assert ext[0]["seeds h=1"] == "[0, 1, 2]" and ext[0]["seeds h=8"] == "[0, 1, 2, 3, 4, 5]"
@@ -234,6 +238,20 @@ def test_single_head_extension_reading_follows_the_written_rule():
     assert read(iv(-0.10, 0.05)) == "no penalty resolved; the paper's +0.073 ruled out"
     assert read(iv(-0.10, 0.10)) == "undecided: the interval holds 0 and the paper's +0.073"
     assert read(iv(-0.10, 0.05, n=3)) == read(None) == "waiting for 6 seeds a side"
+
+
+def test_single_head_dk_control_reading_follows_the_written_rule():
+    import repro_table3
+
+    def iv(lo, hi, n=3):
+        return _stats.Interval((lo + hi) / 2, lo, hi, n, n, "welch")
+
+    read = repro_table3.dk_control_reading  # (head count at equal d_k, d_k at one head)
+    assert read(iv(-0.02, 0.03), iv(-0.10, -0.02)) == "the single head's advantage goes with its d_k"
+    assert read(iv(-0.10, -0.02), iv(-0.02, 0.03)) == "the single head's advantage goes with the head count"
+    assert read(iv(-0.10, -0.02), iv(-0.10, -0.02)).startswith("both")
+    assert read(iv(-0.02, 0.03), iv(0.01, 0.05)) == "neither resolved"
+    assert read(iv(-0.02, 0.03, n=2), iv(-0.10, -0.02)) == read(None, None) == "waiting for 3 seeds a side"
 
 
 def test_runtime_text_separates_wall_from_training_time():

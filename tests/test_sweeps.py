@@ -182,6 +182,7 @@ def test_wandb_agent_run_id_is_handed_to_train(setup, monkeypatch):
     ("table3_heads.py", "", {(h, 128 // h, 128 // h, s) for h in (1, 2, 4, 8, 16, 32) for s in (0, 1, 2)}),
     ("table3_heads.py", "aa", {(8, 16, 16, s) for s in (3, 4, 5)}),  # the A/A control row
     ("table3_heads.py", "more_h1", {(1, 128, 128, s) for s in (3, 4, 5)}),  # the single-head extension row
+    ("table3_heads.py", "h1_base_dk", {(1, 16, 128, s) for s in (0, 1, 2)}),  # one head at the base's d_k
     ("table3_dk.py", "", {(None, dk, None, s) for dk in (8, 4) for s in (0, 1, 2)}),
     ("table3_heads.py", "d_model=256,seeds=1", {(h, 256 // h, 256 // h, 0) for h in (1, 2, 4, 8, 16, 32)}),
     ("table3_dk.py", "d_model=256,seeds=1", {(None, dk, None, 0) for dk in (16, 8)}),
@@ -206,8 +207,15 @@ def test_table3_dk_refuses_the_aa_argument():
         sweep.sweep_points(os.path.join(REPO, "configs", "table3_dk.py") + ":aa")
     with pytest.raises(ValueError, match="more_h1 .* rows \\(A\\) argument"):
         sweep.sweep_points(os.path.join(REPO, "configs", "table3_dk.py") + ":more_h1")
-    with pytest.raises(ValueError, match="aa and more_h1 together"):
+    with pytest.raises(ValueError, match="h1_base_dk .* rows \\(A\\) argument"):
+        sweep.sweep_points(os.path.join(REPO, "configs", "table3_dk.py") + ":h1_base_dk")
+    with pytest.raises(ValueError, match="at most one of aa, more_h1, h1_base_dk"):
         sweep.sweep_points(os.path.join(REPO, "configs", "table3_heads.py") + ":aa,more_h1")
+    module = sweep.load_config_module(os.path.join(REPO, "configs", "table3_heads.py"))
+    one = module.get_config("heads=1,qk_dim=16")
+    assert (one.model.num_heads, one.model.qk_dim, one.model.v_dim) == (1, 16, 128)
+    with pytest.raises(ValueError, match="qk_dim=-4"):
+        module.get_config("heads=1,qk_dim=-4")
 
 
 def test_heads_depth_sweep_is_parameter_matched():
