@@ -370,8 +370,8 @@ def depth_trend(settings: dict) -> str:
     the next: up or down by more than MARGIN, or within it."""
     lines = []
     for v, name in VARIANTS.items():
-        means = [(s["arch"], float(np.mean(t3.values(s["records"], "nll")))) for s in settings.values()
-                 if s["variant"] == v and t3.values(s["records"], "nll")]
+        nlls = [(s["arch"], t3.values(s["records"], "nll")) for s in settings.values() if s["variant"] == v]
+        means = [(arch, float(np.mean(vs))) for arch, vs in nlls if vs]
         if len(means) < 2:
             continue
         steps = [b - a for (_, a), (_, b) in zip(means, means[1:])]

@@ -242,7 +242,13 @@ def extension_reading(interval: Optional[_stats.Interval], paper: float, n_neede
     return f"undecided: the interval holds 0 and the paper's {paper:+.3f}"
 
 
-def single_head_extension(settings: dict, base_label: str, d_model: int) -> Optional[tuple[list, str]]:
+def records_of(settings: dict, rows: Sequence[str], h: int) -> list[dict]:
+    """The records of every setting in ``rows`` with ``h`` heads (h = 8 in rows A and AA: the base and the A/A
+    row; h = 1 in rows A and A1: every seed of the single head at d_k = d_model)."""
+    return [r for s in settings.values() if s["row"] in rows and s["h"] == h for r in s["records"]]
+
+
+def single_head_extension(settings: dict, d_model: int) -> Optional[tuple[list, str]]:
     """(table row, sentence) of h = 1 against h = 8 over every seed of each (rows (A) and A1 against the base
     and the A/A row); None when the extension has no expected points."""
     ext = [s for s in settings.values() if s["row"] == "A1"]
@@ -250,9 +256,7 @@ def single_head_extension(settings: dict, base_label: str, d_model: int) -> Opti
     if not ext or h1 is None:
         return None
     n_needed = h1["expected"] + sum(s["expected"] for s in ext)
-    ones = h1["records"] + [r for s in ext for r in s["records"]]
-    eights = settings.get(base_label, {}).get("records", []) + [
-        r for s in settings.values() if s["row"] == "AA" for r in s["records"]]
+    ones, eights = records_of(settings, ("A", "A1"), 1), records_of(settings, ("A", "AA"), 8)
     paper = PAPER[("h", 1)][0]
     nll, bleu = contrast(ones, eights, "nll"), contrast(ones, eights, "bleu")
     reading = extension_reading(nll[0] if nll else None, paper, n_needed)
@@ -282,15 +286,12 @@ def dk_control_reading(heads: Optional[_stats.Interval], dk: Optional[_stats.Int
     return "neither resolved"
 
 
-def dk_control(settings: dict, base_label: str, d_model: int) -> Optional[tuple[list[list], str]]:
+def dk_control(settings: dict, d_model: int) -> Optional[tuple[list[list], str]]:
     """(table rows, sentence) of the single-head d_k control; None when it has no expected points."""
-    ctrl = [s for s in settings.values() if s["row"] == "A1dk"]
-    if not ctrl:
+    if not any(s["row"] == "A1dk" for s in settings.values()):
         return None
-    small = [r for s in ctrl for r in s["records"]]
-    eights = settings.get(base_label, {}).get("records", []) + [
-        r for s in settings.values() if s["row"] == "AA" for r in s["records"]]
-    wide = [r for s in settings.values() if s["row"] in ("A", "A1") and s["h"] == 1 for r in s["records"]]
+    small, eights = records_of(settings, ("A1dk",), 1), records_of(settings, ("A", "AA"), 8)
+    wide = records_of(settings, ("A", "A1"), 1)
     small_label = f"h=1 (d_k={d_model // 8}, d_v={d_model})"
     pairs = [(f"{small_label} minus h=8 (d_k={d_model // 8}): head count at equal d_k", small, eights),
              (f"h=1 (d_k={d_model}) minus {small_label}: d_k at one head", wide, small)]
@@ -554,7 +555,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
                      e_rows, csv_name="equal_dk.csv")
 
     # ---- the single-head extension
-    extension = single_head_extension(settings, base_label, d_model)
+    extension = single_head_extension(settings, d_model)
     if extension:
         report.section("Single head with more seeds (extension)")
         report.text("h = 1 trained again with the A/A control's seeds (added after the 3-seed h = 1 contrast at "
@@ -565,7 +566,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
                       "Δ NLL [bootstrap 95%]", "Δ BLEU [Welch 95%]", "reading"], [extension[0]],
                      csv_name="single_head_extension.csv")
 
-    control = dk_control(settings, base_label, d_model)
+    control = dk_control(settings, d_model)
     if control:
         report.section("Single head at the base's d_k (control)")
         report.text(f"h = 1 with d_k = {d_model // 8} (the base's) and d_v = {d_model} (the base's total value "
