@@ -31,7 +31,7 @@ from engine import runtime
 from engine import sharding as sharding_lib
 from engine import writer as writer_lib
 from engine.hooks import AttentionStatistics, Checkpointing, Hook, default_hooks
-from engine.state import Setup, build, flops_forward
+from engine.state import Setup, admin_params, build, flops_forward
 from engine.errors import NonFiniteError
 from engine.steps import make_train_step, non_finite_message, to_device
 from engine.tasks import Task, get_task
@@ -195,6 +195,8 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
         resumed = r.state is not None
         if not resumed:
             r.state = init()
+            if setup.model_cfg.norm == "admin":
+                r.state = _admin_init(setup, r.state, data)
         if workdir is not None:  # after a restore, so a run refused for another config keeps its config.json
             _save_config(config, workdir)
         n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(r.state["params"])))
@@ -229,6 +231,19 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
         for h in all_hooks:
             h.close(r)
         logger.close()
+
+
+def _admin_init(setup, state: dict, data: Any) -> dict:
+    """A fresh ``norm="admin"`` model: the residual scales from the first training batch (a fresh iterator, so
+    the run's own data order is untouched); the optimizer state is made anew for the new parameters."""
+    batch = to_device(next(data.train_iter()), setup.mesh, setup.layout)
+    params = admin_params(setup, state["params"], batch)
+    scales = [float(np.asarray(leaf.addressable_data(0)).flat[0]) for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+              if sharding_lib.path_str(path).endswith("omega")]
+    log.info("Admin: %d residual scales from the first training batch, %.3f to %.3f", len(scales), min(scales),
+             max(scales))
+    opt_state = jax.jit(setup.tx.init, out_shardings=setup.state_shardings["opt_state"])(params)
+    return dict(state, params=params, opt_state=opt_state)
 
 
 def build_data(task: Task, workdir: Optional[str]) -> Any:

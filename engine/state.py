@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import flax.nnx as nnx
@@ -145,6 +146,18 @@ def build(config: ml_collections.ConfigDict, task, mesh: Mesh, vocab_size: int) 
     rest = jax.jit(init_rest, out_shardings=rep)()
     setup = Setup(config, task, mesh, cfg, graphdef, rest, tx, schedule, state_sh, leaf_paths)
     return setup, jax.jit(init_state, out_shardings=state_sh)
+
+
+def admin_params(setup: Setup, params: Any, batch: Mapping[str, jax.Array]) -> Any:
+    """``params`` with every Admin residual scale set from one deterministic forward pass on ``batch`` (a device
+    batch of the whole mesh, so every process computes the same scales); see ``models.admin_initialize``."""
+
+    def profile(params, batch):
+        model = setup.model(params)
+        models.admin_initialize(model, lambda m: setup.task.forward(m, batch, deterministic=True))
+        return nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[1])
+
+    return jax.jit(profile, out_shardings=setup.state_shardings["params"])(params, batch)
 
 
 def abstract_state(setup: Setup, init: Callable[[], dict]) -> dict:

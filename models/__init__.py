@@ -3,7 +3,8 @@
 ``TransformerConfig`` holds every knob; ``EncoderDecoder``, ``DecoderOnly`` and ``EncoderClassifier`` are
 the models;
 ``cross_entropy`` is the loss; ``greedy_decode`` / ``beam_search`` decode with a KV cache;
-``count_params`` / ``param_count_formula`` count parameters; ``Interventions`` / ``WeightOverride`` mask heads and
+``count_params`` / ``param_count_formula`` count parameters; ``admin_initialize`` sets the residual scales of
+``norm="admin"`` models from one forward pass; ``Interventions`` / ``WeightOverride`` mask heads and
 replace attention weights at call time (``model(..., interventions=...)``).
 """
 from models.attention import MultiHeadAttention
@@ -14,12 +15,12 @@ from models.decoding import beam_search, greedy_decode, length_penalty_factor
 from models.layers import MLP, apply_rope, positions_from_segmentation, sinusoidal_encoding
 from models.losses import cross_entropy
 from models.params import count_params, param_count_breakdown, param_count_formula
-from models.transformer import DecodeCache, Decoder, DecoderOnly, Encoder, EncoderDecoder, shift_right
+from models.transformer import DecodeCache, Decoder, DecoderOnly, Encoder, EncoderDecoder, admin_initialize, shift_right
 
 __all__ = [
     "DecodeCache", "Decoder", "DecoderOnly", "Encoder", "EncoderClassifier", "EncoderDecoder", "Interventions", "MLP",
     "MultiHeadAttention", "WeightOverride",
-    "TransformerConfig", "apply_rope", "beam_search", "count_params", "cross_entropy", "greedy_decode",
+    "TransformerConfig", "admin_initialize", "apply_rope", "beam_search", "count_params", "cross_entropy", "greedy_decode",
     "length_penalty_factor", "param_count_breakdown", "param_count_formula", "positions_from_segmentation",
     "head_shapes", "shift_right", "sinusoidal_encoding", "unit_head_mask",
 ]

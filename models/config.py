@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import jax.numpy as jnp
 
-NORMS = ("pre", "post")
+NORMS = ("pre", "post", "admin")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
 ACTIVATIONS = ("relu", "gelu", "silu")
@@ -41,7 +41,9 @@ class TransformerConfig:
     and are otherwise independent of ``d_model``. After creation ``num_kv_heads``, ``qk_dim`` and ``v_dim`` hold
     the resolved ints.
 
-    ``norm``: "pre" (LayerNorm before each sublayer, plus a final one) or "post" (Vaswani et al.).
+    ``norm``: "pre" (LayerNorm before each sublayer, plus a final one), "post" (Vaswani et al.) or "admin" (post-LN
+    with a learned per-channel residual scale ``omega``, ``LN(omega * x + f(x))``, set from one forward pass by
+    ``models.admin_initialize``: Liu et al. 2020, "Understanding the Difficulty of Training Transformers").
     ``norm_type``: "layernorm" or "rmsnorm". ``position``: "sinusoidal", "learned" (a table of ``max_len``
     rows per side), "rope" (rotary, on self-attention queries/keys; ``rope_base``) or "none".
     ``share_embeddings``: one token table for source and target. ``tie_output``: the pre-softmax projection is

@@ -28,16 +28,21 @@ def attention_params(cfg: TransformerConfig) -> int:
 
 
 def mlp_params(cfg: TransformerConfig) -> int:
-    """Feed-forward block: W_1 [d, d_ff], W_2 [d_ff, d], their biases and the block's norm (0 in an
-    attention-only model)."""
+    """Feed-forward block: W_1 [d, d_ff], W_2 [d_ff, d], their biases and the block's norm and Admin scale (0
+    in an attention-only model)."""
     if cfg.attention_only:
         return 0
-    return 2 * cfg.d_model * cfg.d_ff + ((cfg.d_ff + cfg.d_model) if cfg.use_bias else 0) + norm_params(cfg)
+    return 2 * cfg.d_model * cfg.d_ff + ((cfg.d_ff + cfg.d_model) if cfg.use_bias else 0) + sublayer_params(cfg)
 
 
 def norm_params(cfg: TransformerConfig) -> int:
     """One LayerNorm (scale and bias: 2d) or RMSNorm (scale: d)."""
     return cfg.d_model * (2 if cfg.norm_type == "layernorm" else 1)
+
+
+def sublayer_params(cfg: TransformerConfig) -> int:
+    """One residual sublayer's own parameters: its norm, plus the Admin residual scale (d) when norm="admin"."""
+    return norm_params(cfg) + (cfg.d_model if cfg.norm == "admin" else 0)
 
 
 def param_count_breakdown(cfg: TransformerConfig, model: str = "encoder_decoder") -> dict[str, int]:
@@ -47,9 +52,9 @@ def param_count_breakdown(cfg: TransformerConfig, model: str = "encoder_decoder"
     table = cfg.vocab_size * cfg.d_model
     positions = cfg.max_len * cfg.d_model if cfg.position == "learned" else 0
     final_norm = norm_params(cfg) if cfg.norm == "pre" else 0
-    enc_layer = attention_params(cfg) + mlp_params(cfg) + norm_params(cfg)
+    enc_layer = attention_params(cfg) + mlp_params(cfg) + sublayer_params(cfg)
     if model == "encoder_decoder":
-        dec_layer = 2 * attention_params(cfg) + mlp_params(cfg) + 2 * norm_params(cfg)
+        dec_layer = 2 * attention_params(cfg) + mlp_params(cfg) + 2 * sublayer_params(cfg)
         parts = {
             "embeddings": table * (1 if cfg.share_embeddings else 2),
             "positions": 2 * positions,
@@ -57,7 +62,7 @@ def param_count_breakdown(cfg: TransformerConfig, model: str = "encoder_decoder"
             "decoder": cfg.num_decoder_layers * dec_layer + final_norm,
         }
     else:
-        dec_layer = attention_params(cfg) + mlp_params(cfg) + norm_params(cfg)
+        dec_layer = attention_params(cfg) + mlp_params(cfg) + sublayer_params(cfg)
         parts = {"embeddings": table, "positions": positions, "decoder": cfg.num_decoder_layers * dec_layer + final_norm}
     parts["output"] = 0 if cfg.tie_output else cfg.d_model * cfg.vocab_size
     return parts

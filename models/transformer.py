@@ -5,8 +5,10 @@ Batches follow the Flax-WMT convention: ``*_segmentation`` ([B, T] ints, 0 = pad
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Optional, Union
 
 import jax
@@ -96,19 +98,64 @@ def _feed_forward(layer: nnx.Module, x: jax.Array, deterministic: bool) -> jax.A
     return layer.mlp_block.residual(x, layer.mlp(layer.mlp_block.inputs(x)), deterministic)
 
 
+class _AdminProfile:
+    """State of an Admin profiling pass: the output scale of the residual stream so far in the current stack."""
+
+    def __init__(self):
+        self.ratio: Union[float, jax.Array] = 1.0
+
+
+_ADMIN_PROFILE: contextvars.ContextVar[Optional[_AdminProfile]] = contextvars.ContextVar("admin_profile",
+                                                                                         default=None)
+
+
+def _admin_stack_start() -> None:
+    """An encoder or decoder stack begins: Admin's running scale restarts at 1 (each stack has its own)."""
+    profile = _ADMIN_PROFILE.get()
+    if profile is not None:
+        profile.ratio = 1.0
+
+
+def admin_initialize(model: nnx.Module, forward: Callable[[nnx.Module], object]) -> None:
+    """Sets every Admin residual scale ``omega`` of ``model`` (``norm="admin"``) from one forward pass.
+
+    ``forward(model)`` runs the model once (deterministic, on a training batch). Within each stack the
+    sublayers take, in order, ``omega_i = r_i`` (every channel) with ``r_1 = 1`` and
+    ``r_{i+1} = sqrt(Var(omega_i * x_i) + Var(f_i(x_i)))`` over all positions of the batch: the scale of the
+    residual branch grows with the variance the earlier sublayers added (Liu et al. 2020, Admin). Works eagerly
+    and under ``jax.jit`` (then ``omega`` holds traced values until the model is split).
+    """
+    token = _ADMIN_PROFILE.set(_AdminProfile())
+    try:
+        forward(model)
+    finally:
+        _ADMIN_PROFILE.reset(token)
+
+
 class _Sublayer(nnx.Module):
-    """Residual wrapper: pre-LN ``x + drop(f(norm(x)))`` or post-LN ``norm(x + drop(f(x)))``."""
+    """Residual wrapper: pre-LN ``x + drop(f(norm(x)))``, post-LN ``norm(x + drop(f(x)))`` or Admin
+    ``norm(omega * x + drop(f(x)))`` (omega [d_model], see ``admin_initialize``)."""
 
     def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
         self.pre = cfg.norm == "pre"
         self.norm = make_norm(cfg, cfg.d_model, rngs=rngs)
         self.dropout = make_dropout(cfg.dropout_rate, rngs)
+        self.omega = (nnx.Param(jnp.ones((cfg.d_model,), cfg.jnp_param_dtype)) if cfg.norm == "admin"
+                      else nnx.data(None))
 
     def inputs(self, x: jax.Array) -> jax.Array:
         return self.norm(x) if self.pre else x
 
     def residual(self, x: jax.Array, y: jax.Array, deterministic: bool) -> jax.Array:
-        x = x + self.dropout(y, deterministic=deterministic)
+        y = self.dropout(y, deterministic=deterministic)
+        if self.omega is not None:
+            profile = _ADMIN_PROFILE.get()
+            if profile is not None:
+                self.omega[...] = jnp.full_like(self.omega[...], profile.ratio)
+            x = x * self.omega[...].astype(x.dtype)
+            if profile is not None:
+                profile.ratio = jnp.sqrt(jnp.var(x.astype(jnp.float32)) + jnp.var(y.astype(jnp.float32)))
+        x = x + y
         return x if self.pre else self.norm(x)
 
 
@@ -232,6 +279,7 @@ class Encoder(nnx.Module):
 
     def __call__(self, x, segmentation, positions, *, deterministic: bool = True, return_stats: bool = False,
                  interventions: Optional[Interventions] = None):
+        _admin_stack_start()
         x = self.dropout(self.positions(x, positions), deterministic=deterministic)
         mask = attn.Mask(q_segment_ids=segmentation, kv_segment_ids=segmentation)
         stats = []
@@ -275,6 +323,7 @@ class Decoder(nnx.Module):
                  deterministic: bool = True, return_stats: bool = False,
                  interventions: Optional[Interventions] = None, causal_positions: Optional[jax.Array] = None):
         """causal_positions: [B, T] positions that decide causal visibility (default: the token index)."""
+        _admin_stack_start()
         y = self.dropout(self.positions(y, positions), deterministic=deterministic)
         self_mask = attn.Mask(causal=True, q_segment_ids=segmentation, kv_segment_ids=segmentation,
                               q_positions=causal_positions, kv_positions=causal_positions)

@@ -275,7 +275,7 @@ def test_table3_knobs_build_run_and_count(heads, qk_dim, v_dim):
 
 @pytest.mark.parametrize("kw", [dict(num_kv_heads=1), dict(num_kv_heads=2, qk_layernorm=True, use_bias=False),
                                 dict(position="learned", share_embeddings=False, tie_output=False,
-                                     norm_type="rmsnorm", norm="post")])
+                                     norm_type="rmsnorm", norm="post"), dict(norm="admin")])
 def test_count_matches_formula_for_variants(kw):
     cfg = tiny(**kw)
     assert models.count_params(build(cfg)) == models.param_count_formula(cfg)
