@@ -3,13 +3,16 @@ training"): 8 heads x 3+3 layers against single-head models 6+6, 12+12 and 24+24
 parameter count, each with and without QK-LayerNorm (pre-LN), and each once more post-LN (Vaswani et al.'s
 placement, no stabiliser), where depth is known to make training hard (Liu et al. 2020, Xiong et al. 2020), and
 post-LN once more with a long learning-rate warmup (a third of the steps instead of 100), the stabiliser post-LN
-Transformers are trained with (Vaswani et al.; Xiong et al. 2020).
+Transformers are trained with (Vaswani et al.; Xiong et al. 2020), and post-LN with Admin (Liu et al. 2020's
+residual scales, set from one forward pass at initialisation; the 100-step warmup), the stabiliser Liu, Liu & Han
+trained their deep single-head models with.
 
     python scripts/repro_heads_depth.py                                # the sweep, records and report
     python scripts/sweep.py --config=configs/heads_depth.py            # the same points through the runner
     python train.py --config=configs/heads_depth.py:arch=h1_L12,qkln   # one point
     python train.py --config=configs/heads_depth.py:arch=h1_L24,post   # one post-LN point
     python train.py --config=configs/heads_depth.py:arch=h1_L24,post,warmup=800   # post-LN, long warmup
+    python train.py --config=configs/heads_depth.py:arch=h1_L24,admin   # post-LN with Admin
 
 The shallow model is the Table 3 CPU-scale translation model (``configs/table3_heads.py``: d_model 128, 8
 heads of d_k = d_v = 16, d_ff 512, no QK-LayerNorm, learning rate 3e-3, 2,400 steps, validation loss every
@@ -20,10 +23,11 @@ d_ff 64, the paper's case: as many heads per stack as the 3+3 model, each as wid
 feed-forward weights are then equal to the shallow model's at every depth; only LayerNorms and output biases
 grow with the number of layers (encoder + decoder parameters 1,389,056 at 3+3, 1,394,816 at 6+6, 1,406,336 at
 12+12, 1,429,376 at 24+24: 2.9% more). QK-LayerNorm adds 2 d_k scales per attention sublayer and changes nothing
-else; post-LN drops the final LayerNorm of each stack (d_model x 2 x 2 parameters).
+else; post-LN drops the final LayerNorm of each stack (d_model x 2 x 2 parameters); Admin adds a d_model scale per
+sublayer.
 
 Arguments (``:key=value,...``): arch (one of ARCHS), qkln (QK-LayerNorm on), post (post-LN; QK-LayerNorm off),
-warmup (learning-rate warmup steps; 0 = the Table 3 model's 100), seed, seeds (the sweep runs seeds
+admin (post-LN with Admin, ``model.norm="admin"``; QK-LayerNorm off), warmup (learning-rate warmup steps; 0 = the Table 3 model's 100), seed, seeds (the sweep runs seeds
 0..seeds-1), steps, minutes (optional time cap), test_examples (0 = all), quick
 (tiny model: d_model 64, 4 heads x 1+1 against 1 head x 2+2 and 4+4).
 """
@@ -34,7 +38,7 @@ QUICK_ARCHS = {"h8_L3": (4, 1), "h1_L6": (1, 2), "h1_L12": (1, 4)}  # the first 
 
 
 def parse(arg):
-    return parse_arg(arg, arch="h8_L3", qkln=False, post=False, warmup=0, seed=0, seeds=3, steps=2400, minutes=0.0,
+    return parse_arg(arg, arch="h8_L3", qkln=False, post=False, admin=False, warmup=0, seed=0, seeds=3, steps=2400, minutes=0.0,
                      test_examples=0, quick=False)
 
 
@@ -58,11 +62,12 @@ def long_warmup(a) -> int:
     return max(_base(a).train.num_steps // 3, 1)
 
 
-def arch_overrides(a, arch: str, qkln: bool, post: bool = False, warmup: int = 0) -> dict:
+def arch_overrides(a, arch: str, qkln: bool, post: bool = False, warmup: int = 0, admin: bool = False) -> dict:
     """The model fields of ``arch``: its heads and layers, and the shallow reference's attention and feed-forward
     widths split over ``layers / reference layers`` times as many layers (Liu et al.'s construction); with
-    ``post`` the LayerNorms after each sublayer, with ``warmup`` > 0 that many warmup steps (both fields are left
-    out of points that keep the default, so earlier points keep their names)."""
+    ``post`` the LayerNorms after each sublayer, with ``admin`` those and Admin's residual scales, with ``warmup``
+    > 0 that many warmup steps (these fields are left out of points that keep the default, so earlier points keep
+    their names)."""
     archs = QUICK_ARCHS if a.quick else ARCHS
     if arch not in archs:
         raise ValueError(f"heads_depth: arch={arch!r}; expected one of {sorted(archs)}")
@@ -76,19 +81,22 @@ def arch_overrides(a, arch: str, qkln: bool, post: bool = False, warmup: int = 0
         raise ValueError(f"heads_depth: warmup={warmup}; expected a number of steps >= 0 (0 = the default 100)")
     if post and qkln:
         raise ValueError(f"heads_depth: arch={arch!r} with both post and qkln; the post-LN arm has QK-LayerNorm off")
+    if admin and (post or qkln):
+        raise ValueError(f"heads_depth: arch={arch!r} with admin and {'post' if post else 'qkln'}; admin is the "
+                         "post-LN arm with Admin's residual scales, QK-LayerNorm off")
     d_k = width // (heads * layers)
     # layers first: sweep points are named by the first fields that tell them apart (num_encoder_layers_24-...)
     fields = {"model.num_encoder_layers": layers, "model.num_decoder_layers": layers, "model.num_heads": heads,
               "model.qk_dim": d_k, "model.v_dim": d_k, "model.d_ff": c.model.d_ff * ref_layers // layers,
               "model.qk_layernorm": qkln}
-    fields = {**fields, "model.norm": "post"} if post else fields
+    fields = {**fields, "model.norm": "admin" if admin else "post"} if post or admin else fields
     return {**fields, "train.warmup_steps": warmup} if warmup else fields
 
 
 def get_config(arg=None):
     a = parse(arg)
     c = _base(a)
-    for key, value in arch_overrides(a, a.arch, a.qkln, a.post, a.warmup).items():
+    for key, value in arch_overrides(a, a.arch, a.qkln, a.post, a.warmup, a.admin).items():
         group, field = key.split(".", 1)
         c[group][field] = value
     c.wandb.tags = tuple(c.wandb.tags) + ("heads_depth",)
@@ -97,14 +105,17 @@ def get_config(arg=None):
 
 def sweep(arg=None):
     """Points: seed x (pre-LN with QK-LayerNorm off, on; post-LN) x arch (ARCHS, or QUICK_ARCHS),
-    parameter-matched; then seed x arch post-LN with the long warmup (added after the first arms, so it runs
-    after them)."""
+    parameter-matched; then seed x arch post-LN with Admin, then seed x arch post-LN with the long warmup (both
+    added after the first arms, so they run after them; Admin first, the stabiliser of Liu, Liu & Han)."""
     a = parse(arg)
     archs = QUICK_ARCHS if a.quick else ARCHS
     for seed in range(a.seeds):
         for qkln, post in ((False, False), (True, False), (False, True)):
             for arch in archs:
                 yield {**arch_overrides(a, arch, qkln, post), "seed": seed}
+    for seed in range(a.seeds):
+        for arch in archs:
+            yield {**arch_overrides(a, arch, False, admin=True), "seed": seed}
     for seed in range(a.seeds):
         for arch in archs:
             yield {**arch_overrides(a, arch, False, True, long_warmup(a)), "seed": seed}

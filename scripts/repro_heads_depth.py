@@ -1,6 +1,6 @@
 """Heads vs depth (Liu, Liu & Han 2021): 8 heads x 3+3 layers against single-head models 6+6, 12+12 and 24+24
 layers deep at the same parameter count, pre-LN with and without QK-LayerNorm, and post-LN with the short and a
-long learning-rate warmup, on the Table 3 CPU-scale translation model.
+long learning-rate warmup and with Admin, on the Table 3 CPU-scale translation model.
 
 Liu et al. ("Multi-head or single-head? An empirical comparison for Transformer training") split each
 multi-head layer into single-head layers of the same total width, so the deep single-head model attends as many
@@ -12,7 +12,7 @@ does), so a point with a record is never trained again; the report is built from
 (validation NLL on the whole split, test BLEU) and stability (loss spikes, largest gradient norm, largest
 attention logit from the engine's statistics).
 
-    python scripts/repro_heads_depth.py                 # 3 seeds x 4 architectures x 4 arms (see below)
+    python scripts/repro_heads_depth.py                 # 3 seeds x 4 architectures x 5 arms (see below)
     python scripts/repro_heads_depth.py --report_only   # the report from the committed records
     python scripts/repro_heads_depth.py --quick         # tiny model, a handful of steps; for tests
 
@@ -62,6 +62,20 @@ changes only the warmup, to a third of the steps (800).
 8. "A long warmup trains the post-LN deep single-head model": the interval of deep long-warmup minus deep
    short-warmup validation NLL; reproduced when its upper end is below -MARGIN; not reproduced when its lower end
    is above -MARGIN; undecided otherwise.
+
+The Admin post-LN arm and criteria 9-10 were added on 2026-12-03 (a later session), after 22 of the first 36
+points had finished (seeds 0 and 1 of both pre-LN arms, seed 0 and half of seed 1 of the post-LN arm; no
+long-warmup point), and after two 300-step pilots (``docs/results/heads_vs_depth/pilot_admin.csv``; seed 0, ``python train.py
+--config=configs/heads_depth.py:arch=<arch>,post,steps=300,test_examples=20 --config.model.norm=admin``, the
+protocol of ``pilot_post_ln.csv``): at step 300, 1 head x 24+24 post-LN with Admin reached validation NLL 4.79
+(plain post-LN: 6.23) and 8 heads x 3+3 with Admin 4.59 (plain post-LN: 4.79). The arm runs before the
+long-warmup arm (Admin is the stabiliser of Liu, Liu & Han). Admin (Liu et al. 2020, "Understanding the Difficulty
+of Training Transformers"; ``models.admin_initialize``) rescales each post-LN residual, ``LN(omega * x + f(x))``,
+with omega set from one forward pass at initialisation; Liu, Liu & Han stabilised their deep single-head models
+with it. The arm keeps everything else of the post-LN arm (the 100 warmup steps, peak learning rate 3e-3).
+9. "With Admin the deep single-head model matches the multi-head one (post-LN)": as criteria 1 and 2, on the
+   Admin arm (shallow and deep both with Admin).
+10. "Admin trains the post-LN deep single-head model": as criterion 8, on deep Admin minus deep plain post-LN.
 """
 from __future__ import annotations
 
@@ -85,15 +99,19 @@ MIN_SEEDS = t3.MIN_SEEDS  # 3: as in the Table 3 report
 MARGIN = 0.05  # nats of validation NLL: "matches" when deep - shallow stays below it
 
 
-# pre-LN without, with QK-LayerNorm; post-LN with the Table 3 model's 100 warmup steps, and with a third of the steps
-VARIANTS = {"off": "QK-LN off", "on": "QK-LN on", "post": "post-LN", "warm": "post-LN, long warmup"}
+# pre-LN without, with QK-LayerNorm; post-LN with the Table 3 model's 100 warmup steps, with a third of the steps,
+# and with Admin's residual scales (100 warmup steps)
+VARIANTS = {"off": "QK-LN off", "on": "QK-LN on", "post": "post-LN", "warm": "post-LN, long warmup",
+            "admin": "post-LN, Admin"}
 
 
 def setting(overrides: dict) -> tuple[str, str, str]:
     """(architecture label, variant (a key of VARIANTS), full label) of a point."""
     h, n, d_ff = overrides["model.num_heads"], overrides["model.num_encoder_layers"], overrides["model.d_ff"]
     arch = f"{h} head{'s' if h > 1 else ''} x {n}+{n}, d_k {overrides['model.qk_dim']}, d_ff {d_ff}"
-    if overrides.get("model.norm", "pre") == "post":
+    if overrides.get("model.norm", "pre") == "admin":
+        variant = "admin"
+    elif overrides.get("model.norm", "pre") == "post":
         variant = "warm" if "train.warmup_steps" in overrides else "post"
     else:
         variant = "on" if overrides["model.qk_layernorm"] else "off"
@@ -165,7 +183,9 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         f"{base.train.warmup_steps}, the same peak learning rate; the pilots run before it: "
         "`pilot_post_ln_warmup.csv`, which also holds a depth control: 8 heads x 6+6 post-LN with the short "
         "warmup, not parameter-matched, still at validation NLL 6.16 at step 300, so the short-warmup post-LN "
-        "failure follows depth, not the single head). "
+        "failure follows depth, not the single head), and post-LN with Admin (Liu et al. 2020: each residual "
+        "`LN(omega * x + f(x))` with omega set from one forward pass at initialisation, `model.norm=admin`; the "
+        f"{base.train.warmup_steps} warmup steps; the two 300-step pilots run before it: `pilot_admin.csv`). "
         "Validation NLL on the whole validation "
         f"split (every {base.train.eval_every} steps and at the end), greedy test BLEU on "
         f"{base.eval.split_examples or 'all'} test sentences.\n\n"
@@ -212,6 +232,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         pairs.append((f"QK-LN on minus off, {a}", by.get((a, "on"), []), by.get((a, "off"), [])))
         pairs.append((f"post-LN minus pre-LN (QK-LN off), {a}", by.get((a, "post"), []), by.get((a, "off"), [])))
         pairs.append((f"long minus short warmup (post-LN), {a}", by.get((a, "warm"), []), by.get((a, "post"), [])))
+        pairs.append((f"Admin minus plain post-LN, {a}", by.get((a, "admin"), []), by.get((a, "post"), [])))
     c_rows, findings, paired_rows = [], [], []
     for name, a, b in pairs:
         row = [name, len(a), len(b)]
@@ -288,7 +309,7 @@ def _nll_verdict(deep: Sequence[dict], shallow: Sequence[dict], claim: str, rule
 
 
 def _matches(deep: Sequence[dict], shallow: Sequence[dict], variant: str, deep_arch: str) -> list:
-    """Criteria 1, 2 and 7: the verdict row of "``deep_arch`` matches the multi-head model" under ``variant``."""
+    """Criteria 1, 2, 7 and 9: the verdict row of "``deep_arch`` matches the multi-head model" under ``variant``."""
     return _nll_verdict(deep, shallow, f"{deep_arch} matches the multi-head model ({VARIANTS[variant]})",
                         [(lambda iv: iv.hi < MARGIN, "reproduced", f"upper end below +{MARGIN:g}"),
                          (lambda iv: iv.lo > 0, "not reproduced", "the deep single-head model is significantly worse")],
@@ -303,9 +324,10 @@ def _post_ln_penalty(deep: Sequence[dict], shallow: Sequence[dict], deep_arch: s
                         f"the interval includes +{MARGIN:g}")
 
 
-def _warmup_rescues(warm: Sequence[dict], post: Sequence[dict], deep_arch: str) -> list:
-    """Criterion 8: the verdict row of "a long warmup removes the post-LN failure of ``deep_arch``"."""
-    return _nll_verdict(warm, post, f"a long warmup trains post-LN {deep_arch} (lower NLL than the short warmup)",
+def _rescues(fixed: Sequence[dict], post: Sequence[dict], claim: str) -> list:
+    """Criteria 8 and 10: the verdict row of ``claim``, "a stabiliser (``fixed``) lowers the NLL of the plain
+    post-LN model (``post``) by more than MARGIN"."""
+    return _nll_verdict(fixed, post, claim,
                         [(lambda iv: iv.hi < -MARGIN, "reproduced", f"upper end below -{MARGIN:g}"),
                          (lambda iv: iv.lo > -MARGIN, "not reproduced", f"lower end above -{MARGIN:g}")],
                         f"the interval includes -{MARGIN:g}")
@@ -339,7 +361,7 @@ def _explained(claim: str, penalty: list, shown: str, stabilised: list, reasons:
 
 
 def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
-    """Rows (``VERDICT_HEADERS``) of the module docstring's criteria, eight per deep model; ``by``: (architecture,
+    """Rows (``VERDICT_HEADERS``) of the module docstring's criteria, ten per deep model; ``by``: (architecture,
     variant (a key of VARIANTS)) -> records, ``archs``: the shallow multi-head label, then the deep single-head
     ones."""
     if len(archs) < 2:
@@ -360,8 +382,13 @@ def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
                                                      "worse post-LN, matches pre-LN",
                                                      "the deep single-head model is worse pre-LN too"))
         warm_matches = _matches(*pair["warm"], "warm", deep)
-        rescued = _warmup_rescues(pair["warm"][0], pair["post"][0], deep)
-        rows += [off, on, _less_stable(*pair["off"], deep), reading, post, cured, warm_matches, rescued]
+        rescued = _rescues(pair["warm"][0], pair["post"][0],
+                           f"a long warmup trains post-LN {deep} (lower NLL than the short warmup)")
+        admin_matches = _matches(*pair["admin"], "admin", deep)
+        admin_trains = _rescues(pair["admin"][0], pair["post"][0],
+                                f"Admin trains post-LN {deep} (lower NLL than plain post-LN)")
+        rows += [off, on, _less_stable(*pair["off"], deep), reading, post, cured, warm_matches, rescued,
+                 admin_matches, admin_trains]
     return rows
 
 
@@ -393,7 +420,8 @@ def what_the_data_say(findings, settings, missing, records) -> str:
              "learning, we can successfully stabilize the training of the 384-layer Transformer'). Here the "
              "stabiliser is pre-LN (with gradient clipping, as in every arm): the post-LN arm is the unstabilised "
              "setting in which depth should cost the single-head model, the long-warmup post-LN arm tests the "
-             "usual post-LN stabiliser, and QK-LayerNorm off against on tests instability through the attention "
+             "usual post-LN stabiliser, the Admin arm the one Liu, Liu & Han used (Liu et al. 2020's residual "
+             "scales), and QK-LayerNorm off against on tests instability through the attention "
              "logits, at depths up to 24+24.")
     if not records:
         return "No point has finished yet: nothing can be said."

@@ -361,25 +361,28 @@ def test_heads_depth_quick_writes_records(tmp_path, stand_in):
     argv = ["--quick", f"--out={out}", f"--workdir={tmp_path / 'runs'}", f"--train_script={train}"]
     repro_heads_depth.main(argv)
     names = sorted(p.name for p in (out / "points").glob("*.json"))
-    # 3 architectures x (QK-LayerNorm off, on; post-LN; post-LN with a long warmup)
-    assert len(names) == 12 and len(calls_of(calls)) == 12
+    # 3 architectures x (QK-LayerNorm off, on; post-LN; post-LN with Admin; post-LN with a long warmup)
+    assert len(names) == 15 and len(calls_of(calls)) == 15
     rec = json.loads((out / "points" / names[0]).read_text())
     assert rec["stability"]["max_attention_logit"]["cross"] > 0 and "model.qk_layernorm" in rec["overrides"]
     text = (out / "README.md").read_text()
     assert "QK-LN on minus off" in text and "## What the data say" in text and "curves.png" in text
     verdicts = _csv(out / "verdicts.csv")
-    assert [r["verdict"] for r in verdicts] == ["undecided"] * 16  # 8 per deep model; one seed decides nothing
+    assert [r["verdict"] for r in verdicts] == ["undecided"] * 20  # 10 per deep model; one seed decides nothing
     assert "1 head x 4+4, d_k 16, d_ff 32 minus 4 heads x 1+1, d_k 16, d_ff 128, QK-LN off" in text
     assert "1 head x 4+4, d_k 16, d_ff 32 minus 4 heads x 1+1, d_k 16, d_ff 128, post-LN" in text
     assert "post-LN minus pre-LN (QK-LN off), 1 head x 2+2" in text
     assert "long minus short warmup (post-LN), 1 head x 4+4" in text and "post-LN, long warmup" in text
+    assert "Admin minus plain post-LN, 1 head x 4+4" in text and "1 head x 2+2, d_k 32, d_ff 64, post-LN, Admin" in text
+    admin = [json.loads(p.read_text()) for p in (out / "points").glob("*norm_admin.json")]
+    assert len(admin) == 3 and all(r["overrides"]["model.norm"] == "admin" for r in admin)
     post = [json.loads(p.read_text()) for p in (out / "points").glob("*norm_post*.json")]
     assert len(post) == 6 and all(r["overrides"]["model.norm"] == "post" for r in post)
     warm = [r for r in post if "train.warmup_steps" in r["overrides"]]
     assert len(warm) == 3 and all(r["overrides"]["train.warmup_steps"] == 6 for r in warm)  # a third of 20 steps
     shutil.rmtree(tmp_path / "runs")
     repro_heads_depth.main(argv)
-    assert len(calls_of(calls)) == 12
+    assert len(calls_of(calls)) == 15
 
 
 def _hd_records(nlls, grad=1.0):
@@ -394,10 +397,12 @@ def test_heads_depth_verdicts_follow_the_criteria():
     archs = ("8 heads", "1 head")
     shallow = _hd_records([2.00, 2.01, 2.02])
 
-    def rows(deep_off, deep_on, grad=1.0, deep_post=(2.00, 2.01, 2.02), deep_warm=(2.00, 2.01, 2.02), upto=6):
-        by = {("8 heads", v): shallow for v in ("off", "on", "post", "warm")}
+    def rows(deep_off, deep_on, grad=1.0, deep_post=(2.00, 2.01, 2.02), deep_warm=(2.00, 2.01, 2.02),
+             deep_admin=(2.00, 2.01, 2.02), upto=6):
+        by = {("8 heads", v): shallow for v in ("off", "on", "post", "warm", "admin")}
         by.update({("1 head", "off"): _hd_records(deep_off, grad), ("1 head", "on"): _hd_records(deep_on),
-                   ("1 head", "post"): _hd_records(deep_post), ("1 head", "warm"): _hd_records(deep_warm)})
+                   ("1 head", "post"): _hd_records(deep_post), ("1 head", "warm"): _hd_records(deep_warm),
+                   ("1 head", "admin"): _hd_records(deep_admin)})
         return [r[3] for r in repro_heads_depth.verdict_rows(by, archs)][:upto]
 
     # worse and less stable without QK-LN, matching with it: Li et al.'s reading; no post-LN penalty
@@ -420,19 +425,31 @@ def test_heads_depth_verdicts_follow_the_criteria():
                 upto=8)[6:] == ["not reproduced", "not reproduced"]
     assert rows([2.0, 2.01, 2.02], [2.0, 2.01, 2.02], deep_post=stuck, deep_warm=[2.0, 2.01],
                 upto=8)[6:] == ["undecided", "undecided"]
-    # each deep model is judged on its own: eight rows per deep model, in the order of ``archs``
-    by = {("8 heads", v): shallow for v in ("off", "on", "post", "warm")}
+    # criteria 9-10: Admin trains the post-LN deep model (to the multi-head level; not quite; not at all)
+    assert rows([2.0, 2.01, 2.02], [2.0, 2.01, 2.02], deep_post=stuck, upto=10)[8:] == ["reproduced", "reproduced"]
+    assert rows([2.0, 2.01, 2.02], [2.0, 2.01, 2.02], deep_post=stuck, deep_admin=[2.3, 2.31, 2.32],
+                upto=10)[8:] == ["not reproduced", "reproduced"]
+    assert rows([2.0, 2.01, 2.02], [2.0, 2.01, 2.02], deep_post=stuck, deep_admin=[6.19, 6.2, 6.21],
+                upto=10)[6:] == ["reproduced", "reproduced", "not reproduced", "not reproduced"]
+    assert rows([2.0, 2.01, 2.02], [2.0, 2.01, 2.02], deep_post=stuck, deep_admin=[2.0],
+                upto=10)[8:] == ["undecided", "undecided"]
+    # each deep model is judged on its own: ten rows per deep model, in the order of ``archs``
+    by = {("8 heads", v): shallow for v in ("off", "on", "post", "warm", "admin")}
     by.update({("6+6", "off"): _hd_records([2.00, 2.01, 2.02]), ("6+6", "on"): _hd_records([2.00, 2.01, 2.02]),
                ("24+24", "off"): _hd_records([2.20, 2.21, 2.22], 3.0), ("24+24", "on"): _hd_records([2.0, 2.01, 2.02]),
-               ("24+24", "post"): _hd_records([6.2, 6.21, 6.22]), ("24+24", "warm"): _hd_records([2.0, 2.01, 2.02])})
+               ("24+24", "post"): _hd_records([6.2, 6.21, 6.22]), ("24+24", "warm"): _hd_records([2.0, 2.01, 2.02]),
+               ("24+24", "admin"): _hd_records([2.2, 2.21, 2.22])})
     got = repro_heads_depth.verdict_rows(by, ("8 heads", "6+6", "24+24"))
     assert [r[3] for r in got] == ["reproduced", "reproduced", "not reproduced", "undecided", "undecided",
-                                   "undecided", "undecided", "undecided",
+                                   "undecided", "undecided", "undecided", "undecided", "undecided",
                                    "not reproduced", "reproduced", "reproduced", "reproduced",
-                                   "reproduced", "not reproduced", "reproduced", "reproduced"]
-    assert got[0][0].startswith("6+6 matches") and got[8][0].startswith("24+24 matches")
-    assert got[12][0].startswith("without a stabiliser (post-LN) 24+24 is worse")
-    assert got[15][0].startswith("a long warmup trains post-LN 24+24")
+                                   "reproduced", "not reproduced", "reproduced", "reproduced",
+                                   "not reproduced", "reproduced"]
+    assert got[0][0].startswith("6+6 matches") and got[10][0].startswith("24+24 matches")
+    assert got[14][0].startswith("without a stabiliser (post-LN) 24+24 is worse")
+    assert got[17][0].startswith("a long warmup trains post-LN 24+24")
+    assert got[18][0] == "24+24 matches the multi-head model (post-LN, Admin)"
+    assert got[19][0].startswith("Admin trains post-LN 24+24")
 
 
 def test_heads_depth_trend_reads_each_step_in_depth_against_the_margin():

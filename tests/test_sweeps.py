@@ -227,16 +227,19 @@ def test_heads_depth_sweep_is_parameter_matched():
             p.overrides.get("model.norm", "pre"), p.overrides.get("train.warmup_steps", 100), p.overrides["seed"])
            for p in points}
     archs = ((8, 3), (1, 6), (1, 12), (1, 24))
-    variants = ((False, "pre", 100), (True, "pre", 100), (False, "post", 100), (False, "post", 800))
-    assert len(points) == 48
+    variants = ((False, "pre", 100), (True, "pre", 100), (False, "post", 100), (False, "post", 800),
+                (False, "admin", 100))
+    assert len(points) == 60
     assert got == {(h, n, n, q, norm, w, s) for h, n in archs for q, norm, w in variants for s in (0, 1, 2)}
-    # the long-warmup arm comes after the first three arms, so the points that ran before it keep their order
-    assert all("train.warmup_steps" in p.overrides for p in points[36:])
+    # the Admin, then the long-warmup arm come after the first three arms, so the points that ran before keep their order
+    assert all(p.overrides.get("model.norm") == "admin" for p in points[36:48])
+    assert all("train.warmup_steps" in p.overrides for p in points[48:])
     # pre-LN points keep their names; post-LN points add the norm
     names = {p.name for p in points}
     assert {"num_encoder_layers_24-qk_layernorm_false-seed_2",
             "num_encoder_layers_24-qk_layernorm_false-seed_2-norm_post",
-            "num_encoder_layers_24-qk_layernorm_false-seed_2-norm_post-warmup_steps_800"} <= names
+            "num_encoder_layers_24-qk_layernorm_false-seed_2-norm_post-warmup_steps_800",
+            "num_encoder_layers_24-qk_layernorm_false-seed_2-norm_admin"} <= names
     module = sweep.load_config_module(spec)
     for qkln in ("", ",qkln"):
         shallow = module.get_config("arch=h8_L3" + qkln)
@@ -260,3 +263,8 @@ def test_heads_depth_sweep_is_parameter_matched():
     assert warm.train.warmup_steps == 800 and warm.model.norm == "post" and post.train.warmup_steps == 100
     with pytest.raises(ValueError, match="warmup=-1"):
         module.get_config("arch=h1_L24,post,warmup=-1")
+    admin = module.get_config("arch=h1_L24,admin")
+    assert admin.model.norm == "admin" and not admin.model.qk_layernorm and admin.train.warmup_steps == 100
+    assert module.layer_params(admin) - module.layer_params(post) == 128 * (2 * 24 + 3 * 24)  # one scale a sublayer
+    with pytest.raises(ValueError, match="admin and post"):
+        module.get_config("arch=h1_L24,admin,post")
