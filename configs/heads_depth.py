@@ -27,9 +27,9 @@ else; post-LN drops the final LayerNorm of each stack (d_model x 2 x 2 parameter
 sublayer.
 
 Arguments (``:key=value,...``): arch (one of ARCHS), qkln (QK-LayerNorm on), post (post-LN; QK-LayerNorm off),
-admin (post-LN with Admin, ``model.norm="admin"``; QK-LayerNorm off), warmup (learning-rate warmup steps; 0 = the Table 3 model's 100), seed, seeds (the sweep runs seeds
-0..seeds-1), steps, minutes (optional time cap), test_examples (0 = all), quick
-(tiny model: d_model 64, 4 heads x 1+1 against 1 head x 2+2 and 4+4).
+admin (post-LN with Admin, ``model.norm="admin"``; QK-LayerNorm off), warmup (learning-rate warmup steps; 0 = the
+Table 3 model's 100), seed, seeds (the sweep runs seeds 0..seeds-1), steps, minutes (optional time cap),
+test_examples (0 = all), quick (tiny model: d_model 64, 4 heads x 1+1 against 1 head x 2+2 and 4+4).
 """
 from engine.config import parse_arg, sibling_config
 
@@ -38,8 +38,8 @@ QUICK_ARCHS = {"h8_L3": (4, 1), "h1_L6": (1, 2), "h1_L12": (1, 4)}  # the first 
 
 
 def parse(arg):
-    return parse_arg(arg, arch="h8_L3", qkln=False, post=False, admin=False, warmup=0, seed=0, seeds=3, steps=2400, minutes=0.0,
-                     test_examples=0, quick=False)
+    return parse_arg(arg, arch="h8_L3", qkln=False, post=False, admin=False, warmup=0, seed=0, seeds=3, steps=2400,
+                     minutes=0.0, test_examples=0, quick=False)
 
 
 def _base(a):

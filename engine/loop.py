@@ -238,8 +238,9 @@ def _admin_init(setup, state: dict, data: Any) -> dict:
     the run's own data order is untouched); the optimizer state is made anew for the new parameters."""
     batch = to_device(next(data.train_iter()), setup.mesh, setup.layout)
     params = admin_params(setup, state["params"], batch)
-    scales = [float(np.asarray(leaf.addressable_data(0)).flat[0]) for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
-              if sharding_lib.path_str(path).endswith("omega")]
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    scales = [float(np.asarray(leaf.addressable_data(0)).flat[0]) for path, leaf in leaves
+              if sharding_lib.path_str(path).endswith("omega")]  # one value per sublayer, in every channel
     log.info("Admin: %d residual scales from the first training batch, %.3f to %.3f", len(scales), min(scales),
              max(scales))
     opt_state = jax.jit(setup.tx.init, out_shardings=setup.state_shardings["opt_state"])(params)

@@ -20,7 +20,8 @@ from models.transformer import DecodeCache, Decoder, DecoderOnly, Encoder, Encod
 __all__ = [
     "DecodeCache", "Decoder", "DecoderOnly", "Encoder", "EncoderClassifier", "EncoderDecoder", "Interventions", "MLP",
     "MultiHeadAttention", "WeightOverride",
-    "TransformerConfig", "admin_initialize", "apply_rope", "beam_search", "count_params", "cross_entropy", "greedy_decode",
+    "TransformerConfig", "admin_initialize", "apply_rope", "beam_search", "count_params", "cross_entropy",
+    "greedy_decode",
     "length_penalty_factor", "param_count_breakdown", "param_count_formula", "positions_from_segmentation",
     "head_shapes", "shift_right", "sinusoidal_encoding", "unit_head_mask",
 ]

@@ -65,9 +65,9 @@ changes only the warmup, to a third of the steps (800).
 
 The Admin post-LN arm and criteria 9-10 were added on 2026-12-03 (a later session), after 22 of the first 36
 points had finished (seeds 0 and 1 of both pre-LN arms, seed 0 and half of seed 1 of the post-LN arm; no
-long-warmup point), and after two 300-step pilots (``docs/results/heads_vs_depth/pilot_admin.csv``; seed 0, ``python train.py
---config=configs/heads_depth.py:arch=<arch>,post,steps=300,test_examples=20 --config.model.norm=admin``, the
-protocol of ``pilot_post_ln.csv``): at step 300, 1 head x 24+24 post-LN with Admin reached validation NLL 4.79
+long-warmup point), and after two 300-step pilots (``docs/results/heads_vs_depth/pilot_admin.csv``; seed 0,
+``python train.py --config=configs/heads_depth.py:arch=<arch>,post,steps=300,test_examples=20
+--config.model.norm=admin``, the protocol of ``pilot_post_ln.csv``): at step 300, 1 head x 24+24 post-LN with Admin reached validation NLL 4.79
 (plain post-LN: 6.23) and 8 heads x 3+3 with Admin 4.59 (plain post-LN: 4.79). The arm runs before the
 long-warmup arm (Admin is the stabiliser of Liu, Liu & Han). Admin (Liu et al. 2020, "Understanding the Difficulty
 of Training Transformers"; ``models.admin_initialize``) rescales each post-LN residual, ``LN(omega * x + f(x))``,

@@ -231,7 +231,7 @@ def test_heads_depth_sweep_is_parameter_matched():
                 (False, "admin", 100))
     assert len(points) == 60
     assert got == {(h, n, n, q, norm, w, s) for h, n in archs for q, norm, w in variants for s in (0, 1, 2)}
-    # the Admin, then the long-warmup arm come after the first three arms, so the points that ran before keep their order
+    # the Admin arm, then the long-warmup arm come after the first three, so the points that ran before keep their order
     assert all(p.overrides.get("model.norm") == "admin" for p in points[36:48])
     assert all("train.warmup_steps" in p.overrides for p in points[48:])
     # pre-LN points keep their names; post-LN points add the norm
