@@ -239,3 +239,21 @@ def test_the_doctor_on_two_processes_agrees_and_the_lead_writes(runs):
     assert len(summary) == 2 and len(set(summary)) == 1, summary
     report = json.load(open(os.path.join(two, "eval", f"diagnose_step{STEPS}", "report.json")))
     assert report["findings"] and summary[0].endswith(report["summary"])
+
+
+def test_admin_scales_are_the_same_on_two_processes(runs):
+    """norm="admin" profiles the first global batch: two processes of two devices set the scales (and train) as one
+    process of four devices does."""
+    one, _, _, _ = runs
+    tmp = pathlib.Path(os.path.dirname(one))
+    args = ["--config.model.norm=admin", "--config.train.num_steps=3"]
+    single = launch(tmp, str(tmp / "admin_one"), processes=1, devices=4, args=args)
+    pair = launch(tmp, str(tmp / "admin_two"), processes=2, devices=2, args=args)
+    assert_ok(single + pair)
+    lines = [[line.split("INFO ", 1)[1] for line in text.splitlines() if "INFO Admin:" in line]
+             for _, text in single + pair[:1]]
+    assert lines[0] == lines[1] and len(lines[0]) == 1 and lines[0][0].startswith("Admin: 5 residual scales")
+    a, b = losses(str(tmp / "admin_one")), losses(str(tmp / "admin_two"))
+    assert sorted(a) == sorted(b) == [1, 2, 3]
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), step
