@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long CPU sweeps behind docs/results/entropy_collapse/, logit_growth/, table3/, mqar_variants/,
-# heads_vs_depth/, head_importance/replication/ and table3_d256/ (about 42 hours on 2 cores), as one queue at the
+# heads_vs_depth/, head_importance/replication/ and table3_d256/ (about 45 hours on 2 cores), as one queue at the
 # lowest priority so other work goes on, the short studies first:
 #   1. entropy collapse (4 lrs x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 30 min)
 #   2. logit growth (6 lrs x d_model 64/128 x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 2 hours)
@@ -9,7 +9,8 @@
 #      control; 3 seeds; about 30 minutes each)
 #   4. attention variants on MQAR (softmax, linear, additive, hard x pairs x width, 3 seeds; about 3-4 hours)
 #   5. heads vs depth (8 heads x 3+3 against 1 head x 6+6, 12+12, 24+24 at equal parameters, pre-LN with
-#      QK-LayerNorm off/on, post-LN with the short and a long warmup, 3 seeds; about 12 hours)
+#      QK-LayerNorm off/on, post-LN with the short warmup, with Admin and with a long warmup, 3 seeds; about
+#      15 hours)
 #   6. head-importance replication on fresh seeds 3-5 (3 models + 3 uniform-baseline models, 2,200 steps each, and
 #      the head analyses; about 3 hours), testing the verdict criteria written after the first run
 #   7. Table 3 at d_model 256 (about 15 hours)
