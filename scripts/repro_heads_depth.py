@@ -67,9 +67,9 @@ The Admin post-LN arm and criteria 9-10 were added on 2026-12-03 (a later sessio
 points had finished (seeds 0 and 1 of both pre-LN arms, seed 0 and half of seed 1 of the post-LN arm; no
 long-warmup point), and after two 300-step pilots (``docs/results/heads_vs_depth/pilot_admin.csv``; seed 0,
 ``python train.py --config=configs/heads_depth.py:arch=<arch>,post,steps=300,test_examples=20
---config.model.norm=admin``, the protocol of ``pilot_post_ln.csv``): at step 300, 1 head x 24+24 post-LN with Admin reached validation NLL 4.79
-(plain post-LN: 6.23) and 8 heads x 3+3 with Admin 4.59 (plain post-LN: 4.79). The arm runs before the
-long-warmup arm (Admin is the stabiliser of Liu, Liu & Han). Admin (Liu et al. 2020, "Understanding the Difficulty
+--config.model.norm=admin``, the protocol of ``pilot_post_ln.csv``): at step 300, 1 head x 24+24 post-LN with
+Admin reached validation NLL 4.79 (plain post-LN: 6.23) and 8 heads x 3+3 with Admin 4.59 (plain post-LN: 4.79).
+The arm runs before the long-warmup arm (Admin is the stabiliser of Liu, Liu & Han). Admin (Liu et al. 2020, "Understanding the Difficulty
 of Training Transformers"; ``models.admin_initialize``) rescales each post-LN residual, ``LN(omega * x + f(x))``,
 with omega set from one forward pass at initialisation; Liu, Liu & Han stabilised their deep single-head models
 with it. The arm keeps everything else of the post-LN arm (the 100 warmup steps, peak learning rate 3e-3).
@@ -109,9 +109,10 @@ def setting(overrides: dict) -> tuple[str, str, str]:
     """(architecture label, variant (a key of VARIANTS), full label) of a point."""
     h, n, d_ff = overrides["model.num_heads"], overrides["model.num_encoder_layers"], overrides["model.d_ff"]
     arch = f"{h} head{'s' if h > 1 else ''} x {n}+{n}, d_k {overrides['model.qk_dim']}, d_ff {d_ff}"
-    if overrides.get("model.norm", "pre") == "admin":
+    norm = overrides.get("model.norm", "pre")
+    if norm == "admin":
         variant = "admin"
-    elif overrides.get("model.norm", "pre") == "post":
+    elif norm == "post":
         variant = "warm" if "train.warmup_steps" in overrides else "post"
     else:
         variant = "on" if overrides["model.qk_layernorm"] else "off"

@@ -1,7 +1,4 @@
 """Admin (``norm="admin"``): post-LN with residual scales set from one forward pass (Liu et al. 2020)."""
-import os
-import sys
-
 import jax
 import numpy as np
 from flax import nnx
@@ -10,11 +7,7 @@ import engine
 import models
 from engine import hooks as hooks_lib
 from models import transformer as transformer_lib
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-
-from _runs import load  # noqa: E402
+from test_loop import mqar_config
 
 V = 40
 INPUTS = jax.random.randint(jax.random.PRNGKey(0), (2, 7), 3, V)
@@ -91,9 +84,7 @@ def test_profiling_under_jit_matches_eager():
 
 
 def test_engine_sets_the_scales_before_the_first_step():
-    c = load(os.path.join(REPO, "configs", "mqar_grid.py") + ":quick")
-    c.train.update(num_steps=2, log_every=1, stats_every=2, warmup_steps=1)
-    c.model.update(norm="admin")
+    c = mqar_config(steps=2, norm="admin")
     seen = {}
 
     class Snapshot(hooks_lib.Hook):
