@@ -203,6 +203,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
         log.info("model: %s, %.2fM parameters; mesh %s", type(setup.model(r.state["params"])).__name__,
                  n_params / 1e6, dict(mesh.shape))
         r.event("start", params=n_params, mesh=dict(mesh.shape), resumed=resumed, wandb_mode=logger.mode,
+                device=f"{jax.devices()[0].platform} {jax.devices()[0].device_kind} x{jax.device_count()}",
                 data_stats=_jsonable(getattr(data, "stats", {})))
         logger.summary({"params": n_params})
         train_step = make_train_step(setup)

@@ -223,8 +223,12 @@ def _check_same(where: str, found: Mapping[str, Any], config_spec: str, override
 
 def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str, Any], *, group: str,
               python: str = sys.executable, train_script: Optional[str] = None,
-              record: Optional[str] = None) -> bool:
+              record: Optional[str] = None, execution: Optional[Mapping[str, Any]] = None) -> bool:
     """Train one point unless its record or marker says it is done; True when it finished.
+
+    ``execution``: overrides of how the point runs, not what it is (e.g. ``model.attention_impl`` on an
+    accelerator): passed to train.py after the point's overrides, kept in the record under ``execution`` and left
+    out of the check that an existing record or marker was made by the same point.
 
     train.py's console output goes to <point>/sweep_stdout.log (its own log is <point>/train.log). A point
     counts as finished when train.py exits 0 after training to the end (``train_end`` reason ``num_steps`` or
@@ -257,8 +261,8 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
     if os.environ.get("WANDB_SWEEP_ID") and agent_run_id:
         with open(os.path.join(point_dir, "wandb_run_id"), "w") as f:
             f.write(agent_run_id)
-    cmd = train_command(config_spec, point_dir, overrides, group=group, run_name=f"{group}/{point.name}",
-                        python=python, train_script=train_script)
+    cmd = train_command(config_spec, point_dir, {**overrides, **(execution or {})}, group=group,
+                        run_name=f"{group}/{point.name}", python=python, train_script=train_script)
     print(f"[sweep] {point.name}: {' '.join(cmd)}", flush=True)
     commit = source_commit()
     start = time.time()
@@ -275,7 +279,10 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
         {"status": "done", "config": config_spec, "overrides": overrides, "wall_s": wall, "command": cmd,
          "commit": commit}, indent=1))
     if record is not None:
-        write_record(record, finished := point_record(point_dir, config_spec, overrides, name=point.name))
+        finished = point_record(point_dir, config_spec, overrides, name=point.name)
+        if execution:
+            finished["execution"] = json.loads(json.dumps(dict(execution)))
+        write_record(record, finished)
         save_hypotheses(record, point_dir, finished)
     print(f"[sweep] {point.name}: done in {wall:.0f}s", flush=True)
     return True
@@ -588,6 +595,7 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
         "commit": status.get("commit") or f"{source_commit()} (at record time; the run's commit was not kept)",
         "recorded_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "host": f"{os.uname().sysname} {os.uname().machine}, {os.cpu_count()} CPU cores",
+        "device": next((r.get("device") for r in reversed(starts) if r.get("device")), None),
         "steps": int(values.get("step", 0)),
         "end_reason": end_reason(point_dir),
         "params": next((r.get("params") for r in starts if r.get("params") is not None), None),

@@ -224,6 +224,7 @@ def test_only_the_lead_writes_shared_files(runs):
     assert len(offline) == 2 and {d.rsplit("-", 1)[1] for d in offline} == {run_id}  # one run, two launches
     starts = [r for r in writer_lib.read_jsonl(os.path.join(two, "metrics.jsonl")) if r.get("event") == "start"]
     assert [s["resumed"] for s in starts] == [False, True]
+    assert {s["device"] for s in starts} == {"cpu cpu x4"}  # two processes of two devices: one global count
 
 
 def test_the_doctor_on_two_processes_agrees_and_the_lead_writes(runs):
