@@ -6,22 +6,32 @@
     python train.py --config=configs/table3_heads.py:heads=16,seed=1          # one point
 
 Arguments (``:key=value,...``): heads and seed (the point train.py trains), seeds (the sweep runs seeds
-0..seeds-1), wmt14 (paper scale: ``configs/translation_wmt14.py``, d_model 512, h in {1, 2, 4, 8, 16, 32}),
-d_model (CPU scale: 128, or 256 with d_ff 1024), steps (CPU scale: training steps per point, default 2,400 =
-the main job's budget; a step budget, not a time budget, so every point sees the same data whatever the
-machine load), minutes (CPU scale: an optional time cap, 0 = none), test_examples (CPU scale: test sentences
-decoded per point, 0 = all), quick (CPU scale, tiny model and a few steps), aa (the A/A control: the
-sweep yields only the base point h = 8, with the seeds after the main ones, seeds .. 2 * seeds - 1), more_h1 (the
-single-head extension: h = 1 only, at the same later seeds, so h = 1 and h = 8 both have 2 * seeds), h1_base_dk
-(the single-head d_k control: h = 1 with the base's d_k = d_model / 8 and d_v = d_model, seeds 0 .. seeds - 1).
+0..seeds-1), wmt14 (paper scale: ``configs/translation_wmt14.py``, d_model 512, h in {1, 2, 4, 8, 16, 32}), d_model
+(CPU scale: 128, or 256 with d_ff 1024; 512 with d_ff 2048 on an accelerator, ``scripts/gpu_sweeps.py``), steps
+(CPU scale: training steps per point, default 2,400 = the main job's budget; a step budget, not a time budget, so
+every point sees the same data whatever the machine load), minutes (CPU scale: an optional time cap, 0 = none),
+test_examples (CPU scale: test sentences decoded per point, 0 = all), quick (CPU scale, tiny model and a few
+steps), aa (the A/A control: the sweep yields only the base point h = 8, with the seeds after the main ones, seeds
+.. 2 * seeds - 1), more_h1 (the single-head extension: h = 1 only, at the same later seeds, so h = 1 and h = 8 both
+have 2 * seeds), h1_base_dk (the single-head d_k control: h = 1 with the base's d_k = d_model / 8 and d_v =
+d_model, seeds 0 .. seeds - 1).
 With qk_dim > 0 a single point keeps d_v = d_model / h and takes that d_k.
 At CPU scale the base is ``configs/translation.py`` (d_model 128: d_k = 128, 64, 32, 16, 8, 4) without
-QK-LayerNorm (the paper's attention) at learning rate 3e-3, with the validation loss (whole validation split,
-no decoding) every 600 steps (a fourth of the budget) for learning curves.
+QK-LayerNorm (the paper's attention) at learning rate ``learning_rate(d_model)`` (3e-3 at d_model 128), with the
+validation loss (whole validation split, no decoding) every 600 steps (a fourth of the budget) for learning curves.
 """
 from engine.config import parse_arg, sibling_config
 
 HEADS = (1, 2, 4, 8, 16, 32)
+
+
+def learning_rate(d_model: int) -> float:
+    """The peak learning rate at width ``d_model``: 3e-3 x 128 / d_model (3e-3 at 128, 1.5e-3 at 256, 7.5e-4 at
+    512). Fixed on 2026-12-03, before any point at d_model 256 or 512 ran, from 300-step pilots of the base point
+    at 3e-3 x (128 / d_model)^k, k = 0, 1/2, 1 (``docs/results/table3_d512/pilot_lr.csv``): k = 1 had the lowest
+    validation NLL at both widths, and at 3e-3 the largest attention logit reached 120 at 256 and 700 at 512 by
+    step 300 (20 at 128)."""
+    return 3e-3 * 128 / d_model
 
 
 def parse(arg):
@@ -43,7 +53,7 @@ def base(a):
         c.eval.bleu_examples = 0  # ... without decoding during training
         c.eval.split_examples = a.test_examples
         c.model.qk_layernorm = False  # the paper's attention: d_k must matter through the logit scale
-        c.train.learning_rate = 3e-3
+        c.train.learning_rate = learning_rate(a.d_model)
     c.seed = a.seed
     c.wandb.tags = tuple(c.wandb.tags) + ("table3",)
     return c

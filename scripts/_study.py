@@ -81,27 +81,53 @@ def open_study(name: str, config: str, doc: str, argv: Optional[Sequence[str]] =
                  command=command)
 
 
-def train_points(spec: str, points: Sequence[sweep_lib.Point], workdir: str, records_dir: str,
-                 train_script: Optional[str] = None, *, max_points: Optional[int] = None,
-                 after: Optional[Callable[[str, Any], None]] = None) -> list[str]:
-    """Train each point of config ``spec`` that has no record ``<records_dir>/<point>.json`` (run folders under
-    ``workdir``; at most ``max_points`` of them when given, in the given order); ``after(record path, point)``
-    runs after each point that trained or already had a record. The names of the points that failed."""
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One point of a study: its config spec, sweep point, the folder its run folder goes in, its record path."""
+    spec: str
+    point: Any  # sweep.Point
+    workdir: str
+    record: str
+    label: str = ""  # how messages name it (default: the point's name)
+
+    @property
+    def name(self) -> str:
+        return self.label or self.point.name
+
+
+def study_jobs(spec: str, points: Sequence[sweep_lib.Point], workdir: str, records_dir: str) -> list[Job]:
+    """The jobs of ``points`` of config ``spec``: run folders under ``workdir``, records
+    ``<records_dir>/<point>.json``."""
+    return [Job(spec, p, workdir, os.path.join(records_dir, f"{p.name}.json")) for p in points]
+
+
+def train_jobs(jobs: Sequence[Job], train_script: Optional[str] = None, *, max_points: Optional[int] = None,
+               after: Optional[Callable[[str, Any], None]] = None) -> list[str]:
+    """Train each job that has no record yet, in the given order (at most ``max_points`` of them when given);
+    ``after(record path, point)`` runs after each job that trained or already had a record. The names of the
+    jobs that failed."""
     failed = []
     budget = max_points
-    for p in points:
-        record = os.path.join(records_dir, f"{p.name}.json")
-        if not os.path.exists(record):
+    for j in jobs:
+        if not os.path.exists(j.record):
             if budget is not None and budget <= 0:
                 continue
             budget = None if budget is None else budget - 1
-        if not sweep_lib.run_point(spec, workdir, p, {}, group=sweep_lib.sweep_name(spec),
-                                   train_script=train_script, record=record):
-            failed.append(p.name)
+        if not sweep_lib.run_point(j.spec, j.workdir, j.point, {}, group=sweep_lib.sweep_name(j.spec),
+                                   train_script=train_script, record=j.record):
+            failed.append(j.name)
             continue
         if after is not None:
-            after(record, p)
+            after(j.record, j.point)
     return failed
+
+
+def train_points(spec: str, points: Sequence[sweep_lib.Point], workdir: str, records_dir: str,
+                 train_script: Optional[str] = None, *, max_points: Optional[int] = None,
+                 after: Optional[Callable[[str, Any], None]] = None) -> list[str]:
+    """``train_jobs`` over ``study_jobs(spec, points, workdir, records_dir)``."""
+    return train_jobs(study_jobs(spec, points, workdir, records_dir), train_script, max_points=max_points,
+                      after=after)
 
 
 def train_missing(study: Study, after: Optional[Callable[[str, Any], None]] = None) -> list[str]:
@@ -140,16 +166,26 @@ def train_minutes(record: dict) -> Optional[float]:
     return None if step_s is None or not steps else float(step_s) * steps / 60
 
 
-def runtime_text(command: str, records: Sequence[dict]) -> str:
-    """The report's paragraph on how it was run and what it cost: the command, the queue, and the wall and
-    training time of ``records``."""
+def runtime_text(command: str, records: Sequence[dict], *, queue: bool = True) -> str:
+    """The report's paragraph on how it was run and what it cost: the command, the queue (``queue``: the points
+    are the CPU queue's; else an accelerator's, ``scripts/gpu_sweeps.py``), and the wall and training time of
+    ``records``."""
+    accelerated = [r for r in records if r.get("execution")]
+    records = [r for r in records if not r.get("execution")]
     walls = sorted(w for w in map(wall_minutes, records) if w is not None)
     trains = sorted(t for t in map(train_minutes, records) if t is not None)
-    text = (f"Command: `{command}` (resumable: finished points are skipped, an interrupted point resumes from its "
-            "last checkpoint; `--report_only` rebuilds this report from `points/`), run in the background queue "
-            "`scripts/ablations.sh` at nice 19. ")
+    if not queue:
+        text = (f"Command: `{command}`, one accelerator call, which trains the points without a record (`--collect` "
+                "brings its records here; `--report_only` of this report's script rebuilds it from `points/`). ")
+    else:
+        text = (f"Command: `{command}` (resumable: finished points are skipped, an interrupted point resumes from "
+                "its last checkpoint; `--report_only` rebuilds this report from `points/`)"
+                + (". " if accelerated and not records else
+                   ", run in the background queue `scripts/ablations.sh` at nice 19. "))
+    if accelerated:
+        text += accelerated_text(accelerated) + " "
     if not walls:
-        return text + "No point has finished yet."
+        return text + ("No point has finished on the CPU." if accelerated else "No point has finished yet.")
     text += (f"Wall time: {walls[0]:.1f} to {walls[-1]:.1f} minutes a point (median {statistics.median(walls):.1f}), "
              f"{sum(walls) / 60:.1f} hours over {_points(len(walls))}; it counts the time the queue was paused (it is "
              "stopped while CI runs) and shared the 2 cores with other work.")
@@ -158,6 +194,21 @@ def runtime_text(command: str, records: Sequence[dict]) -> str:
                  f"inflate; recorded from commit e37b7f2 on): {trains[0]:.1f} to {trains[-1]:.1f} minutes a point, "
                  f"{sum(trains) / 60:.1f} hours over {_points(len(trains))}.")
     return text
+
+
+def accelerated_text(records: Sequence[dict]) -> str:
+    """The sentence on the points trained by ``scripts/gpu_sweeps.py`` (records with ``execution``): where, with
+    which execution settings, and their wall time."""
+    devices = sorted({str(r.get("device")) for r in records})
+    settings = sorted({", ".join(f"{k} = {v}" for k, v in sorted(r["execution"].items())) for r in records})
+    walls = sorted(w for w in map(wall_minutes, records) if w is not None)
+    text = (f"{_points(len(records))} trained on {' / '.join(devices)} by `scripts/gpu_sweeps.py` (same config, "
+            f"overrides, step budget and data order as the CPU queue; execution: {'; '.join(settings)}, float32 "
+            "matmuls at full precision)")
+    if walls:
+        text += (f", {walls[0]:.1f} to {walls[-1]:.1f} wall minutes a point with several points sharing the "
+                 "device; the times below are the CPU points'")
+    return text + "."
 
 
 def _points(n: int) -> str:

@@ -119,7 +119,8 @@ def setting(overrides: dict) -> tuple[str, str, str]:
     return arch, variant, f"{arch}, {VARIANTS[variant]}"
 
 
-def main(argv: Optional[Sequence[str]] = None) -> str:
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line, checked, with the run and report folders and the config argument filled in."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model, a few steps, 1 seed")
     parser.add_argument("--seeds", type=int, default=3)
@@ -134,18 +135,35 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parser.parse_args(argv)
     _study.check_args(args)
     tag = "heads_depth_quick" if args.quick else "heads_depth"
-    workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
-    out = args.out or os.path.join(REPO, "runs/repro/heads_depth_quick" if args.quick
-                                   else "docs/results/heads_vs_depth")
-    records_dir = os.path.join(out, "points")
-    config_arg = (f"seeds={1 if args.quick else args.seeds},steps={args.steps},minutes={args.minutes:g},"
-                  f"test_examples={args.test_examples}" + (",quick" if args.quick else ""))
-    spec = f"{os.path.join(REPO, CONFIG)}:{config_arg}"
+    args.workdir = os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag))
+    args.out = args.out or os.path.join(REPO, "runs/repro/heads_depth_quick" if args.quick
+                                        else "docs/results/heads_vs_depth")
+    args.config_arg = (f"seeds={1 if args.quick else args.seeds},steps={args.steps},minutes={args.minutes:g},"
+                       f"test_examples={args.test_examples}" + (",quick" if args.quick else ""))
+    return args
+
+
+def points_of(args: argparse.Namespace) -> tuple[str, list[sweep_lib.Point]]:
+    """The config spec and every point of the study, in training order."""
+    spec = f"{os.path.join(REPO, CONFIG)}:{args.config_arg}"
     points = sweep_lib.sweep_points(spec)
     sweep_lib.check_overrides(spec, points, {})
-    failed = [] if args.report_only else _study.train_points(spec, points, workdir, records_dir, args.train_script)
-    base = sweep_lib.load_config_module(os.path.join(REPO, CONFIG)).get_config(config_arg)
-    path = write_report(out, points, base, quick=args.quick, workdir=workdir)
+    return spec, points
+
+
+def jobs(argv: Optional[Sequence[str]] = None) -> list[_study.Job]:
+    """Every point in training order, done or not, with its run folder and record path."""
+    args = parse_args(argv)
+    spec, points = points_of(args)
+    return _study.study_jobs(spec, points, args.workdir, os.path.join(args.out, "points"))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    args = parse_args(argv)
+    _, points = points_of(args)
+    failed = [] if args.report_only else _study.train_jobs(jobs(argv), args.train_script)
+    base = sweep_lib.load_config_module(os.path.join(REPO, CONFIG)).get_config(args.config_arg)
+    path = write_report(args.out, points, base, quick=args.quick, workdir=args.workdir)
     print(f"wrote {path}")
     if failed:
         print(f"[heads_depth] failed points: {failed}; rerun the same command to retry them", file=sys.stderr)

@@ -271,6 +271,24 @@ def test_runtime_text_separates_wall_from_training_time():
     assert _study.runtime_text("c", []).endswith("No point has finished yet.")
 
 
+def test_runtime_text_names_the_points_trained_on_an_accelerator_apart():
+    import _study
+
+    gpu = {"wall_s": 120.0, "steps": 2400, "median_step_s": 0.01, "device": "gpu NVIDIA H200 x1",
+           "execution": {"model.attention_impl": "xla"}}
+    cpu = {"wall_s": 600.0, "steps": 2400, "median_step_s": 0.25}
+    text = _study.runtime_text("c", [gpu, cpu, dict(gpu, wall_s=180.0)])
+    assert ("2 points trained on gpu NVIDIA H200 x1 by `scripts/gpu_sweeps.py` (same config, overrides, step budget "
+            "and data order as the CPU queue; execution: model.attention_impl = xla, float32 matmuls at full "
+            "precision), 2.0 to 3.0 wall minutes a point") in text
+    assert "10.0 to 10.0 minutes a point (median 10.0), 0.2 hours over 1 point" in text  # the CPU point alone
+    only_gpu = _study.runtime_text("c", [gpu])
+    assert only_gpu.endswith("No point has finished on the CPU.") and "ablations.sh" not in only_gpu
+    elsewhere = _study.runtime_text("python scripts/gpu_sweeps.py --studies=table3_d512", [], queue=False)
+    assert elsewhere.startswith("Command: `python scripts/gpu_sweeps.py --studies=table3_d512`, one accelerator call")
+    assert "ablations.sh" not in elsewhere
+
+
 # ---------------------------------------------------------------------------------------------- stats
 def test_welch_matches_scipy():
     from scipy import stats as sps
@@ -555,3 +573,22 @@ def test_verdicts_need_three_seeds_a_side():
     assert repro_table3.verdict(three, 0.073, 0.005) == "reproduced"
     assert repro_table3.verdict(three, -0.073, 0.005) == "contradicted"
     assert repro_table3.verdict(None, 0.073, 0.005) == "missing"
+
+
+def test_learning_rate_falls_as_one_over_width_and_the_report_shows_its_pilots(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("t3h", os.path.join(REPO, "configs/table3_heads.py"))
+    t3h = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t3h)
+    assert [t3h.get_config(f"d_model={d}").train.learning_rate for d in (128, 256, 512)] == [3e-3, 1.5e-3, 7.5e-4]
+    pilots = tmp_path / "pilot_lr.csv"
+    head = ("d_model,learning_rate,step,train_loss,train_nll,grad_norm,max_logit_step,max_logit_encoder_self,"
+            "max_logit_decoder_self,max_logit_cross,valid_nll_at_300\n")
+    pilots.write_text(head + "512,0.00075,300,4.9,4.3,1.0,300,44.3,45.4,37.3,4.43\n"
+                      "512,0.003,300,5.2,4.6,0.9,300,665.6,480.3,701.0,4.69\n"
+                      "512,0.003,250,5.3,4.7,0.9,260,1,2,3,\n256,0.003,300,5.1,4.4,0.7,300,87.5,122.5,66.0,4.53\n")
+    import repro_table3 as rt3
+    assert rt3.lr_pilots(512, str(pilots)) == [[0.003, 5.2, 4.69, "665.6 / 480.3 / 701.0"],
+                                               [0.00075, 4.9, 4.43, "44.3 / 45.4 / 37.3"]]
+    assert rt3.lr_pilots(128, str(pilots)) == [] and rt3.lr_pilots(512, str(tmp_path / "none.csv")) == []

@@ -1,0 +1,109 @@
+"""scripts/gpu_sweeps.py: pending points trained in parallel into one archive, collected without overwriting."""
+import io
+import json
+import os
+import sys
+import tarfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+import gpu_sweeps  # noqa: E402
+import repro_table3  # noqa: E402
+import sweep  # noqa: E402
+
+FAKE_TRAIN = os.path.join(REPO, "tests", "fake_train.py")
+
+
+def quick_jobs(tmp_path):
+    """The --quick Table 3 jobs (rows (A) h = 1, 8; rows (B); the late rows), records and runs under tmp_path."""
+    return repro_table3.jobs(["--quick", "--out", str(tmp_path / "table3"), "--workdir", str(tmp_path / "runs")])
+
+
+def members(archive) -> dict[str, bytes]:
+    with tarfile.open(archive, "r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+
+
+def test_run_trains_every_job_on_parallel_workers_and_archives_each_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALLS_FILE", str(tmp_path / "calls.txt"))
+    jobs = quick_jobs(tmp_path)
+    out = tmp_path / "out"
+    rows = gpu_sweeps.run([("table3", j) for j in jobs], str(out), workers=3, budget_s=300, first_estimate_s=1,
+                          train_script=FAKE_TRAIN, root=str(tmp_path))
+    assert sorted(r["point"] for r in rows) == sorted(j.name for j in jobs) and all(r["ok"] for r in rows)
+    assert len((tmp_path / "calls.txt").read_text().split()) == len(jobs)
+    files = members(out / "records.tar.gz")
+    for j in jobs:
+        name = os.path.relpath(j.record, tmp_path)
+        record = json.loads(files[name])
+        assert record["execution"] == {"model.attention_impl": "xla"}
+        assert record["overrides"] == j.point.overrides  # what the point is: the CPU queue's record
+        assert not os.path.exists(j.record)  # records go to the archive, not into the checkout
+    assert (out / "points.csv").read_text().count("\n") == len(jobs) + 1
+
+
+def test_no_point_starts_that_would_overrun_the_budget(tmp_path):
+    rows = gpu_sweeps.run([("table3", j) for j in quick_jobs(tmp_path)], str(tmp_path / "out"), workers=2,
+                          budget_s=10, first_estimate_s=60, train_script=FAKE_TRAIN, root=str(tmp_path))
+    assert rows == [] and not (tmp_path / "out" / "records.tar.gz").exists()
+
+
+def test_a_record_made_with_execution_overrides_is_the_same_point_for_the_cpu_queue(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALLS_FILE", str(tmp_path / "calls.txt"))
+    job = quick_jobs(tmp_path)[0]
+    assert sweep.run_point(job.spec, job.workdir, job.point, {}, group="g", train_script=FAKE_TRAIN,
+                           record=job.record, execution=gpu_sweeps.EXECUTION)
+    assert sweep.run_point(job.spec, str(tmp_path / "elsewhere"), job.point, {}, group="g",
+                           train_script=FAKE_TRAIN, record=job.record)  # skipped: the same point
+    assert len((tmp_path / "calls.txt").read_text().split()) == 1
+
+
+def test_pending_leaves_out_recorded_points_and_names_an_unknown_study(tmp_path):
+    pending = gpu_sweeps.pending_jobs(["table3_d512"], True, str(tmp_path))
+    assert [j.name for _, j in pending] == ["A/num_heads_1", "A/num_heads_8", "B/qk_dim_4", "B/qk_dim_2"]
+    sweep.write_record(pending[0][1].record, {"schema": 1})
+    assert len(gpu_sweeps.pending_jobs(["table3_d512"], True, str(tmp_path))) == 3
+    with pytest.raises(ValueError, match=r"--studies: unknown \['table3_d1024'\]; expected some of"):
+        gpu_sweeps.pending_jobs(["table3_d1024"], True, str(tmp_path))
+
+
+def test_the_real_studies_are_the_cpu_queues_points_plus_the_d512_table():
+    d512 = gpu_sweeps.STUDIES["table3_d512"](False, "")
+    assert len(d512) == 33 and all("/docs/results/table3_d512/points/" in j.record for j in d512)
+    assert sorted({j.point.overrides["model.qk_dim"] for j in d512}) == [16, 32, 64, 128, 256, 512]
+    d256 = gpu_sweeps.STUDIES["table3_d256"](False, "")
+    assert [j.record for j in d256] == [j.record for j in repro_table3.jobs(["--d_model=256"])]
+
+
+def test_collect_adds_new_files_and_keeps_existing_ones(tmp_path):
+    archive = tmp_path / "records.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, text in (("docs/results/x/points/a.json", b"new a"), ("docs/results/x/points/b.json", b"new b")):
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text))
+    repo = tmp_path / "repo"
+    (repo / "docs/results/x/points").mkdir(parents=True)
+    (repo / "docs/results/x/points/b.json").write_bytes(b"old b")
+    added, skipped = gpu_sweeps.collect(str(archive), str(repo))
+    assert added == ["docs/results/x/points/a.json"] and skipped == ["docs/results/x/points/b.json"]
+    assert (repo / "docs/results/x/points/b.json").read_bytes() == b"old b"
+
+
+def test_collect_refuses_a_member_outside_the_repository(tmp_path):
+    archive = tmp_path / "bad.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("../escape.json")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(ValueError, match=r"member '../escape.json' is not a file inside the repository"):
+        gpu_sweeps.collect(str(archive), str(tmp_path / "repo"))
+    assert not (tmp_path / "escape.json").exists()
+
+
+def test_bad_numbers_are_refused_before_any_work(capsys):
+    with pytest.raises(SystemExit, match=r"--workers=0; expected a positive number"):
+        gpu_sweeps.main(["--workers=0", "--out=/nonexistent"])
