@@ -26,7 +26,7 @@ On the device machine, one call with ``carry`` [".whl", ".gpu_cache"]:
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
       .whl/*.whl && export PYTHONPATH=/tmp/site:. && mkdir -p $OUT && \\
-      PYTHONUNBUFFERED=1 timeout 560 python3 scripts/gpu_sweeps.py --out $OUT --budget 500 2>&1 | tee $OUT/log.txt
+      PYTHONUNBUFFERED=1 timeout 480 python3 scripts/gpu_sweeps.py --out $OUT --budget 420 2>&1 | tee $OUT/log.txt
 Here, after it (records that exist are never replaced), then each study's ``--report_only``:
 
     python scripts/gpu_sweeps.py --collect <files_at>/records.tar.gz
@@ -237,7 +237,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", default=None, help="where records.tar.gz and points.csv go (the device's $OUT)")
     parser.add_argument("--studies", default=",".join(STUDIES), help=f"some of {', '.join(STUDIES)}, in order")
     parser.add_argument("--workers", type=int, default=8, help="points training at once")
-    parser.add_argument("--budget", type=float, default=500.0, help="seconds; no point starts that would overrun")
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds; no point starts that would overrun")
     parser.add_argument("--first_estimate", type=float, default=150.0,
                         help="seconds a point is taken to need before any has finished")
     parser.add_argument("--dry-run", dest="dry_run", action="store_true",
