@@ -116,6 +116,24 @@ def prepare(repo: str = REPO) -> None:
               "the tokenizer and encoding caches hit; leave it out)"))
 
 
+def versions() -> str:
+    """The packages the points depend on, as installed, and the GPUs ``nvidia-smi -L`` lists (for the log)."""
+    import importlib.metadata as md
+
+    found = []
+    for name in ("jax", "jaxlib", "jax-cuda13-plugin", "flax", "optax", "orbax-checkpoint", "tensorstore", "grain",
+                 "tensorflow-datasets", "numpy", "protobuf", "sentencepiece", "sacrebleu"):
+        try:
+            found.append(f"{name} {md.version(name)}")
+        except md.PackageNotFoundError:
+            found.append(f"{name} missing")
+    try:
+        gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        gpus = ""
+    return f"python {sys.version.split()[0]}; " + ", ".join(found) + f"; GPUs: {gpus or 'none listed'}"
+
+
 def pending_jobs(studies: Sequence[str], dry_run: bool, tmp: str) -> list[tuple[str, _study.Job]]:
     """(study, job) of every job without a record, studies in the given order."""
     unknown = [s for s in studies if s not in STUDIES]
@@ -269,6 +287,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for study, job in jobs:
             print(study, job.name)
         return 0
+    print(f"[gpu_sweeps] {versions()}", flush=True)
     cache = os.path.join(REPO, ".gpu_cache")
     env = dict(ENVIRONMENT, **({"ATTNLAB_CACHE_DIR": cache} if os.path.isdir(cache) else {}))
     os.environ.update(env)

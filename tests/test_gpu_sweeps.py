@@ -107,3 +107,8 @@ def test_collect_refuses_a_member_outside_the_repository(tmp_path):
 def test_bad_numbers_are_refused_before_any_work(capsys):
     with pytest.raises(SystemExit, match=r"--workers=0; expected a positive number"):
         gpu_sweeps.main(["--workers=0", "--out=/nonexistent"])
+
+
+def test_the_log_names_the_package_versions_and_the_gpus():
+    line = gpu_sweeps.versions()
+    assert line.startswith("python 3.") and "jax 0.1" in line and "flax 0.12" in line and "GPUs: " in line
