@@ -27,7 +27,7 @@ On the device machine, one call with ``carry`` [".whl", ".gpu_cache"]:
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
       .whl/*.whl && export PYTHONPATH=/tmp/site:. && mkdir -p $OUT && \\
       PYTHONUNBUFFERED=1 timeout 480 python3 scripts/gpu_sweeps.py --out $OUT --budget 420 2>&1 | tee $OUT/log.txt
-Here, after it (records that exist are never replaced), then each study's ``--report_only``:
+Here, after it (records that exist are never replaced; the reports of the studies it adds to are rebuilt):
 
     python scripts/gpu_sweeps.py --collect <files_at>/records.tar.gz
 
@@ -64,6 +64,12 @@ STUDIES: dict[str, Callable[[bool, str], list[_study.Job]]] = {
     "table3_d256": lambda dry, tmp: repro_table3.jobs(
         _dry(tmp, "table3_d256", "--rows=AA") if dry else ["--d_model=256"]),
     "heads_vs_depth": lambda dry, tmp: repro_heads_depth.jobs(_dry(tmp, "heads_vs_depth") if dry else []),
+}
+REPORTS: dict[str, tuple[Callable[[list[str]], str], list[str]]] = {
+    # records folder -> (report script's main, its arguments) that rebuilds the report from the records
+    "docs/results/table3_d512": (repro_table3.main, ["--report_only", "--d_model=512"]),
+    "docs/results/table3_d256": (repro_table3.main, ["--report_only", "--d_model=256"]),
+    "docs/results/heads_vs_depth": (repro_heads_depth.main, ["--report_only"]),
 }
 EXECUTION = {"model.attention_impl": "xla"}
 ENVIRONMENT = {"JAX_DEFAULT_MATMUL_PRECISION": "highest", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
@@ -250,6 +256,11 @@ def collect(archive: str, repo: str = REPO) -> tuple[list[str], list[str]]:
     return added, skipped
 
 
+def touched_reports(added: Sequence[str]) -> list[tuple[Callable[[list[str]], str], list[str]]]:
+    """The (report main, arguments) of ``REPORTS`` whose records folder holds one of the ``added`` paths."""
+    return [REPORTS[folder] for folder in REPORTS if any(a.startswith(folder + "/") for a in added)]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="where records.tar.gz and points.csv go (the device's $OUT)")
@@ -275,6 +286,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         added, skipped = collect(args.collect)
         print(f"collected {len(added)} files into the repository; {len(skipped)} existed and were kept: "
               f"{skipped}")
+        for report, report_args in touched_reports(added):
+            report(report_args)
         return 0
     if not args.out and not args.list:
         raise SystemExit("gpu_sweeps: --out is required to train (the device's $OUT)")

@@ -112,3 +112,12 @@ def test_bad_numbers_are_refused_before_any_work(capsys):
 def test_the_log_names_the_package_versions_and_the_gpus():
     line = gpu_sweeps.versions()
     assert line.startswith("python 3.") and "jax 0.1" in line and "flax 0.12" in line and "GPUs: " in line
+
+
+def test_collect_rebuilds_the_reports_of_the_studies_it_added_to():
+    added = ["docs/results/table3_d512/points/A/num_heads_1-seed_0.json",
+             "docs/results/table3_d512/points/A/num_heads_1-seed_0.test.txt",
+             "docs/results/heads_vs_depth/points/num_encoder_layers_3-qk_layernorm_true-seed_2.json"]
+    assert gpu_sweeps.touched_reports(added) == [(repro_table3.main, ["--report_only", "--d_model=512"]),
+                                                 gpu_sweeps.REPORTS["docs/results/heads_vs_depth"]]
+    assert gpu_sweeps.touched_reports(["docs/results/table3_d5120/points/x.json"]) == []
