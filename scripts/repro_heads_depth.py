@@ -243,10 +243,10 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     report.section("Contrasts")
     report.text("Difference of means with 95% intervals: Welch's t, then the bootstrap over seeds.")
     by = {(s["arch"], s["variant"]): s["records"] for s in settings.values()}
-    shallow, pairs = archs[0], []
-    for deep in archs[1:]:
-        for v, name in VARIANTS.items():
-            pairs.append((f"{deep} minus {shallow}, {name}", by.get((deep, v), []), by.get((shallow, v), [])))
+    shallow = archs[0]
+    deep_pairs = [(f"{deep} minus {shallow}, {name}", by.get((deep, v), []), by.get((shallow, v), []))
+                  for deep in archs[1:] for v, name in VARIANTS.items()]
+    pairs = list(deep_pairs)
     for a in archs:
         pairs.append((f"QK-LN on minus off, {a}", by.get((a, "on"), []), by.get((a, "off"), [])))
         pairs.append((f"post-LN minus pre-LN (QK-LN off), {a}", by.get((a, "post"), []), by.get((a, "off"), [])))
@@ -293,13 +293,25 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         report.figure(fig, "curves", "Train and validation NLL and the largest attention logit against step, mean "
                       "over seeds, per setting.")
 
+    by_step = [(name, t3.contrasts_by_step(a, b)) for name, a, b in deep_pairs]
+    steps_seen = sorted({st for _, cs in by_step for st, _ in cs})
+    if steps_seen:
+        report.section("Deep minus shallow against the training budget")
+        report.text("Each deep single-head model minus 8 heads x 3+3, validation NLL at every validation step where "
+                    "both sides have runs (one run of the full budget evaluated along the way, the same learning-"
+                    "rate schedule at every step; n: seeds a side). Does the gap close as training goes on?")
+        report.table(["contrast"] + [f"Δ NLL at {st}" for st in steps_seen],
+                     [[name] + [f"{dict(cs)[st].text(3)} (n {dict(cs)[st].n_a}/{dict(cs)[st].n_b})"
+                                if st in dict(cs) else "—" for st in steps_seen] for name, cs in by_step if cs],
+                     csv_name="contrasts_by_step.csv")
+
     report.section("Verdicts")
     report.text("Pass criteria: the module docstring of `scripts/repro_heads_depth.py`, written before the sweep "
                 "ran.")
     report.table(VERDICT_HEADERS, verdict_rows(by, archs), csv_name="verdicts.csv")
 
     report.section("What the data say")
-    report.text(what_the_data_say(findings, settings, missing, all_recs))
+    report.text(what_the_data_say(findings, settings, missing, all_recs, by_step))
     return report.write()
 
 
@@ -431,8 +443,22 @@ def depth_trend(settings: dict) -> str:
     return "Mean validation NLL by depth, per arm (finished seeds only):\n" + "\n".join(lines)
 
 
-def what_the_data_say(findings, settings, missing, records) -> str:
-    """Generated from the intervals: does the deep single-head model match, and is the difference stability."""
+def budget_trend(cs: Sequence[tuple[int, _stats.Interval]]) -> str:
+    """How a contrast's mean difference moves over the validation steps: first to last, and whether its size
+    shrinks (or grows) at every step; "" with fewer than two steps."""
+    if len(cs) < 2:
+        return ""
+    sizes = [abs(iv.diff) for _, iv in cs]
+    shape = (", narrowing at every step" if all(b < a for a, b in zip(sizes, sizes[1:])) else
+             ", widening at every step" if all(b > a for a, b in zip(sizes, sizes[1:])) else "")
+    values = [f"{iv.diff:+.3f}" for _, iv in cs]
+    return (f"{values[0]} at step {cs[0][0]}, " + ", ".join(values[1:-1] + [f"{values[-1]} at {cs[-1][0]}"])
+            + shape)
+
+
+def what_the_data_say(findings, settings, missing, records, by_step=()) -> str:
+    """Generated from the intervals: does the deep single-head model match, is the difference stability, and
+    (``by_step``: deep minus shallow per validation step) does the gap close with the budget."""
     intro = (f"Budget: {t3.budget(records)} per point. Liu, Liu & Han (2021): the multi-head advantage is mostly "
              "training stability, and deeper single-head models match or beat multi-head ones once they train. Their "
              "very deep single-head models needed stabilised training (the abstract: 'with recent advances in deep "
@@ -464,6 +490,12 @@ def what_the_data_say(findings, settings, missing, records) -> str:
                 text += f"; Δ {what} {c[0].text(2)}"
         lines.append(text + ".")
     paragraphs = [intro, depth_trend(settings), "\n".join(lines)]
+    trends = [f"- {name}: {budget_trend(cs)}." for name, cs in by_step
+              if len(cs) >= 2 and min(min(iv.n_a, iv.n_b) for _, iv in cs) >= t3.MIN_SEEDS]
+    if trends:
+        paragraphs.append("Against the budget, deep minus shallow validation NLL at each validation step (contrasts "
+                          f"with {t3.MIN_SEEDS}+ seeds a side at every step; a gap that narrows at every step may "
+                          "close with a longer budget, which these runs do not test):\n" + "\n".join(trends))
     spikes = {label: sum(t3.values(s["records"], "spikes")) for label, s in settings.items() if s["records"]}
     if spikes:
         paragraphs.append("Loss spikes summed over seeds: "

@@ -592,3 +592,17 @@ def test_learning_rate_falls_as_one_over_width_and_the_report_shows_its_pilots(t
     assert rt3.lr_pilots(512, str(pilots)) == [[0.003, 5.2, 4.69, "665.6 / 480.3 / 701.0"],
                                                [0.00075, 4.9, 4.43, "44.3 / 45.4 / 37.3"]]
     assert rt3.lr_pilots(128, str(pilots)) == [] and rt3.lr_pilots(512, str(tmp_path / "none.csv")) == []
+
+
+def test_heads_depth_budget_trend_says_whether_a_gap_closes_at_every_step():
+    import _stats
+    import repro_heads_depth as hd
+
+    def cs(*diffs):
+        return [(600 * (i + 1), _stats.Interval(d, d - 0.01, d + 0.01, 3, 3, "welch")) for i, d in enumerate(diffs)]
+
+    assert hd.budget_trend(cs(0.120, 0.103, 0.087, 0.050)) == ("+0.120 at step 600, +0.103, +0.087, +0.050 at 2400, "
+                                                              "narrowing at every step")
+    assert hd.budget_trend(cs(0.29, 0.335, 0.302)) == "+0.290 at step 600, +0.335, +0.302 at 1800"
+    assert hd.budget_trend(cs(-0.1, 0.2)) == "-0.100 at step 600, +0.200 at 1200, widening at every step"
+    assert hd.budget_trend(cs(0.1)) == ""
