@@ -13,6 +13,7 @@ trained their deep single-head models with.
     python train.py --config=configs/heads_depth.py:arch=h1_L24,post   # one post-LN point
     python train.py --config=configs/heads_depth.py:arch=h1_L24,post,warmup=800   # post-LN, long warmup
     python train.py --config=configs/heads_depth.py:arch=h1_L24,admin   # post-LN with Admin
+    python train.py --config=configs/heads_depth.py:arch=h1_L6,long     # QK-LN off, 3x the steps
 
 The shallow model is the Table 3 CPU-scale translation model (``configs/table3_heads.py``: d_model 128, 8
 heads of d_k = d_v = 16, d_ff 512, no QK-LayerNorm, learning rate 3e-3, 2,400 steps, validation loss every
@@ -27,7 +28,8 @@ else; post-LN drops the final LayerNorm of each stack (d_model x 2 x 2 parameter
 sublayer.
 
 Arguments (``:key=value,...``): arch (one of ARCHS), qkln (QK-LayerNorm on), post (post-LN; QK-LayerNorm off),
-admin (post-LN with Admin, ``model.norm="admin"``; QK-LayerNorm off), warmup (learning-rate warmup steps; 0 = the
+admin (post-LN with Admin, ``model.norm="admin"``; QK-LayerNorm off), long (pre-LN, QK-LayerNorm off, LONG_BUDGET
+times the steps, validation at the same cadence; the long-budget arm trains LONG_ARCHS only), warmup (learning-rate warmup steps; 0 = the
 Table 3 model's 100), seed, seeds (the sweep runs seeds 0..seeds-1), steps, minutes (optional time cap),
 test_examples (0 = all), quick (tiny model: d_model 64, 4 heads x 1+1 against 1 head x 2+2 and 4+4).
 """
@@ -35,11 +37,13 @@ from engine.config import parse_arg, sibling_config
 
 ARCHS = {"h8_L3": (8, 3), "h1_L6": (1, 6), "h1_L12": (1, 12), "h1_L24": (1, 24)}  # name -> (heads, layers)
 QUICK_ARCHS = {"h8_L3": (4, 1), "h1_L6": (1, 2), "h1_L12": (1, 4)}  # the first entry is the shallow reference
+LONG_ARCHS = ("h8_L3", "h1_L6")  # the long-budget arm: the shallow reference and the shallowest deep model
+LONG_BUDGET = 3  # the long-budget arm's steps, as a multiple of ``steps`` (7,200 of 2,400)
 
 
 def parse(arg):
-    return parse_arg(arg, arch="h8_L3", qkln=False, post=False, admin=False, warmup=0, seed=0, seeds=3, steps=2400,
-                     minutes=0.0, test_examples=0, quick=False)
+    return parse_arg(arg, arch="h8_L3", qkln=False, post=False, admin=False, long=False, warmup=0, seed=0, seeds=3,
+                     steps=2400, minutes=0.0, test_examples=0, quick=False)
 
 
 def _base(a):
@@ -62,12 +66,13 @@ def long_warmup(a) -> int:
     return max(_base(a).train.num_steps // 3, 1)
 
 
-def arch_overrides(a, arch: str, qkln: bool, post: bool = False, warmup: int = 0, admin: bool = False) -> dict:
+def arch_overrides(a, arch: str, qkln: bool, post: bool = False, warmup: int = 0, admin: bool = False,
+                   long: bool = False) -> dict:
     """The model fields of ``arch``: its heads and layers, and the shallow reference's attention and feed-forward
     widths split over ``layers / reference layers`` times as many layers (Liu et al.'s construction); with
     ``post`` the LayerNorms after each sublayer, with ``admin`` those and Admin's residual scales, with ``warmup``
-    > 0 that many warmup steps (these fields are left out of points that keep the default, so earlier points keep
-    their names)."""
+    > 0 that many warmup steps, with ``long`` LONG_BUDGET times the steps (these fields are left out of points
+    that keep the default, so earlier points keep their names)."""
     archs = QUICK_ARCHS if a.quick else ARCHS
     if arch not in archs:
         raise ValueError(f"heads_depth: arch={arch!r}; expected one of {sorted(archs)}")
@@ -84,19 +89,24 @@ def arch_overrides(a, arch: str, qkln: bool, post: bool = False, warmup: int = 0
     if admin and (post or qkln):
         raise ValueError(f"heads_depth: arch={arch!r} with admin and {'post' if post else 'qkln'}; admin is the "
                          "post-LN arm with Admin's residual scales, QK-LayerNorm off")
+    if long and (post or admin or qkln or warmup):
+        raise ValueError(f"heads_depth: arch={arch!r} with long and another arm; the long-budget arm is pre-LN, "
+                         "QK-LayerNorm off, the default warmup")
     d_k = width // (heads * layers)
     # layers first: sweep points are named by the first fields that tell them apart (num_encoder_layers_24-...)
     fields = {"model.num_encoder_layers": layers, "model.num_decoder_layers": layers, "model.num_heads": heads,
               "model.qk_dim": d_k, "model.v_dim": d_k, "model.d_ff": c.model.d_ff * ref_layers // layers,
               "model.qk_layernorm": qkln}
     fields = {**fields, "model.norm": "admin" if admin else "post"} if post or admin else fields
+    if long:
+        fields["train.num_steps"] = LONG_BUDGET * c.train.num_steps
     return {**fields, "train.warmup_steps": warmup} if warmup else fields
 
 
 def get_config(arg=None):
     a = parse(arg)
     c = _base(a)
-    for key, value in arch_overrides(a, a.arch, a.qkln, a.post, a.warmup, a.admin).items():
+    for key, value in arch_overrides(a, a.arch, a.qkln, a.post, a.warmup, a.admin, a.long).items():
         group, field = key.split(".", 1)
         c[group][field] = value
     c.wandb.tags = tuple(c.wandb.tags) + ("heads_depth",)
@@ -105,8 +115,9 @@ def get_config(arg=None):
 
 def sweep(arg=None):
     """Points: seed x (pre-LN with QK-LayerNorm off, on; post-LN) x arch (ARCHS, or QUICK_ARCHS),
-    parameter-matched; then seed x arch post-LN with Admin, then seed x arch post-LN with the long warmup (both
-    added after the first arms, so they run after them; Admin first, the stabiliser of Liu, Liu & Han)."""
+    parameter-matched; then seed x arch post-LN with Admin, then seed x arch post-LN with the long warmup, then
+    seed x LONG_ARCHS with the long budget (each added after the arms before it, so it runs after them; Admin
+    first, the stabiliser of Liu, Liu & Han)."""
     a = parse(arg)
     archs = QUICK_ARCHS if a.quick else ARCHS
     for seed in range(a.seeds):
@@ -119,3 +130,6 @@ def sweep(arg=None):
     for seed in range(a.seeds):
         for arch in archs:
             yield {**arch_overrides(a, arch, False, True, long_warmup(a)), "seed": seed}
+    for seed in range(a.seeds):
+        for arch in LONG_ARCHS:
+            yield {**arch_overrides(a, arch, False, long=True), "seed": seed}

@@ -12,7 +12,7 @@ does), so a point with a record is never trained again; the report is built from
 (validation NLL on the whole split, test BLEU) and stability (loss spikes, largest gradient norm, largest
 attention logit from the engine's statistics).
 
-    python scripts/repro_heads_depth.py                 # 3 seeds x 4 architectures x 5 arms (see below)
+    python scripts/repro_heads_depth.py                 # 3 seeds x (4 architectures x 5 arms + 2 x 1, see below)
     python scripts/repro_heads_depth.py --report_only   # the report from the committed records
     python scripts/repro_heads_depth.py --quick         # tiny model, a handful of steps; for tests
 
@@ -76,6 +76,17 @@ with it. The arm keeps everything else of the post-LN arm (the 100 warmup steps,
 9. "With Admin the deep single-head model matches the multi-head one (post-LN)": as criteria 1 and 2, on the
    Admin arm (shallow and deep both with Admin).
 10. "Admin trains the post-LN deep single-head model": as criterion 8, on deep Admin minus deep plain post-LN.
+
+The long-budget arm and criterion 11 were added on 2026-12-03 (a later session), after the QK-LN-off arm had
+finished (3 seeds of every architecture) and 28 of the 60 points: 1 head x 6+6 was worse than 8 heads x 3+3 by
++0.050 [+0.029, +0.070] nats at step 2,400, but that gap had narrowed at every validation step (+0.120, +0.103,
++0.087, +0.050 at steps 600, 1,200, 1,800, 2,400), while the 12+12 and 24+24 gaps had not (+0.220 to +0.191,
++0.292 to +0.302); Liu, Liu & Han trained far longer. The arm trains 8 heads x 3+3 and 1 head x 6+6 (pre-LN,
+QK-LayerNorm off) for 3 x 2,400 = 7,200 steps (about 7.6 epochs), seeds 0-2, with everything else as the QK-LN-off
+arm; the rsqrt schedule does not depend on the number of steps, so its first 2,400 steps are the QK-LN-off
+points' run and its validation every 600 steps extends their curves.
+11. "With 3x the training budget the deep single-head model matches the multi-head one (QK-LN off)": as criteria
+    1 and 2, on the long-budget arm (shallow and deep both at 7,200 steps).
 """
 from __future__ import annotations
 
@@ -102,7 +113,7 @@ MARGIN = 0.05  # nats of validation NLL: "matches" when deep - shallow stays bel
 # pre-LN without, with QK-LayerNorm; post-LN with the Table 3 model's 100 warmup steps, with a third of the steps,
 # and with Admin's residual scales (100 warmup steps)
 VARIANTS = {"off": "QK-LN off", "on": "QK-LN on", "post": "post-LN", "warm": "post-LN, long warmup",
-            "admin": "post-LN, Admin"}
+            "admin": "post-LN, Admin", "long": "QK-LN off, long budget"}
 
 
 def setting(overrides: dict) -> tuple[str, str, str]:
@@ -110,7 +121,9 @@ def setting(overrides: dict) -> tuple[str, str, str]:
     h, n, d_ff = overrides["model.num_heads"], overrides["model.num_encoder_layers"], overrides["model.d_ff"]
     arch = f"{h} head{'s' if h > 1 else ''} x {n}+{n}, d_k {overrides['model.qk_dim']}, d_ff {d_ff}"
     norm = overrides.get("model.norm", "pre")
-    if norm == "admin":
+    if "train.num_steps" in overrides:
+        variant = "long"
+    elif norm == "admin":
         variant = "admin"
     elif norm == "post":
         variant = "warm" if "train.warmup_steps" in overrides else "post"
@@ -185,6 +198,8 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
             missing.append(p.name)
     archs = list(dict.fromkeys(s["arch"] for s in settings.values()))
     all_recs = list(recs.values())
+    long_settings = {setting(p.overrides)[:2]: str(p.overrides["train.num_steps"]) for p in points
+                     if setting(p.overrides)[1] == "long"}
 
     report = Report(out, "Heads vs depth (Liu, Liu & Han 2021) at CPU scale")
     report.text(environment_line() + (" Quick mode (tiny model, few steps)." if quick else ""))
@@ -204,8 +219,10 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         "warmup, not parameter-matched, still at validation NLL 6.16 at step 300, so the short-warmup post-LN "
         "failure follows depth, not the single head), and post-LN with Admin (Liu et al. 2020: each residual "
         "`LN(omega * x + f(x))` with omega set from one forward pass at initialisation, `model.norm=admin`; the "
-        f"{base.train.warmup_steps} warmup steps; the two 300-step pilots run before it: `pilot_admin.csv`). "
-        "Validation NLL on the whole validation "
+        f"{base.train.warmup_steps} warmup steps; the two 300-step pilots run before it: `pilot_admin.csv`)"
+        + (f", and a long-budget arm: {' and '.join(a for a in archs if (a, 'long') in long_settings)} pre-LN with "
+           f"QK-LayerNorm off for {' / '.join(sorted(set(long_settings.values())))} steps (criterion 11)"
+           if long_settings else "") + ". Validation NLL on the whole validation "
         f"split (every {base.train.eval_every} steps and at the end), greedy test BLEU on "
         f"{base.eval.split_examples or 'all'} test sentences.\n\n"
         f"Records: {len(all_recs)} of {len(points)} points (`points/<point>.json`, with the decoded test sentences "
@@ -245,8 +262,12 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     by = {(s["arch"], s["variant"]): s["records"] for s in settings.values()}
     shallow = archs[0]
     deep_pairs = [(f"{deep} minus {shallow}, {name}", by.get((deep, v), []), by.get((shallow, v), []))
-                  for deep in archs[1:] for v, name in VARIANTS.items()]
+                  for deep in archs[1:] for v, name in VARIANTS.items() if (deep, v) in by]
     pairs = list(deep_pairs)
+    for a in archs:
+        if (a, "long") in by:
+            pairs.append((f"long budget minus {base.train.num_steps} steps (QK-LN off), {a}", by[(a, "long")],
+                          by.get((a, "off"), [])))
     for a in archs:
         pairs.append((f"QK-LN on minus off, {a}", by.get((a, "on"), []), by.get((a, "off"), [])))
         pairs.append((f"post-LN minus pre-LN (QK-LN off), {a}", by.get((a, "post"), []), by.get((a, "off"), [])))
@@ -340,7 +361,8 @@ def _nll_verdict(deep: Sequence[dict], shallow: Sequence[dict], claim: str, rule
 
 
 def _matches(deep: Sequence[dict], shallow: Sequence[dict], variant: str, deep_arch: str) -> list:
-    """Criteria 1, 2, 7 and 9: the verdict row of "``deep_arch`` matches the multi-head model" under ``variant``."""
+    """Criteria 1, 2, 7, 9 and 11: the verdict row of "``deep_arch`` matches the multi-head model" under
+    ``variant``."""
     return _nll_verdict(deep, shallow, f"{deep_arch} matches the multi-head model ({VARIANTS[variant]})",
                         [(lambda iv: iv.hi < MARGIN, "reproduced", f"upper end below +{MARGIN:g}"),
                          (lambda iv: iv.lo > 0, "not reproduced", "the deep single-head model is significantly worse")],
@@ -392,9 +414,10 @@ def _explained(claim: str, penalty: list, shown: str, stabilised: list, reasons:
 
 
 def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
-    """Rows (``VERDICT_HEADERS``) of the module docstring's criteria, ten per deep model; ``by``: (architecture,
-    variant (a key of VARIANTS)) -> records, ``archs``: the shallow multi-head label, then the deep single-head
-    ones."""
+    """Rows (``VERDICT_HEADERS``) of the module docstring's criteria, ten per deep model and an eleventh for a
+    deep model in the long-budget arm; ``by``: (architecture, variant (a key of VARIANTS)) -> records of every
+    setting the sweep has (an empty list when none has finished), ``archs``: the shallow multi-head label, then
+    the deep single-head ones."""
     if len(archs) < 2:
         return [["heads vs depth", PAPER, f"architectures {list(archs)}", "undecided",
                  "expected a shallow and at least one deep architecture"]]
@@ -420,6 +443,8 @@ def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
                                 f"Admin trains post-LN {deep} (lower NLL than plain post-LN)")
         rows += [off, on, _less_stable(*pair["off"], deep), reading, post, cured, warm_matches, rescued,
                  admin_matches, admin_trains]
+        if (deep, "long") in by:
+            rows.append(_matches(*pair["long"], "long", deep))
     return rows
 
 

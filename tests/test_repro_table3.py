@@ -379,14 +379,18 @@ def test_heads_depth_quick_writes_records(tmp_path, stand_in):
     argv = ["--quick", f"--out={out}", f"--workdir={tmp_path / 'runs'}", f"--train_script={train}"]
     repro_heads_depth.main(argv)
     names = sorted(p.name for p in (out / "points").glob("*.json"))
-    # 3 architectures x (QK-LayerNorm off, on; post-LN; post-LN with Admin; post-LN with a long warmup)
-    assert len(names) == 15 and len(calls_of(calls)) == 15
+    # 3 architectures x (QK-LayerNorm off, on; post-LN; post-LN with Admin; post-LN with a long warmup), and the
+    # long-budget arm's 2 architectures
+    assert len(names) == 17 and len(calls_of(calls)) == 17
     rec = json.loads((out / "points" / names[0]).read_text())
     assert rec["stability"]["max_attention_logit"]["cross"] > 0 and "model.qk_layernorm" in rec["overrides"]
     text = (out / "README.md").read_text()
     assert "QK-LN on minus off" in text and "## What the data say" in text and "curves.png" in text
     verdicts = _csv(out / "verdicts.csv")
-    assert [r["verdict"] for r in verdicts] == ["undecided"] * 20  # 10 per deep model; one seed decides nothing
+    assert [r["verdict"] for r in verdicts] == ["undecided"] * 21  # 10 per deep model, 11 for the one in the
+    # long-budget arm (1 head x 2+2); one seed decides nothing
+    assert verdicts[10]["claim"] == "1 head x 2+2, d_k 32, d_ff 64 matches the multi-head model (QK-LN off, long budget)"
+    assert "long budget minus 20 steps (QK-LN off), 4 heads x 1+1" in text
     assert "1 head x 4+4, d_k 16, d_ff 32 minus 4 heads x 1+1, d_k 16, d_ff 128, QK-LN off" in text
     assert "1 head x 4+4, d_k 16, d_ff 32 minus 4 heads x 1+1, d_k 16, d_ff 128, post-LN" in text
     assert "post-LN minus pre-LN (QK-LN off), 1 head x 2+2" in text
@@ -400,7 +404,7 @@ def test_heads_depth_quick_writes_records(tmp_path, stand_in):
     assert len(warm) == 3 and all(r["overrides"]["train.warmup_steps"] == 6 for r in warm)  # a third of 20 steps
     shutil.rmtree(tmp_path / "runs")
     repro_heads_depth.main(argv)
-    assert len(calls_of(calls)) == 15
+    assert len(calls_of(calls)) == 17
 
 
 def _hd_records(nlls, grad=1.0):
@@ -468,6 +472,13 @@ def test_heads_depth_verdicts_follow_the_criteria():
     assert got[17][0].startswith("a long warmup trains post-LN 24+24")
     assert got[18][0] == "24+24 matches the multi-head model (post-LN, Admin)"
     assert got[19][0].startswith("Admin trains post-LN 24+24")
+    # criterion 11, only for a deep model the long-budget arm trains
+    by.update({("8 heads", "long"): _hd_records([1.90, 1.91, 1.92]), ("6+6", "long"): _hd_records([1.91, 1.92, 1.93])})
+    got = repro_heads_depth.verdict_rows(by, ("8 heads", "6+6", "24+24"))
+    assert len(got) == 21 and got[10][0] == "6+6 matches the multi-head model (QK-LN off, long budget)"
+    assert got[10][3] == "reproduced" and got[11][0].startswith("24+24 matches")
+    by[("6+6", "long")] = _hd_records([2.00, 2.01, 2.02])
+    assert repro_heads_depth.verdict_rows(by, ("8 heads", "6+6", "24+24"))[10][3] == "not reproduced"
 
 
 def test_heads_depth_trend_reads_each_step_in_depth_against_the_margin():

@@ -229,11 +229,18 @@ def test_heads_depth_sweep_is_parameter_matched():
     archs = ((8, 3), (1, 6), (1, 12), (1, 24))
     variants = ((False, "pre", 100), (True, "pre", 100), (False, "post", 100), (False, "post", 800),
                 (False, "admin", 100))
-    assert len(points) == 60
+    assert len(points) == 66
     assert got == {(h, n, n, q, norm, w, s) for h, n in archs for q, norm, w in variants for s in (0, 1, 2)}
+    # the long-budget arm comes last: 8 heads x 3+3 and 1 head x 6+6, pre-LN, QK-LN off, 3 x 2,400 steps
+    long = points[60:]
+    assert all(p.overrides["train.num_steps"] == 7200 and not p.overrides["model.qk_layernorm"]
+               and "model.norm" not in p.overrides for p in long)
+    assert [(p.overrides["model.num_heads"], p.overrides["model.num_encoder_layers"], p.overrides["seed"])
+            for p in long] == [(h, n, s) for s in (0, 1, 2) for h, n in ((8, 3), (1, 6))]
+    assert all("train.num_steps" not in p.overrides for p in points[:60])
     # the Admin arm, then the long-warmup arm come after the first three, so the points that ran before keep their order
     assert all(p.overrides.get("model.norm") == "admin" for p in points[36:48])
-    assert all("train.warmup_steps" in p.overrides for p in points[48:])
+    assert all("train.warmup_steps" in p.overrides for p in points[48:60])
     # pre-LN points keep their names; post-LN points add the norm
     names = {p.name for p in points}
     assert {"num_encoder_layers_24-qk_layernorm_false-seed_2",
@@ -257,6 +264,10 @@ def test_heads_depth_sweep_is_parameter_matched():
         module.get_config("arch=h2_L4")
     post = module.get_config("arch=h1_L24,post")
     assert post.model.norm == "post" and not post.model.qk_layernorm and module.get_config().model.norm == "pre"
+    assert module.get_config("arch=h1_L6,long").train.num_steps == 7200
+    assert module.get_config("arch=h1_L6,long").train.eval_every == 600  # the 2,400-step points' cadence
+    with pytest.raises(ValueError, match="with long and another arm"):
+        module.get_config("arch=h1_L6,long,qkln")
     with pytest.raises(ValueError, match="both post and qkln"):
         module.get_config("arch=h1_L24,post,qkln")
     warm = module.get_config("arch=h1_L24,post,warmup=800")
