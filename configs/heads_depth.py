@@ -115,9 +115,10 @@ def get_config(arg=None):
 
 def sweep(arg=None):
     """Points: seed x (pre-LN with QK-LayerNorm off, on; post-LN) x arch (ARCHS, or QUICK_ARCHS),
-    parameter-matched; then seed x arch post-LN with Admin, then seed x arch post-LN with the long warmup, then
-    seed x LONG_ARCHS with the long budget (each added after the arms before it, so it runs after them; Admin
-    first, the stabiliser of Liu, Liu & Han)."""
+    parameter-matched; then seed x arch post-LN with Admin, then seed x LONG_ARCHS with the long budget, then
+    seed x arch post-LN with the long warmup (the last three added after the first arms, so they run after them;
+    Admin first, the stabiliser of Liu, Liu & Han; the long budget before the long warmup, whose deep pilots did
+    not train)."""
     a = parse(arg)
     archs = QUICK_ARCHS if a.quick else ARCHS
     for seed in range(a.seeds):
@@ -128,8 +129,8 @@ def sweep(arg=None):
         for arch in archs:
             yield {**arch_overrides(a, arch, False, admin=True), "seed": seed}
     for seed in range(a.seeds):
-        for arch in archs:
-            yield {**arch_overrides(a, arch, False, True, long_warmup(a)), "seed": seed}
-    for seed in range(a.seeds):
         for arch in LONG_ARCHS:
             yield {**arch_overrides(a, arch, False, long=True), "seed": seed}
+    for seed in range(a.seeds):
+        for arch in archs:
+            yield {**arch_overrides(a, arch, False, True, long_warmup(a)), "seed": seed}

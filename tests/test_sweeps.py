@@ -231,16 +231,17 @@ def test_heads_depth_sweep_is_parameter_matched():
                 (False, "admin", 100))
     assert len(points) == 66
     assert got == {(h, n, n, q, norm, w, s) for h, n in archs for q, norm, w in variants for s in (0, 1, 2)}
-    # the long-budget arm comes last: 8 heads x 3+3 and 1 head x 6+6, pre-LN, QK-LN off, 3 x 2,400 steps
-    long = points[60:]
+    # the long-budget arm after Admin: 8 heads x 3+3 and 1 head x 6+6, pre-LN, QK-LN off, 3 x 2,400 steps
+    long = points[48:54]
     assert all(p.overrides["train.num_steps"] == 7200 and not p.overrides["model.qk_layernorm"]
                and "model.norm" not in p.overrides for p in long)
     assert [(p.overrides["model.num_heads"], p.overrides["model.num_encoder_layers"], p.overrides["seed"])
             for p in long] == [(h, n, s) for s in (0, 1, 2) for h, n in ((8, 3), (1, 6))]
-    assert all("train.num_steps" not in p.overrides for p in points[:60])
-    # the Admin arm, then the long-warmup arm come after the first three, so the points that ran before keep their order
+    assert all("train.num_steps" not in p.overrides for p in points[:48] + points[54:])
+    # the Admin arm, the long-budget arm, then the long-warmup arm come after the first three, so the points that
+    # ran before keep their order
     assert all(p.overrides.get("model.norm") == "admin" for p in points[36:48])
-    assert all("train.warmup_steps" in p.overrides for p in points[48:60])
+    assert all("train.warmup_steps" in p.overrides for p in points[54:])
     # pre-LN points keep their names; post-LN points add the norm
     names = {p.name for p in points}
     assert {"num_encoder_layers_24-qk_layernorm_false-seed_2",
