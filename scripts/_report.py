@@ -81,17 +81,19 @@ def read_csv(out: str, name: str, script: str) -> list[dict[str, str]]:
 
 
 def source_commit() -> str:
-    """The checkout's commit (short hash, "+ local changes" when the tree differs from it), or "unknown"."""
+    """The checkout's commit (short hash, "+ local changes" when the tree differs from it); without git (a copy
+    of the tree on a device machine) ``$ATTNLAB_SOURCE_COMMIT``, else "unknown"."""
     import subprocess
 
+    fallback = os.environ.get("ATTNLAB_SOURCE_COMMIT") or "unknown"
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head + (" + local changes" if dirty else "")) if head else "unknown"
+        return fallback
+    return (head + (" + local changes" if dirty else "")) if head else fallback
 
 
 PROCESS_COMMIT = source_commit()  # the code this process imported, whatever the checkout becomes while it runs

@@ -21,7 +21,8 @@ repository), so what finished survives a timeout; ``<out>/points.csv`` has one r
 Here, once per checkout (network to PyPI; both folders are git-ignored, 32 MB together):
 
     python scripts/gpu_sweeps.py --prepare       # .whl/: pinned wheels the accelerator image lacks
-                                                 # .gpu_cache/: the corpus, tokenizer and encoding caches
+                                                 # .gpu_cache/: the corpus, tokenizer and encoding caches and
+                                                 # the commit (the device's copy has no git): run it last
 On the device machine, one call with ``carry`` [".whl", ".gpu_cache"]:
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
@@ -51,6 +52,7 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
+from _report import source_commit
 import _study
 import repro_heads_depth
 import repro_table3
@@ -85,6 +87,7 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x
              "manylinux2014_x86_64")
 CACHE_PARTS = ("tfds", "tokenizers", "encoded")  # not "xla": compiled CPU programs
 TRAVEL_LIMIT_MIB = 64  # what one device call takes: tracked files plus carried paths
+COMMIT_FILE = "source_commit"  # in .gpu_cache: the commit --prepare saw (the device's copy has no git)
 
 
 def _dry(tmp: str, study: str, *extra: str) -> list[str]:
@@ -111,6 +114,8 @@ def prepare(repo: str = REPO) -> None:
     for part in CACHE_PARTS:
         shutil.rmtree(os.path.join(target, part), ignore_errors=True)
         shutil.copytree(os.path.join(source, part), os.path.join(target, part))
+    with open(os.path.join(target, COMMIT_FILE), "w") as f:
+        f.write(source_commit() + "\n")
     size = sum(os.path.getsize(os.path.join(d, f)) for top in (whl, target) for d, _, fs in os.walk(top) for f in fs)
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, check=True).stdout
     tree = sum(os.path.getsize(os.path.join(repo, f)) for f in tracked.decode().split("\0")
@@ -303,6 +308,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"[gpu_sweeps] {versions()}", flush=True)
     cache = os.path.join(REPO, ".gpu_cache")
     env = dict(ENVIRONMENT, **({"ATTNLAB_CACHE_DIR": cache} if os.path.isdir(cache) else {}))
+    if os.path.exists(os.path.join(cache, COMMIT_FILE)):
+        with open(os.path.join(cache, COMMIT_FILE)) as f:
+            env["ATTNLAB_SOURCE_COMMIT"] = f"{f.read().strip()} (at --prepare)"
     os.environ.update(env)
     print(f"[gpu_sweeps] environment {env}; execution overrides {EXECUTION}; {args.workers} workers, "
           f"budget {args.budget:.0f}s", flush=True)

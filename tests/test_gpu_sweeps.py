@@ -121,3 +121,18 @@ def test_collect_rebuilds_the_reports_of_the_studies_it_added_to():
     assert gpu_sweeps.touched_reports(added) == [(repro_table3.main, ["--report_only", "--d_model=512"]),
                                                  gpu_sweeps.REPORTS["docs/results/heads_vs_depth"]]
     assert gpu_sweeps.touched_reports(["docs/results/table3_d5120/points/x.json"]) == []
+
+
+def test_without_git_records_name_the_commit_prepare_saw(monkeypatch):
+    import subprocess
+
+    import _report
+
+    def no_git(*args, **kwargs):
+        raise OSError("no git on the device machine")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    monkeypatch.setenv("ATTNLAB_SOURCE_COMMIT", "abc1234 (at --prepare)")
+    assert _report.source_commit() == "abc1234 (at --prepare)"
+    monkeypatch.delenv("ATTNLAB_SOURCE_COMMIT")
+    assert _report.source_commit() == "unknown"
