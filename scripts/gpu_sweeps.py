@@ -205,11 +205,15 @@ def run(jobs: Sequence[tuple[str, _study.Job]], out: str, *, workers: int, budge
                 return
             staged = archive.staged(job.record)
             start = time.time()
-            ok = sweep_lib.run_point(job.spec, job.workdir, job.point, {}, group=sweep_lib.sweep_name(job.spec),
-                                     train_script=train_script, record=staged, execution=EXECUTION)
+            error = ""
+            try:
+                ok = sweep_lib.run_point(job.spec, job.workdir, job.point, {}, group=sweep_lib.sweep_name(job.spec),
+                                         train_script=train_script, record=staged, execution=EXECUTION)
+            except Exception as e:  # one point's failure must not stop the worker: the next point still runs
+                ok, error = False, f"{type(e).__name__}: {e}"
             wall = time.time() - start
             row = {"study": study, "point": job.name, "ok": ok, "wall_s": round(wall, 1),
-                   "valid_nll": None, "test_bleu": None, "device": None}
+                   "valid_nll": None, "test_bleu": None, "device": None, "error": error}
             if ok:
                 record = sweep_lib.read_record(staged)
                 row.update(valid_nll=(record.get("validation") or {}).get("nll"),
@@ -220,7 +224,7 @@ def run(jobs: Sequence[tuple[str, _study.Job]], out: str, *, workers: int, budge
                     walls.append(wall)
                 rows.append(row)
                 _write_rows(os.path.join(out, "points.csv"), rows)
-            print(f"[gpu_sweeps] {study} {job.name}: {'done' if ok else 'FAILED'} in {wall:.0f}s "
+            print(f"[gpu_sweeps] {study} {job.name}: {'done' if ok else 'FAILED ' + error} in {wall:.0f}s "
                   f"(valid NLL {row['valid_nll']}, {deadline - time.time():.0f}s of the budget left)", flush=True)
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(workers)]

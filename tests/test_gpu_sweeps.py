@@ -136,3 +136,16 @@ def test_without_git_records_name_the_commit_prepare_saw(monkeypatch):
     assert _report.source_commit() == "abc1234 (at --prepare)"
     monkeypatch.delenv("ATTNLAB_SOURCE_COMMIT")
     assert _report.source_commit() == "unknown"
+
+
+def test_a_failing_point_is_reported_and_the_others_still_train(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALLS_FILE", str(tmp_path / "calls.txt"))
+    jobs = quick_jobs(tmp_path)
+    stale = os.path.join(jobs[0].workdir, jobs[0].point.name)  # a run folder another config finished: refused
+    os.makedirs(stale)
+    with open(os.path.join(stale, sweep.MARKER), "w") as f:
+        json.dump({"status": "done", "config": "configs/other.py", "overrides": {}}, f)
+    rows = gpu_sweeps.run([("table3", j) for j in jobs], str(tmp_path / "out"), workers=1, budget_s=300,
+                          first_estimate_s=1, train_script=FAKE_TRAIN, root=str(tmp_path))
+    assert [r["ok"] for r in rows] == [False] + [True] * (len(jobs) - 1)
+    assert rows[0]["error"].startswith("ValueError: sweep point") and "configs/other.py" in rows[0]["error"]
