@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long CPU sweeps behind docs/results/entropy_collapse/, logit_growth/, table3/, mqar_variants/,
-# heads_vs_depth/, head_importance/replication/ and table3_d256/ (about 45 hours on 2 cores), as one queue at the
+# heads_vs_depth/, head_importance/replication/ and table3_d256/ (about 50 hours on 2 cores), as one queue at the
 # lowest priority so other work goes on, the short studies first:
 #   1. entropy collapse (4 lrs x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 30 min)
 #   2. logit growth (6 lrs x d_model 64/128 x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 2 hours)
@@ -9,11 +9,13 @@
 #      control; 3 seeds; about 30 minutes each)
 #   4. attention variants on MQAR (softmax, linear, additive, hard x pairs x width, 3 seeds; about 3-4 hours)
 #   5. heads vs depth (8 heads x 3+3 against 1 head x 6+6, 12+12, 24+24 at equal parameters, pre-LN with
-#      QK-LayerNorm off/on, post-LN with the short warmup, with Admin and with a long warmup, 3 seeds; about
-#      15 hours)
+#      QK-LayerNorm off/on, post-LN with the short warmup, with Admin, then 8 heads x 3+3 and 1 head x 6+6 with
+#      QK-LayerNorm off at 3x the steps, then post-LN with a long warmup, 3 seeds; about 19 hours)
 #   6. head-importance replication on fresh seeds 3-5 (3 models + 3 uniform-baseline models, 2,200 steps each, and
 #      the head analyses; about 3 hours), testing the verdict criteria written after the first run
-#   7. Table 3 at d_model 256 (about 15 hours)
+#   7. Table 3 at d_model 256, learning rate 1.5e-3 (about 15 hours)
+# A session lent a GPU can train what is left of 5 and 7 (and Table 3 at d_model 512) in one device call:
+# scripts/gpu_sweeps.py (README, "On a GPU").
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
 # (and its decoded test sentences, if any, beside it; commit those: a point with a record is never trained again,
 # even in a fresh checkout without runs/; the head-importance replication keeps one file per trained model in
