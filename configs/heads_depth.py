@@ -29,9 +29,10 @@ sublayer.
 
 Arguments (``:key=value,...``): arch (one of ARCHS), qkln (QK-LayerNorm on), post (post-LN; QK-LayerNorm off),
 admin (post-LN with Admin, ``model.norm="admin"``; QK-LayerNorm off), long (pre-LN, QK-LayerNorm off, LONG_BUDGET
-times the steps, validation at the same cadence; the long-budget arm trains LONG_ARCHS only), warmup (learning-rate warmup steps; 0 = the
-Table 3 model's 100), seed, seeds (the sweep runs seeds 0..seeds-1), steps, minutes (optional time cap),
-test_examples (0 = all), quick (tiny model: d_model 64, 4 heads x 1+1 against 1 head x 2+2 and 4+4).
+times the steps, validation at the same cadence; the long-budget arm trains LONG_ARCHS only), warmup
+(learning-rate warmup steps; 0 = the Table 3 model's 100), seed, seeds (the sweep runs seeds 0..seeds-1), steps,
+minutes (optional time cap), test_examples (0 = all), quick (tiny model: d_model 64, 4 heads x 1+1 against 1 head
+x 2+2 and 4+4).
 """
 from engine.config import parse_arg, sibling_config
 

@@ -240,9 +240,7 @@ def _write_rows(path: str, rows: Sequence[dict]) -> None:
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    with open(path + ".tmp", "w") as f:
-        f.write(buf.getvalue())
-    os.replace(path + ".tmp", path)
+    sweep_lib._write_text_atomic(path, buf.getvalue())
 
 
 def collect(archive: str, repo: str = REPO) -> tuple[list[str], list[str]]:

@@ -69,10 +69,11 @@ long-warmup point), and after two 300-step pilots (``docs/results/heads_vs_depth
 ``python train.py --config=configs/heads_depth.py:arch=<arch>,post,steps=300,test_examples=20
 --config.model.norm=admin``, the protocol of ``pilot_post_ln.csv``): at step 300, 1 head x 24+24 post-LN with
 Admin reached validation NLL 4.79 (plain post-LN: 6.23) and 8 heads x 3+3 with Admin 4.59 (plain post-LN: 4.79).
-The arm runs before the long-warmup arm (Admin is the stabiliser of Liu, Liu & Han). Admin (Liu et al. 2020, "Understanding the Difficulty
-of Training Transformers"; ``models.admin_initialize``) rescales each post-LN residual, ``LN(omega * x + f(x))``,
-with omega set from one forward pass at initialisation; Liu, Liu & Han stabilised their deep single-head models
-with it. The arm keeps everything else of the post-LN arm (the 100 warmup steps, peak learning rate 3e-3).
+The arm runs before the long-warmup arm (Admin is the stabiliser of Liu, Liu & Han). Admin (Liu et al. 2020,
+"Understanding the Difficulty of Training Transformers"; ``models.admin_initialize``) rescales each post-LN
+residual, ``LN(omega * x + f(x))``, with omega set from one forward pass at initialisation; Liu, Liu & Han
+stabilised their deep single-head models with it. The arm keeps everything else of the post-LN arm (the 100
+warmup steps, peak learning rate 3e-3).
 9. "With Admin the deep single-head model matches the multi-head one (post-LN)": as criteria 1 and 2, on the
    Admin arm (shallow and deep both with Admin).
 10. "Admin trains the post-LN deep single-head model": as criterion 8, on deep Admin minus deep plain post-LN.
@@ -174,8 +175,9 @@ def jobs(argv: Optional[Sequence[str]] = None) -> list[_study.Job]:
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parse_args(argv)
-    _, points = points_of(args)
-    failed = [] if args.report_only else _study.train_jobs(jobs(argv), args.train_script)
+    spec, points = points_of(args)
+    failed = [] if args.report_only else _study.train_jobs(
+        _study.study_jobs(spec, points, args.workdir, os.path.join(args.out, "points")), args.train_script)
     base = sweep_lib.load_config_module(os.path.join(REPO, CONFIG)).get_config(args.config_arg)
     path = write_report(args.out, points, base, quick=args.quick, workdir=args.workdir)
     print(f"wrote {path}")
@@ -189,8 +191,11 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     recs = sweep_lib.read_records_dir(os.path.join(out, "points"))
     settings: dict[str, dict] = {}
     missing = []
+    long_settings = {}  # (arch, "long") -> its steps
     for p in points:
         arch, variant, label = setting(p.overrides)
+        if variant == "long":
+            long_settings[(arch, variant)] = str(p.overrides["train.num_steps"])
         s = settings.setdefault(label, {"arch": arch, "variant": variant, "records": [], "expected": 0})
         s["expected"] += 1
         if p.name in recs:
@@ -199,8 +204,6 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
             missing.append(p.name)
     archs = list(dict.fromkeys(s["arch"] for s in settings.values()))
     all_recs = list(recs.values())
-    long_settings = {setting(p.overrides)[:2]: str(p.overrides["train.num_steps"]) for p in points
-                     if setting(p.overrides)[1] == "long"}
 
     report = Report(out, "Heads vs depth (Liu, Liu & Han 2021) at CPU scale")
     report.text(environment_line() + (" Quick mode (tiny model, few steps)." if quick else ""))

@@ -358,7 +358,6 @@ def plot_curves(ax_train, ax_valid, groups: dict[str, Sequence[dict]]) -> None:
 
 # ---------------------------------------------------------------------------------------------- main
 PILOTS = os.path.join(REPO, "docs/results/table3_d512/pilot_lr.csv")  # learning-rate pilots of every width > 128
-PILOTS_LINK = {False: "pilot_lr.csv", True: "../table3_d512/pilot_lr.csv"}  # from the d512 report, from others
 
 
 def lr_pilots(d_model: int, path: str = PILOTS) -> list[list]:
@@ -423,7 +422,11 @@ def jobs(argv: Optional[Sequence[str]] = None) -> list[_study.Job]:
     """The points of ``--rows`` in training order (seed-major over rows (A) and (B), then the late rows), done or
     not, each with its run folder and record path."""
     args = parse_args(argv)
-    expected = expected_points(args)
+    return jobs_of(args, expected_points(args))
+
+
+def jobs_of(args: argparse.Namespace, expected: dict[str, list[tuple[str, sweep_lib.Point]]]) -> list[_study.Job]:
+    """``jobs`` from parsed arguments and their ``expected_points``."""
     order = {r: i for i, r in enumerate(ROWS)}
     ordered = sorted(((row, spec, p) for row in args.rows for spec, p in expected[row]),
                      key=lambda j: (LATE_ROWS.get(j[0], 0), j[2].overrides.get("seed", 0), order[j[0]]))
@@ -435,7 +438,7 @@ def jobs(argv: Optional[Sequence[str]] = None) -> list[_study.Job]:
 def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parse_args(argv)
     expected = expected_points(args)
-    failed = [] if args.report_only else _study.train_jobs(jobs(argv), args.train_script)
+    failed = [] if args.report_only else _study.train_jobs(jobs_of(args, expected), args.train_script)
     base = sweep_lib.load_config_module(os.path.join(REPO, ROWS["A"][0])).get_config(args.config_arg)
     path = write_report(args.out, expected, base, quick=args.quick, workdir=args.workdir)
     print(f"wrote {path}")
@@ -517,7 +520,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
             f"The learning rate {base.train.learning_rate:g} (`configs/table3_heads.py: learning_rate`) was chosen "
             "before any point at this width ran: 300-step pilots of the base point (h = 8, seed 0) at 3e-3 x "
             "(128 / d_model)^k for k = 0, 1/2, 1, the candidate with the lowest validation NLL at step 300 (the "
-            f"whole validation split). Pilots at every width: [pilot_lr.csv]({PILOTS_LINK[d_model != 512]}) "
+            f"whole validation split). Pilots at every width: [pilot_lr.csv]({os.path.relpath(PILOTS, out)}) "
             "(training loss, gradient norm and the largest attention logit per group every 50 steps). The smallest "
             "candidate won at both widths, the edge of the grid; a 300-step choice favours small rates (the "
             "short-horizon bias), and it was made for the base point only.")
