@@ -201,14 +201,28 @@ def accelerated_text(records: Sequence[dict]) -> str:
     which execution settings, and their wall time."""
     devices = sorted({str(r.get("device")) for r in records})
     settings = sorted({", ".join(f"{k} = {v}" for k, v in sorted(r["execution"].items())) for r in records})
+    precisions = sorted({str(r.get("matmul_precision") or "not recorded") for r in records})
     walls = sorted(w for w in map(wall_minutes, records) if w is not None)
     text = (f"{_points(len(records))} trained on {' / '.join(devices)} by `scripts/gpu_sweeps.py` (same config, "
-            f"overrides, step budget and data order as the CPU queue; execution: {'; '.join(settings)}, float32 "
-            "matmuls at full precision)")
+            f"overrides, step budget and data order as the CPU queue; execution: {'; '.join(settings)}; matmul "
+            f"precision: {' / '.join(precisions)})")
     if walls:
         text += (f", {walls[0]:.1f} to {walls[-1]:.1f} wall minutes a point with several points sharing the "
                  "device; the times below are the CPU points'")
     return text + "."
+
+
+def trained_on_text(records: Sequence[dict]) -> str:
+    """Where the points behind a report trained (each record's ``device``; its ``host`` where the engine did not
+    log the device yet), apart from the machine that built the report from them."""
+    counts: dict[str, int] = {}
+    for r in records:
+        where = r.get("device") or f"device not recorded, host {r.get('host') or 'not recorded'}"
+        counts[where] = counts.get(where, 0) + 1
+    if not counts:
+        return "No point is recorded yet; the line above names the machine that built this report."
+    return ("The line above names the machine that built this report from the records; the points trained on: "
+            + "; ".join(f"{where} ({_points(n)})" for where, n in sorted(counts.items())) + ".")
 
 
 def _points(n: int) -> str:

@@ -207,6 +207,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
 
     report = Report(out, "Heads vs depth (Liu, Liu & Han 2021) at CPU scale")
     report.text(environment_line() + (" Quick mode (tiny model, few steps)." if quick else ""))
+    report.text(_study.trained_on_text(all_recs))
     report.text(
         f"Protocol: the Table 3 CPU-scale translation model (d_model {base.model.d_model}, {base.model.norm}-LN, "
         f"gradient clipping at norm {base.train.grad_clip_norm:g}, learning rate "

@@ -486,6 +486,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
     report = Report(out, "Vaswani et al. Table 3 rows (A) and (B) at " + (
         "CPU scale" if d_model <= 256 else f"d_model {d_model} (an accelerator's points)"))
     report.text(environment_line() + (" Quick mode (tiny model, few steps)." if quick else ""))
+    report.text(_study.trained_on_text(all_recs))
     commits = sorted({r.get("commit", "unknown") for r in all_recs})
     steps = sorted({r.get("steps") for r in all_recs})
     n_expected = sum(len(v) for v in expected.values())

@@ -275,18 +275,31 @@ def test_runtime_text_names_the_points_trained_on_an_accelerator_apart():
     import _study
 
     gpu = {"wall_s": 120.0, "steps": 2400, "median_step_s": 0.01, "device": "gpu NVIDIA H200 x1",
-           "execution": {"model.attention_impl": "xla"}}
+           "execution": {"model.attention_impl": "xla"}, "matmul_precision": "highest"}
     cpu = {"wall_s": 600.0, "steps": 2400, "median_step_s": 0.25}
     text = _study.runtime_text("c", [gpu, cpu, dict(gpu, wall_s=180.0)])
     assert ("2 points trained on gpu NVIDIA H200 x1 by `scripts/gpu_sweeps.py` (same config, overrides, step budget "
-            "and data order as the CPU queue; execution: model.attention_impl = xla, float32 matmuls at full "
-            "precision), 2.0 to 3.0 wall minutes a point") in text
+            "and data order as the CPU queue; execution: model.attention_impl = xla; matmul precision: highest), "
+            "2.0 to 3.0 wall minutes a point") in text
+    unrecorded = _study.accelerated_text([dict(gpu, matmul_precision=None)])
+    assert "matmul precision: not recorded)" in unrecorded  # records made before the engine logged it
     assert "10.0 to 10.0 minutes a point (median 10.0), 0.2 hours over 1 point" in text  # the CPU point alone
     only_gpu = _study.runtime_text("c", [gpu])
     assert only_gpu.endswith("No point has finished on the CPU.") and "ablations.sh" not in only_gpu
     elsewhere = _study.runtime_text("python scripts/gpu_sweeps.py --studies=table3_d512", [], queue=False)
     assert elsewhere.startswith("Command: `python scripts/gpu_sweeps.py --studies=table3_d512`, one accelerator call")
     assert "ablations.sh" not in elsewhere
+
+
+def test_trained_on_text_counts_devices_and_names_hosts_of_older_records():
+    import _study
+
+    gpu, cpu = {"device": "gpu NVIDIA H200 x1"}, {"device": "cpu cpu x1"}
+    old = {"host": "Linux x86_64, 2 CPU cores"}
+    text = _study.trained_on_text([gpu, cpu, gpu, old])
+    assert text.endswith("the points trained on: cpu cpu x1 (1 point); device not recorded, host Linux x86_64, "
+                         "2 CPU cores (1 point); gpu NVIDIA H200 x1 (2 points).")
+    assert _study.trained_on_text([]).startswith("No point is recorded yet")
 
 
 # ---------------------------------------------------------------------------------------------- stats

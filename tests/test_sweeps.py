@@ -119,6 +119,7 @@ def test_records_keep_finished_points_without_their_run_folders(setup, tmp_path)
     assert rec["curve"]["step"] == [10] and rec["curve"]["train_loss"] == [2.0]
     assert rec["bleu_sentence_stats"] == {"rows": None, "reason": "no decoded hypotheses logged"}
     assert rec["commit"] and rec["wall_s"] is not None and rec["median_step_s"] == 0.25
+    assert rec["device"] == "cpu cpu x1" and rec["matmul_precision"] == "default"
 
     shutil.rmtree(workdir)
     assert _run(cfg, train, workdir, f"--records={records}", "--set=train.num_steps=3") == 0

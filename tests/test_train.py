@@ -100,6 +100,8 @@ def test_uninterrupted_run_logs_metrics_health_and_evaluates(baseline):
     c, workdir, final = baseline
     assert final["step"] == STEPS and final["stop_reason"] == "num_steps"
     records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+    start = next(r for r in records if r.get("event") == "start")
+    assert start["device"] == "cpu cpu x8" and start["matmul_precision"] == "default"  # what a record keeps
     keys = set().union(*records)
     for key in ("train/loss", "train/perplexity", "train/learning_rate", "train/grad_norm", "perf/tokens_per_sec",
                 "perf/mfu", "validation/perplexity", "validation_subset/bleu", "test/bleu", "test/chrf",
