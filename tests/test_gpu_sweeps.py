@@ -149,3 +149,20 @@ def test_a_failing_point_is_reported_and_the_others_still_train(tmp_path, monkey
                           first_estimate_s=1, train_script=FAKE_TRAIN, root=str(tmp_path))
     assert [r["ok"] for r in rows] == [False] + [True] * (len(jobs) - 1)
     assert rows[0]["error"].startswith("ValueError: sweep point") and "configs/other.py" in rows[0]["error"]
+
+
+def test_prepare_leaves_out_the_tfds_train_split_only_when_the_call_would_not_fit(tmp_path, monkeypatch):
+    whl, cache = tmp_path / ".whl", tmp_path / ".gpu_cache"
+    split = cache / "tfds" / "bible_es_en" / "1.0.0"
+    split.mkdir(parents=True)
+    whl.mkdir()
+    (whl / "a.whl").write_bytes(b"w" * 2 ** 20)
+    for name, mib in (("bible_es_en-train.array_record-00000-of-00001", 3), ("bible_es_en-test.array_record", 1)):
+        (split / name).write_bytes(b"x" * mib * 2 ** 20)
+    monkeypatch.setattr(gpu_sweeps, "TRAVEL_LIMIT_MIB", 6)
+    assert gpu_sweeps.fit_carry(2 ** 20, str(whl), str(cache)) == (6.0, [])  # fits: nothing left out
+    total, dropped = gpu_sweeps.fit_carry(2 * 2 ** 20, str(whl), str(cache))
+    assert (total, dropped) == (4.0, ["bible_es_en-train.array_record-00000-of-00001"])
+    assert sorted(os.listdir(split)) == ["bible_es_en-test.array_record"]
+    with pytest.raises(SystemExit, match=r"7.0 MiB with the tracked files; expected at most 6 MiB even without"):
+        gpu_sweeps.fit_carry(5 * 2 ** 20, str(whl), str(cache))
