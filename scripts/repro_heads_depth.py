@@ -85,7 +85,7 @@ finished (3 seeds of every architecture) and 28 of the 60 points: 1 head x 6+6 w
 +0.292 to +0.302); Liu, Liu & Han trained far longer. The arm trains 8 heads x 3+3 and 1 head x 6+6 (pre-LN,
 QK-LayerNorm off) for 3 x 2,400 = 7,200 steps (about 7.6 epochs), seeds 0-2, with everything else as the QK-LN-off
 arm; the rsqrt schedule does not depend on the number of steps, so its first 2,400 steps are the QK-LN-off
-points' run and its validation every 600 steps extends their curves. It runs after the Admin arm and before the
+points' run (the report checks it: ``same_start.csv``) and its validation every 600 steps extends their curves. It runs after the Admin arm and before the
 long-warmup arm.
 11. "With 3x the training budget the deep single-head model matches the multi-head one (QK-LN off)": as criteria
     1 and 2, on the long-budget arm (shallow and deep both at 7,200 steps).
@@ -331,6 +331,18 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
                                 if st in dict(cs) else "—" for st in steps_seen] for name, cs in by_step if cs],
                      csv_name="contrasts_by_step.csv")
 
+    same = same_start_rows(by, archs, base.train.num_steps)
+    if same:
+        report.section("The long-budget runs' first steps against the QK-LN-off runs")
+        report.text(f"The rsqrt schedule and the data order do not depend on the number of steps, so a long-budget "
+                    f"run's first {base.train.num_steps:,} steps are the QK-LN-off run of the same architecture and "
+                    "seed: their recorded curves (train loss in 100-step bins, validation NLL; 5 significant "
+                    "digits) should agree to the rounding. A larger difference names a nondeterminism (a resume, "
+                    "a changed kernel or library) that the long-budget contrast would carry.")
+        report.table(["architecture", "seed", "common train-loss bins", "largest absolute Δ train loss",
+                      "common validation steps", "largest absolute Δ valid NLL"], same, csv_name="same_start.csv",
+                     digits=5)
+
     report.section("Verdicts")
     report.text("Pass criteria: the module docstring of `scripts/repro_heads_depth.py`, written before the sweep "
                 "ran.")
@@ -339,6 +351,25 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
     report.section("What the data say")
     report.text(what_the_data_say(findings, settings, missing, all_recs, by_step))
     return report.write()
+
+
+def same_start_rows(by: dict, archs: Sequence[str], steps: int) -> list[list]:
+    """Per (architecture, seed) with both a long-budget and a QK-LN-off record: the number of train-loss bins and
+    validation steps up to ``steps`` that both curves hold, and the largest absolute difference of each."""
+    rows = []
+    for arch in archs:
+        short = {r.get("seed"): r.get("curve") or {} for r in by.get((arch, "off"), [])}
+        for r in sorted(by.get((arch, "long"), []), key=lambda r: r.get("seed")):
+            if r.get("seed") not in short:
+                continue
+            row = [arch, r.get("seed")]
+            for step_key, value_key in (("step", "train_loss"), ("valid_step", "valid_nll")):
+                a, b = (dict(zip(c.get(step_key, []), c.get(value_key, []))) for c in (r.get("curve") or {},
+                                                                                        short[r.get("seed")]))
+                common = [st for st in sorted(set(a) & set(b)) if st <= steps and None not in (a[st], b[st])]
+                row += [len(common), max((abs(a[st] - b[st]) for st in common), default=None)]
+            rows.append(row)
+    return rows
 
 
 def long_warmup_text(points: Sequence[sweep_lib.Point]) -> str:

@@ -494,6 +494,22 @@ def test_heads_depth_verdicts_follow_the_criteria():
     assert repro_heads_depth.verdict_rows(by, ("8 heads", "6+6", "24+24"))[10][3] == "not reproduced"
 
 
+def test_same_start_rows_compare_the_long_runs_first_steps_with_the_short_runs():
+    import repro_heads_depth
+
+    def rec(seed, steps, losses, valid_steps, nlls):
+        return {"seed": seed, "curve": {"step": steps, "train_loss": losses, "valid_step": valid_steps,
+                                        "valid_nll": nlls}}
+
+    short = [rec(0, [100, 200], [7.0, 5.5], [200], [4.0]), rec(1, [100, 200], [7.1, 5.6], [200], [4.1])]
+    long = [rec(1, [100, 200, 300], [7.1, 5.6, 5.0], [200, 300], [4.1, 3.9]),
+            rec(0, [100, 200, 300], [7.0, 5.25, 5.0], [200, 300], [4.0, 3.8]),
+            rec(2, [100], [7.2], [], [])]  # no short run of seed 2: no row
+    by = {("8 heads", "off"): short, ("8 heads", "long"): long, ("1 head", "off"): short}
+    rows = repro_heads_depth.same_start_rows(by, ("8 heads", "1 head"), 200)
+    assert rows == [["8 heads", 0, 2, pytest.approx(0.25), 1, 0.0], ["8 heads", 1, 2, 0.0, 1, 0.0]]
+
+
 def test_heads_depth_trend_reads_each_step_in_depth_against_the_margin():
     import repro_heads_depth
 
