@@ -46,13 +46,14 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(XLA_CACHE, ignore_errors=True)
 
 
-# The slowest files (seconds of worker time each, measured with `pytest --durations=0` on 2 busy cores), run
-# first: with `--dist loadfile` each file is one unit, and a long file started last would leave the other
-# worker idle for its whole length.
-SLOW_FILES_FIRST = ("test_repro_head_importance.py", "test_interventions.py", "test_multihost.py",
-                    "test_attention.py", "test_train.py", "test_reliability.py", "test_models.py", "test_loop.py",
-                    "test_tensor_parallel.py", "test_chunked.py", "test_repro_explanation.py", "test_doctor.py",
-                    "test_repro.py")
+# The slowest files (seconds of worker time each, measured with `pytest --durations=0` on 2 cores on 2026-12-03),
+# run first: with `--dist loadfile` each file is one unit, and a long file started last would leave the other
+# worker idle for its whole length. The default run (`-m 'not slow'`, pyproject.toml) first, then the files of
+# the slow tests (`pytest -m slow`: the study scripts' --quick runs and the multi-process launches).
+SLOW_FILES_FIRST = ("test_attention.py", "test_train.py", "test_reliability.py", "test_tensor_parallel.py",
+                    "test_interventions.py", "test_loop.py", "test_models.py", "test_doctor.py", "test_chunked.py",
+                    "test_multihost.py", "test_repro_head_importance.py", "test_repro.py",
+                    "test_repro_explanation.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

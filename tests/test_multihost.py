@@ -24,6 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 KILL_AT_BATCH = 5  # process 1 gets SIGTERM when it fetches the batch of step 6: all stop after step 6
 TIMEOUT_S = 240  # per launch
+pytestmark = pytest.mark.slow  # 10 train.py / eval.py processes: `pytest -m slow` (CI runs it after the README line)
 
 CONFIG = '''
 import ml_collections

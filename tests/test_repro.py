@@ -76,6 +76,7 @@ def _run_twice(module, tmp_path, stand_in, n_points):
     return out
 
 
+@pytest.mark.slow
 def test_scale_quick(tmp_path, stand_in):
     import repro_scale
 
@@ -113,6 +114,7 @@ def test_scale_quick(tmp_path, stand_in):
     assert v == "undecided" and "did not learn" in reason
 
 
+@pytest.mark.slow
 def test_logit_growth_quick(tmp_path, stand_in):
     import repro_logit_growth as lg
 
@@ -141,6 +143,7 @@ def test_logit_growth_quick(tmp_path, stand_in):
     assert lg.width_trend(sweeps_of([0.03, 0.03, 0.03], [0.1, 0.03, 0.03]), [64, 128])[3] == "not reproduced"
 
 
+@pytest.mark.slow
 def test_entropy_collapse_quick(tmp_path, stand_in):
     import repro_entropy_collapse as ec
 
@@ -184,6 +187,7 @@ def test_entropy_collapse_quick(tmp_path, stand_in):
     assert ec.verdicts(more, 3e-3, [1e-2, 0.1])[1][3] == "reproduced"  # 1e-2 is not too high: no events without
 
 
+@pytest.mark.slow
 def test_mqar_quick(tmp_path):
     import repro_mqar
 

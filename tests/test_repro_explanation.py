@@ -16,6 +16,7 @@ VERDICTS = {"reproduced", "partial", "not reproduced", "undecided"}
 COMMITTED = os.path.join(REPO, "docs", "results", "explanation")
 
 
+@pytest.mark.slow
 def test_repro_explanation_quick(tmp_path):
     repro_explanation.main(["--quick", "--out", str(tmp_path)])
     text = (tmp_path / "README.md").read_text()

@@ -6,6 +6,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
@@ -20,6 +21,7 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_repro_head_importance_quick(tmp_path):
     repro_head_importance.main(["--quick", "--first_seed", "2", "--out", str(tmp_path)])
     for name in ("pruning.png", "confidence.png", "README.md"):

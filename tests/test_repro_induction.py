@@ -13,6 +13,7 @@ import repro_induction  # noqa: E402  (scripts/ is on the path once reports is i
 from _report import VERDICT_HEADERS, VERDICTS, write_csv  # noqa: E402
 
 
+@pytest.mark.slow
 def test_induction_quick(tmp_path):
     repro_induction.main(["--quick", f"--out={tmp_path}"])
     text = open(tmp_path / "README.md").read()
