@@ -85,8 +85,8 @@ finished (3 seeds of every architecture) and 28 of the 60 points: 1 head x 6+6 w
 +0.292 to +0.302); Liu, Liu & Han trained far longer. The arm trains 8 heads x 3+3 and 1 head x 6+6 (pre-LN,
 QK-LayerNorm off) for 3 x 2,400 = 7,200 steps (about 7.6 epochs), seeds 0-2, with everything else as the QK-LN-off
 arm; the rsqrt schedule does not depend on the number of steps, so its first 2,400 steps are the QK-LN-off
-points' run (the report checks it: ``same_start.csv``) and its validation every 600 steps extends their curves. It runs after the Admin arm and before the
-long-warmup arm.
+points' run (the report checks it: ``same_start.csv``) and its validation every 600 steps extends their curves.
+It runs after the Admin arm and before the long-warmup arm.
 11. "With 3x the training budget the deep single-head model matches the multi-head one (QK-LN off)": as criteria
     1 and 2, on the long-budget arm (shallow and deep both at 7,200 steps).
 """
