@@ -12,6 +12,7 @@ with ``--quick``), run folders to ``runs/repro/<name>[_quick]/<point>``.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import os
 import statistics
@@ -215,10 +216,8 @@ def accelerated_text(records: Sequence[dict]) -> str:
 def trained_on_text(records: Sequence[dict]) -> str:
     """Where the points behind a report trained (each record's ``device``; its ``host`` where the engine did not
     log the device yet), apart from the machine that built the report from them."""
-    counts: dict[str, int] = {}
-    for r in records:
-        where = r.get("device") or f"device not recorded, host {r.get('host') or 'not recorded'}"
-        counts[where] = counts.get(where, 0) + 1
+    counts = collections.Counter(r.get("device") or f"device not recorded, host {r.get('host') or 'not recorded'}"
+                                 for r in records)
     if not counts:
         return "No point is recorded yet; the line above names the machine that built this report."
     return ("The line above names the machine that built this report from the records; the points trained on: "

@@ -169,15 +169,18 @@ def points_of(args: argparse.Namespace) -> tuple[str, list[sweep_lib.Point]]:
 def jobs(argv: Optional[Sequence[str]] = None) -> list[_study.Job]:
     """Every point in training order, done or not, with its run folder and record path."""
     args = parse_args(argv)
-    spec, points = points_of(args)
+    return jobs_of(args, *points_of(args))
+
+
+def jobs_of(args: argparse.Namespace, spec: str, points: Sequence[sweep_lib.Point]) -> list[_study.Job]:
+    """``jobs`` from parsed arguments and their ``points_of``."""
     return _study.study_jobs(spec, points, args.workdir, os.path.join(args.out, "points"))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parse_args(argv)
     spec, points = points_of(args)
-    failed = [] if args.report_only else _study.train_jobs(
-        _study.study_jobs(spec, points, args.workdir, os.path.join(args.out, "points")), args.train_script)
+    failed = [] if args.report_only else _study.train_jobs(jobs_of(args, spec, points), args.train_script)
     base = sweep_lib.load_config_module(os.path.join(REPO, CONFIG)).get_config(args.config_arg)
     path = write_report(args.out, points, base, quick=args.quick, workdir=args.workdir)
     print(f"wrote {path}")

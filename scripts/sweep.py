@@ -391,6 +391,11 @@ SPIKE_WINDOW = 10  # logged train losses a spike is measured against (their medi
 SPIKE_NATS = 0.3  # a logged train loss this far above that median counts as a loss spike
 
 
+def _last_logged(events: Sequence[dict], key: str) -> Any:
+    """``key`` of the last event that logged it (None when none did)."""
+    return next((e[key] for e in reversed(events) if e.get(key)), None)
+
+
 def _round(x: Any, digits: int = 5) -> Optional[float]:
     """A float with ``digits`` significant digits for a record (None for missing or non-finite values)."""
     v = _num(x)
@@ -595,9 +600,8 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
         "commit": status.get("commit") or f"{source_commit()} (at record time; the run's commit was not kept)",
         "recorded_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "host": f"{os.uname().sysname} {os.uname().machine}, {os.cpu_count()} CPU cores",
-        "device": next((r.get("device") for r in reversed(starts) if r.get("device")), None),
-        "matmul_precision": next((r.get("matmul_precision") for r in reversed(starts) if r.get("matmul_precision")),
-                                 None),
+        "device": _last_logged(starts, "device"),
+        "matmul_precision": _last_logged(starts, "matmul_precision"),
         "steps": int(values.get("step", 0)),
         "end_reason": end_reason(point_dir),
         "params": next((r.get("params") for r in starts if r.get("params") is not None), None),
