@@ -44,6 +44,7 @@ import csv
 import io
 import os
 import queue
+import re
 import shutil
 import statistics
 import subprocess
@@ -197,9 +198,14 @@ class Archive:
             with tarfile.open(tmp, "w:gz") as tar:
                 for d, _, files in sorted(os.walk(self.stage)):
                     for f in sorted(files):
+                        if IN_FLIGHT.search(f):  # another worker's record mid-write: the pack after its point takes it
+                            continue
                         path = os.path.join(d, f)
                         tar.add(path, arcname=os.path.relpath(path, self.stage))
             os.replace(tmp, os.path.join(self.out, "records.tar.gz"))
+
+
+IN_FLIGHT = re.compile(r"\.tmp\d+$")  # sweep._write_text_atomic's temporary file, renamed when written
 
 
 def run(jobs: Sequence[tuple[str, _study.Job]], out: str, *, workers: int, budget_s: float, first_estimate_s: float,

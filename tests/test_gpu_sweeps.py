@@ -166,3 +166,14 @@ def test_prepare_leaves_out_the_tfds_train_split_only_when_the_call_would_not_fi
     assert sorted(os.listdir(split)) == ["bible_es_en-test.array_record"]
     with pytest.raises(SystemExit, match=r"7.0 MiB with the tracked files; expected at most 6 MiB even without"):
         gpu_sweeps.fit_carry(5 * 2 ** 20, str(whl), str(cache))
+
+
+def test_pack_leaves_out_a_record_another_worker_is_still_writing(tmp_path):
+    archive = gpu_sweeps.Archive(str(tmp_path / "out"), str(tmp_path / "stage"), root=str(tmp_path))
+    os.makedirs(tmp_path / "out")
+    done = archive.staged(str(tmp_path / "docs" / "points" / "a.json"))
+    os.makedirs(os.path.dirname(done))
+    open(done, "w").write("{}")
+    open(archive.staged(str(tmp_path / "docs" / "points" / "b.json")) + ".tmp4242", "w").write("{")
+    archive.pack()
+    assert list(members(tmp_path / "out" / "records.tar.gz")) == ["docs/points/a.json"]
