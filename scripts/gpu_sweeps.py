@@ -16,7 +16,8 @@ for every process, full-precision float32 matmuls (``JAX_DEFAULT_MATMUL_PRECISIO
 ``--workers`` points train at once, sharing the GPU and JAX's compilation cache; no point starts when the
 median time of the finished ones (``--first_estimate`` before any) would overrun ``--budget``. Every finished
 point's record and decoded test sentences are added at once to ``<out>/records.tar.gz`` (paths relative to the
-repository), so what finished survives a timeout; ``<out>/points.csv`` has one row per attempted point.
+repository), so what finished survives a timeout; ``<out>/points.csv`` has one row per attempted point
+(ok, wall seconds, validation NLL, test BLEU, the device and matmul precision its record names, the error if any).
 
 Here, once per checkout (network to PyPI; both folders are git-ignored, 32 MB together):
 
@@ -243,11 +244,12 @@ def run(jobs: Sequence[tuple[str, _study.Job]], out: str, *, workers: int, budge
                 ok, error = False, f"{type(e).__name__}: {e}"
             wall = time.time() - start
             row = {"study": study, "point": job.name, "ok": ok, "wall_s": round(wall, 1),
-                   "valid_nll": None, "test_bleu": None, "device": None, "error": error}
+                   "valid_nll": None, "test_bleu": None, "device": None, "matmul_precision": None, "error": error}
             if ok:
                 record = sweep_lib.read_record(staged)
                 row.update(valid_nll=(record.get("validation") or {}).get("nll"),
-                           test_bleu=(record.get("test") or {}).get("bleu"), device=record.get("device"))
+                           test_bleu=(record.get("test") or {}).get("bleu"), device=record.get("device"),
+                           matmul_precision=record.get("matmul_precision"))
                 archive.pack()
             with lock:
                 if ok:

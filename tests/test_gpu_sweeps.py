@@ -1,4 +1,5 @@
 """scripts/gpu_sweeps.py: pending points trained in parallel into one archive, collected without overwriting."""
+import csv
 import io
 import json
 import os
@@ -42,7 +43,10 @@ def test_run_trains_every_job_on_parallel_workers_and_archives_each_record(tmp_p
         assert record["execution"] == {"model.attention_impl": "xla"}
         assert record["overrides"] == j.point.overrides  # what the point is: the CPU queue's record
         assert not os.path.exists(j.record)  # records go to the archive, not into the checkout
-    assert (out / "points.csv").read_text().count("\n") == len(jobs) + 1
+    with open(out / "points.csv") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(jobs)
+    assert {(r["device"], r["matmul_precision"]) for r in table} == {("cpu cpu x1", "default")}  # fake_train's start
 
 
 def test_no_point_starts_that_would_overrun_the_budget(tmp_path):
