@@ -52,17 +52,17 @@ def get_config():
     return c
 '''
 
-# train.py (or $LAUNCH_SCRIPT), with process SIGTERM_PROCESS sending itself SIGTERM when it fetches training batch SIGTERM_AT, and
-# every greedy hypothesis prefixed with its source's first 3 tokens (a model of 8 steps says the same thing to
-# every sentence; the prefix makes a hypothesis gathered into the wrong place show), and each process that writes
-# the doctor's report adding its index to the file $DOCTOR_WRITES.
+# train.py (or $LAUNCH_SCRIPT), with process SIGTERM_PROCESS sending itself SIGTERM when it fetches training
+# batch SIGTERM_AT, and every greedy hypothesis prefixed with its source's first 3 tokens (a model of 8 steps says
+# the same thing to every sentence; the prefix makes a hypothesis gathered into the wrong place show), and each
+# process that writes the doctor's report adding its index to the file $DOCTOR_WRITES.
 LAUNCHER = '''
 import os
 import runpy
-import signal
 import sys
 
 sys.path.insert(0, {repo!r})
+sys.path.insert(0, {tests!r})
 import jax.numpy as jnp
 import models
 
@@ -71,22 +71,7 @@ models.greedy_decode = lambda model, inputs, **kw: jnp.concatenate([inputs[:, :3
 at, who = int(os.environ.get("SIGTERM_AT", "-1")), int(os.environ.get("SIGTERM_PROCESS", "-1"))
 if at >= 0:
     from engine import tasks
-
-    class KillAt:
-        def __init__(self, inner):
-            self.inner, self.count = inner, 0
-
-        def __next__(self):
-            if self.count == at:
-                os.kill(os.getpid(), signal.SIGTERM)
-            self.count += 1
-            return next(self.inner)
-
-        def get_state(self):
-            return self.inner.get_state()
-
-        def set_state(self, state):
-            self.inner.set_state(state)
+    from kill_at import KillAt
 
     build = tasks.TranslationTask.build_data
 
@@ -94,7 +79,7 @@ if at >= 0:
         d = build(self, workdir, process_index, process_count)
         if process_index == who:
             make = d.train_iter
-            d.train_iter = lambda: KillAt(make())
+            d.train_iter = lambda: KillAt(make(), at)
         return d
 
     tasks.TranslationTask.build_data = build_data
@@ -173,7 +158,7 @@ def runs(tmp_path_factory):
     corpus = tmp / "pairs.tsv"
     corpus.write_text("".join(f"{r[3]}\t{r[4]}\n" for r in rows), encoding="utf-8")
     (tmp / "tiny.py").write_text(CONFIG.format(corpus=str(corpus), cache=str(tmp / "cache"), steps=STEPS))
-    (tmp / "launch.py").write_text(LAUNCHER.format(repo=REPO))
+    (tmp / "launch.py").write_text(LAUNCHER.format(repo=REPO, tests=os.path.join(REPO, "tests")))
     one, two = str(tmp / "one_process"), str(tmp / "two_processes")
     single = launch(tmp, one, processes=1, devices=4)
     assert_ok(single)

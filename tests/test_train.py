@@ -7,7 +7,6 @@ and a few steps. Compiled programs are cached on disk for the module, so repeate
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 
@@ -23,6 +22,7 @@ from engine import checkpoint as ckpt_lib
 from engine import config as config_lib
 from engine import loop, restore, state, tasks
 from engine import writer as logging_lib
+from kill_at import KillAt
 from test_engine import wandb_offline_has
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,25 +61,6 @@ def tiny_translation_config(corpus: str, cache: str, *, devices: int = 1) -> ml_
 def losses(workdir: str) -> dict[int, float]:
     return {r["step"]: r["train/loss"] for r in logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
             if "train/loss" in r}
-
-
-class _KillAt:
-    """A training iterator that sends this process SIGTERM when batch ``at`` is requested."""
-
-    def __init__(self, inner, at: int):
-        self.inner, self.at, self.count = inner, at, 0
-
-    def __next__(self):
-        if self.count == self.at:
-            os.kill(os.getpid(), signal.SIGTERM)
-        self.count += 1
-        return next(self.inner)
-
-    def get_state(self):
-        return self.inner.get_state()
-
-    def set_state(self, state):
-        self.inner.set_state(state)
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +117,7 @@ def test_kill_and_resume_matches_the_uninterrupted_run(baseline, tmp_path, corpu
     def killing_data(self, wd, process_index, process_count):
         d = build(self, wd, process_index, process_count)
         train_iter = d.train_iter
-        d.train_iter = lambda: _KillAt(train_iter(), at=5)
+        d.train_iter = lambda: KillAt(train_iter(), at=5)
         return d
 
     monkeypatch.setattr(tasks.TranslationTask, "build_data", killing_data)
