@@ -48,8 +48,8 @@ STAND_IN = textwrap.dedent('''
     recs.append({"step": 200, "event": "bleu", "split": "test", "sentences": len(hyps), "bleu": 50.0, "chrf": 60.0,
                  "bleu_signature": "sig", "chrf_signature": "csig",
                  "hypotheses": os.path.join(workdir, "outputs", "test_step200.txt")})
-    recs.append({"step": 200, "validation/nll": nll, "validation/loss": nll + 0.2, "validation/perplexity": 2.718 ** nll,
-                 "test/bleu": 50.0, "test/chrf": 60.0})
+    recs.append({"step": 200, "validation/nll": nll, "validation/loss": nll + 0.2,
+                 "validation/perplexity": 2.718 ** nll, "test/bleu": 50.0, "test/chrf": 60.0})
 ''')
 
 
@@ -402,7 +402,8 @@ def test_heads_depth_quick_writes_records(tmp_path, stand_in):
     verdicts = _csv(out / "verdicts.csv")
     assert [r["verdict"] for r in verdicts] == ["undecided"] * 21  # 10 per deep model, 11 for the one in the
     # long-budget arm (1 head x 2+2); one seed decides nothing
-    assert verdicts[10]["claim"] == "1 head x 2+2, d_k 32, d_ff 64 matches the multi-head model (QK-LN off, long budget)"
+    assert verdicts[10]["claim"] == ("1 head x 2+2, d_k 32, d_ff 64 matches the multi-head model "
+                                     "(QK-LN off, long budget)")
     assert "long budget minus 20 steps (QK-LN off), 4 heads x 1+1" in text
     assert "1 head x 4+4, d_k 16, d_ff 32 minus 4 heads x 1+1, d_k 16, d_ff 128, QK-LN off" in text
     assert "1 head x 4+4, d_k 16, d_ff 32 minus 4 heads x 1+1, d_k 16, d_ff 128, post-LN" in text
