@@ -93,6 +93,7 @@ It runs after the Admin arm and before the long-warmup arm.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import sys
 from typing import Optional, Sequence
@@ -248,21 +249,26 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         rs = s["records"]
         params = next((r.get("params") for r in rs if r.get("params") is not None), None)
         rows.append([label, params, f"{len(rs)}/{s['expected']}"] + [mean_std(t3.values(rs, m)) for m in (
-            "nll", "ppl", "bleu", "grad", "spikes", "jump", "logit", "wall")])
+            "nll", "ppl", "bleu", "grad", "spikes", "jump", "logit", "warnings", "wall")])
         for r in rs:
             runs.append([r.get("point"), label, r.get("seed"), r.get("steps"), r.get("params")]
-                        + [t3.metric(r, m) for m in ("nll", "ppl", "bleu", "chrf", "grad", "spikes", "jump", "logit")]
+                        + [t3.metric(r, m) for m in ("nll", "ppl", "bleu", "chrf", "grad", "spikes", "jump", "logit",
+                                                     "warnings")]
                         + [r.get("stability", {}).get("non_finite_step"), t3.metric(r, "wall"), t3.metric(r, "train"),
                            r.get("commit")])
     report.table(["setting", "parameters", "seeds done", "valid NLL", "valid perplexity", "test BLEU",
-                  "max grad norm", "loss spikes", "max loss jump", "max attention logit", "wall (min)"], rows,
+                  "max grad norm", "loss spikes", "max loss jump", "max attention logit", "health warnings",
+                  "wall (min)"], rows,
                  csv_name="settings.csv")
     report.text(f"Loss spike: a logged train loss more than {sweep_lib.SPIKE_NATS} nats above the median of the "
                 f"previous {sweep_lib.SPIKE_WINDOW} logged losses; gradient norm before clipping, mean of each "
                 f"{base.train.log_every}-step interval; attention logit: the largest of the logged statistics "
-                f"(every {base.train.stats_every} steps, any group, layer and head).")
+                f"(every {base.train.stats_every} steps, any group, layer and head); health warnings: the attention "
+                "health monitor's (`engine/health.py`, the `health` defaults of `engine/config.py`), one each time "
+                "a head enters a flagged state, descriptive only (no criterion uses them).")
     report.table(["point", "setting", "seed", "steps", "parameters", "valid NLL", "valid ppl", "test BLEU",
-                  "test chrF", "max grad norm", "loss spikes", "max loss jump", "max attn logit", "non-finite step",
+                  "test chrF", "max grad norm", "loss spikes", "max loss jump", "max attn logit", "health warnings",
+                  "non-finite step",
                   "wall (min)", "train (min)", "commit"], runs, csv_name="runs.csv", digits=4)
 
     report.section("Contrasts")
@@ -520,6 +526,35 @@ def budget_trend(cs: Sequence[tuple[int, _stats.Interval]]) -> str:
             + shape)
 
 
+def health_text(settings: dict) -> str:
+    """The health monitor's warnings per run for each setting (range and the validation NLL beside it), and the
+    warnings' kinds over the records that keep them: how often the monitor flags runs that train well."""
+    parts = []
+    for label, s in settings.items():
+        counts = t3.values(s["records"], "warnings")
+        if counts:
+            nll = t3.values(s["records"], "nll")
+            parts.append(f"{label}: {min(counts):g}-{max(counts):g} (validation NLL "
+                         f"{min(nll):.2f}-{max(nll):.2f}, {len(counts)} run{'s' if len(counts) != 1 else ''})")
+    if not parts:
+        return ""
+    kinds: collections.Counter = collections.Counter()
+    kept = total = 0
+    for s in settings.values():
+        for r in s["records"]:
+            total += 1
+            per_kind = (r.get("stability") or {}).get("health_warning_kinds")
+            if per_kind is not None:
+                kept += 1
+                kinds.update(per_kind)
+    text = ("Health-monitor warnings per run (`engine/health.py` with the `health` defaults of `engine/config.py`; "
+            "a head that leaves a flagged state and enters it again counts again; no criterion uses them): " + "; ".join(parts) + ".")
+    if kept:
+        text += (f" By kind and attention group, over the records that keep it ({kept} of {total}): "
+                 + ", ".join(f"{k} {v}" for k, v in kinds.most_common()) + ".")
+    return text
+
+
 def what_the_data_say(findings, settings, missing, records, by_step=()) -> str:
     """Generated from the intervals: does the deep single-head model match, is the difference stability, and
     (``by_step``: deep minus shallow per validation step) does the gap close with the budget."""
@@ -564,6 +599,9 @@ def what_the_data_say(findings, settings, missing, records, by_step=()) -> str:
     if spikes:
         paragraphs.append("Loss spikes summed over seeds: "
                           + ", ".join(f"{k}: {v:g}" for k, v in spikes.items()) + ".")
+    health = health_text(settings)
+    if health:
+        paragraphs.append(health)
     if missing:
         paragraphs.append(f"{len(missing)} points have not finished; the statements above may change as they do.")
     return "\n\n".join(paragraphs)

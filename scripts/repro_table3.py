@@ -84,7 +84,7 @@ MIN_SEEDS = 3  # seeds a side below which a contrast gets no verdict
 # ------------------------------------------------------------------------------------------- records
 def metric(record: dict, name: str) -> Optional[float]:
     """A number of a point record: nll, ppl, bleu, chrf, grad (max grad norm), spikes, jump (largest loss
-    jump), logit (largest attention logit over groups), wall (minutes: the larger of the sweep runner's time
+    jump), logit (largest attention logit over groups), warnings (the health monitor's warnings), wall (minutes: the larger of the sweep runner's time
     for the last train.py call and the logged time of all calls), train (minutes: steps x the median seconds per
     step, which pauses do not inflate; None in records made before it was recorded)."""
     st = record.get("stability") or {}
@@ -96,6 +96,7 @@ def metric(record: dict, name: str) -> Optional[float]:
         "grad": lambda: st.get("max_grad_norm"),
         "spikes": lambda: st.get("loss_spikes"),
         "jump": lambda: st.get("max_loss_jump"),
+        "warnings": lambda: st.get("health_warnings"),
         "logit": lambda: max([v for v in (st.get("max_attention_logit") or {}).values() if v is not None],
                              default=None),
         "wall": lambda: _study.wall_minutes(record),

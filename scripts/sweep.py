@@ -31,6 +31,7 @@ whose record exists is skipped even when its run folder is gone.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import importlib.util
 import json
@@ -456,7 +457,8 @@ def loss_spikes(losses: Sequence[float], window: int = SPIKE_WINDOW, nats: float
 
 
 def stability(records: Sequence[dict]) -> dict[str, Any]:
-    """Loss spikes, gradient norms and attention max logits of a run, from its metrics.jsonl records."""
+    """Loss spikes, gradient norms, attention max logits and the health monitor's warnings (all, and per
+    ``kind/group``) of a run, from its metrics.jsonl records."""
     losses = [v for _, v in _by_step(records, "train/loss")]
     spikes, jump = loss_spikes(losses)
     grads = [v for _, v in _by_step(records, "train/grad_norm") if np.isfinite(v)]
@@ -471,6 +473,7 @@ def stability(records: Sequence[dict]) -> dict[str, Any]:
     for g in groups:
         logit_curve[g] = [_round(per_step[s].get(g), 4) for s in logit_curve["step"]]
     non_finite = [r.get("at_step", r.get("step")) for r in records if r.get("event") == "non_finite"]
+    warnings = [r for r in records if r.get("event") == "health_warning"]
     return {
         "loss_spikes": spikes, "max_loss_jump": _round(jump, 4),
         "spike_rule": f"a logged train loss (mean of train.log_every steps) more than {SPIKE_NATS} nats above "
@@ -481,7 +484,9 @@ def stability(records: Sequence[dict]) -> dict[str, Any]:
                                 for g in groups},
         "max_logit_curve": logit_curve,
         "non_finite_step": non_finite[0] if non_finite else None,
-        "health_warnings": sum(1 for r in records if r.get("event") == "health_warning"),
+        "health_warnings": len(warnings),
+        "health_warning_kinds": dict(sorted(collections.Counter(f"{w.get('kind')}/{w.get('group')}"
+                                                                for w in warnings).items())),
     }
 
 

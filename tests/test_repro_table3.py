@@ -374,6 +374,9 @@ def test_learning_curve_and_stability_from_records():
     recs += [{"step": s, "train/loss": 2.0, "train/nll": 1.5, "train/grad_norm": 0.5} for s in range(110, 210, 10)]
     recs.append({"step": 190, "train/loss": 2.6, "train/nll": 2.1, "train/grad_norm": 9.0})  # after a resume
     recs.append({"step": 200, "event": "non_finite", "at_step": 197})
+    recs += [{"step": s, "event": "health_warning", "kind": k, "group": g}
+             for s, k, g in ((50, "max_logit", "cross"), (60, "entropy_collapse", "decoder_self"),
+                             (90, "max_logit", "cross"))]
     curve = sweep.learning_curve(recs)
     assert curve["step"] == [100, 200]
     assert curve["train_loss"] == [3.0, pytest.approx((2.0 * 9 + 2.6) / 10)]  # resumed steps replace the old
@@ -382,6 +385,8 @@ def test_learning_curve_and_stability_from_records():
     assert sweep.loss_spikes([2.0] * 10 + [float("nan")])[0] == 1
     st = sweep.stability(recs)
     assert st["loss_spikes"] == 1 and st["max_grad_norm"] == 9.0 and st["non_finite_step"] == 197
+    assert st["health_warnings"] == 3
+    assert st["health_warning_kinds"] == {"entropy_collapse/decoder_self": 1, "max_logit/cross": 2}
 
 
 def test_heads_depth_quick_writes_records(tmp_path, stand_in):
@@ -509,6 +514,24 @@ def test_same_start_rows_compare_the_long_runs_first_steps_with_the_short_runs()
     by = {("8 heads", "off"): short, ("8 heads", "long"): long, ("1 head", "off"): short}
     rows = repro_heads_depth.same_start_rows(by, ("8 heads", "1 head"), 200)
     assert rows == [["8 heads", 0, 2, pytest.approx(0.25), 1, 0.0], ["8 heads", 1, 2, 0.0, 1, 0.0]]
+
+
+def test_heads_depth_health_text_gives_each_settings_warnings_and_the_kinds_kept():
+    import repro_heads_depth
+
+    runs = _hd_records([2.9, 3.1])
+    for r, n in zip(runs, (4, 40)):
+        r["stability"]["health_warnings"] = n
+    runs[1]["stability"]["health_warning_kinds"] = {"max_logit/cross": 30, "entropy_collapse/decoder_self": 10}
+    quiet = _hd_records([2.8])
+    quiet[0]["stability"]["health_warnings"] = 0
+    settings = {"8 heads, off": {"records": runs}, "8 heads, on": {"records": quiet},
+                "1 head, on": {"records": []}}
+    text = repro_heads_depth.health_text(settings)
+    assert "8 heads, off: 4-40 (validation NLL 2.90-3.10, 2 runs); 8 heads, on: 0-0 (validation NLL 2.80-2.80, " \
+           "1 run)." in text and "1 head, on" not in text
+    assert text.endswith("over the records that keep it (1 of 3): max_logit/cross 30, entropy_collapse/decoder_self 10.")
+    assert repro_heads_depth.health_text({"a": {"records": _hd_records([2.9])}}) == ""  # no record counts them
 
 
 def test_heads_depth_trend_reads_each_step_in_depth_against_the_margin():
