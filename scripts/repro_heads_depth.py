@@ -258,8 +258,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
                            r.get("commit")])
     report.table(["setting", "parameters", "seeds done", "valid NLL", "valid perplexity", "test BLEU",
                   "max grad norm", "loss spikes", "max loss jump", "max attention logit", "health warnings",
-                  "wall (min)"], rows,
-                 csv_name="settings.csv")
+                  "wall (min)"], rows, csv_name="settings.csv")
     report.text(f"Loss spike: a logged train loss more than {sweep_lib.SPIKE_NATS} nats above the median of the "
                 f"previous {sweep_lib.SPIKE_WINDOW} logged losses; gradient norm before clipping, mean of each "
                 f"{base.train.log_every}-step interval; attention logit: the largest of the logged statistics "
@@ -268,8 +267,7 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
                 "a head enters a flagged state, descriptive only (no criterion uses them).")
     report.table(["point", "setting", "seed", "steps", "parameters", "valid NLL", "valid ppl", "test BLEU",
                   "test chrF", "max grad norm", "loss spikes", "max loss jump", "max attn logit", "health warnings",
-                  "non-finite step",
-                  "wall (min)", "train (min)", "commit"], runs, csv_name="runs.csv", digits=4)
+                  "non-finite step", "wall (min)", "train (min)", "commit"], runs, csv_name="runs.csv", digits=4)
 
     report.section("Contrasts")
     report.text("Difference of means with 95% intervals: Welch's t, then the bootstrap over seeds.")
@@ -548,7 +546,8 @@ def health_text(settings: dict) -> str:
                 kept += 1
                 kinds.update(per_kind)
     text = ("Health-monitor warnings per run (`engine/health.py` with the `health` defaults of `engine/config.py`; "
-            "a head that leaves a flagged state and enters it again counts again; no criterion uses them): " + "; ".join(parts) + ".")
+            "a head that leaves a flagged state and enters it again counts again; no criterion uses them): "
+            + "; ".join(parts) + ".")
     if kept:
         text += (f" By kind and attention group, over the records that keep it ({kept} of {total}): "
                  + ", ".join(f"{k} {v}" for k, v in kinds.most_common()) + ".")

@@ -84,9 +84,10 @@ MIN_SEEDS = 3  # seeds a side below which a contrast gets no verdict
 # ------------------------------------------------------------------------------------------- records
 def metric(record: dict, name: str) -> Optional[float]:
     """A number of a point record: nll, ppl, bleu, chrf, grad (max grad norm), spikes, jump (largest loss
-    jump), logit (largest attention logit over groups), warnings (the health monitor's warnings), wall (minutes: the larger of the sweep runner's time
-    for the last train.py call and the logged time of all calls), train (minutes: steps x the median seconds per
-    step, which pauses do not inflate; None in records made before it was recorded)."""
+    jump), logit (largest attention logit over groups), warnings (the health monitor's warnings), wall (minutes:
+    the larger of the sweep runner's time for the last train.py call and the logged time of all calls), train
+    (minutes: steps x the median seconds per step, which pauses do not inflate; None in records made before it
+    was recorded)."""
     st = record.get("stability") or {}
     getters: dict[str, Callable[[], Any]] = {
         "nll": lambda: (record.get("validation") or {}).get("nll"),

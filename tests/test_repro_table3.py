@@ -530,7 +530,8 @@ def test_heads_depth_health_text_gives_each_settings_warnings_and_the_kinds_kept
     text = repro_heads_depth.health_text(settings)
     assert "8 heads, off: 4-40 (validation NLL 2.90-3.10, 2 runs); 8 heads, on: 0-0 (validation NLL 2.80-2.80, " \
            "1 run)." in text and "1 head, on" not in text
-    assert text.endswith("over the records that keep it (1 of 3): max_logit/cross 30, entropy_collapse/decoder_self 10.")
+    assert text.endswith("over the records that keep it (1 of 3): max_logit/cross 30, "
+                         "entropy_collapse/decoder_self 10.")
     assert repro_heads_depth.health_text({"a": {"records": _hd_records([2.9])}}) == ""  # no record counts them
 
 
