@@ -528,23 +528,22 @@ def health_text(settings: dict) -> str:
     """The health monitor's warnings per run for each setting (range and the validation NLL beside it), and the
     warnings' kinds over the records that keep them: how often the monitor flags runs that train well."""
     parts = []
+    kinds: collections.Counter = collections.Counter()
+    kept = total = 0
     for label, s in settings.items():
         counts = t3.values(s["records"], "warnings")
         if counts:
             nll = t3.values(s["records"], "nll")
             parts.append(f"{label}: {min(counts):g}-{max(counts):g} (validation NLL "
                          f"{min(nll):.2f}-{max(nll):.2f}, {len(counts)} run{'s' if len(counts) != 1 else ''})")
-    if not parts:
-        return ""
-    kinds: collections.Counter = collections.Counter()
-    kept = total = 0
-    for s in settings.values():
         for r in s["records"]:
             total += 1
             per_kind = (r.get("stability") or {}).get("health_warning_kinds")
             if per_kind is not None:
                 kept += 1
                 kinds.update(per_kind)
+    if not parts:
+        return ""
     text = ("Health-monitor warnings per run (`engine/health.py` with the `health` defaults of `engine/config.py`; "
             "a head that leaves a flagged state and enters it again counts again; no criterion uses them): "
             + "; ".join(parts) + ".")
