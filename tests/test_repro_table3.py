@@ -503,17 +503,24 @@ def test_heads_depth_verdicts_follow_the_criteria():
 def test_same_start_rows_compare_the_long_runs_first_steps_with_the_short_runs():
     import repro_heads_depth
 
-    def rec(seed, steps, losses, valid_steps, nlls):
-        return {"seed": seed, "curve": {"step": steps, "train_loss": losses, "valid_step": valid_steps,
-                                        "valid_nll": nlls}}
+    def rec(seed, steps, losses, valid_steps, nlls, commit="abc", resumes=0):
+        return {"seed": seed, "commit": commit, "resumes": resumes,
+                "curve": {"step": steps, "train_loss": losses, "valid_step": valid_steps, "valid_nll": nlls}}
 
     short = [rec(0, [100, 200], [7.0, 5.5], [200], [4.0]), rec(1, [100, 200], [7.1, 5.6], [200], [4.1])]
-    long = [rec(1, [100, 200, 300], [7.1, 5.6, 5.0], [200, 300], [4.1, 3.9]),
-            rec(0, [100, 200, 300], [7.0, 5.25, 5.0], [200, 300], [4.0, 3.8]),
+    long = [rec(1, [100, 200, 300], [7.1, 5.6, 5.0], [200, 300], [4.1, 3.9], commit="def"),
+            rec(0, [100, 200, 300], [7.0, 5.25, 5.0], [200, 300], [4.0, 3.8], commit="def", resumes=2),
             rec(2, [100], [7.2], [], [])]  # no short run of seed 2: no row
     by = {("8 heads", "off"): short, ("8 heads", "long"): long, ("1 head", "off"): short}
     rows = repro_heads_depth.same_start_rows(by, ("8 heads", "1 head"), 200)
-    assert rows == [["8 heads", 0, 2, pytest.approx(0.25), 1, 0.0], ["8 heads", 1, 2, 0.0, 1, 0.0]]
+    assert rows == [["8 heads", 0, 2, pytest.approx(0.25), 200, 1, 0.0, None, "0 / 2", "abc / def"],
+                    ["8 heads", 1, 2, 0.0, None, 1, 0.0, None, "0 / 0", "abc / def"]]
+    text = repro_heads_depth.same_start_text(rows, by, 200)
+    assert "part from step 200 on" in text and "8 heads seed 0" in text and "made by def" in text
+    assert "8 heads 0.0707 (n=2)" in text  # std of the short runs' validation NLL at step 200: 4.0 and 4.1
+    rows[0][3] = 0.0
+    assert repro_heads_depth.same_start_text(rows, by, 200).startswith("Every pair agrees to the rounding")
+    assert repro_heads_depth.same_start_text([], by, 200) == ""
 
 
 def test_heads_depth_health_text_gives_each_settings_warnings_and_the_kinds_kept():
