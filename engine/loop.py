@@ -205,6 +205,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
         r.event("start", params=n_params, mesh=dict(mesh.shape), resumed=resumed, wandb_mode=logger.mode,
                 device=f"{jax.devices()[0].platform} {jax.devices()[0].device_kind} x{jax.device_count()}",
                 matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
+                cpu=runtime.cpu_model(), software=runtime.software_versions(),
                 data_stats=_jsonable(getattr(data, "stats", {})))
         logger.summary({"params": n_params})
         train_step = make_train_step(setup)

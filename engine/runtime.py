@@ -7,8 +7,10 @@ collectively by Orbax.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
+import platform
 import sys
 from typing import Sequence
 
@@ -152,3 +154,29 @@ def enable_compilation_cache(path: str | None = None) -> str:
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     return path
+
+
+SOFTWARE = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")  # what a run's numerics depend on
+
+
+def cpu_model() -> str:
+    """The host CPU's model name (``/proc/cpuinfo``, else ``platform.processor()``); "" when neither says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def software_versions() -> dict[str, str]:
+    """Python and the installed versions of ``SOFTWARE`` (a package not installed is left out)."""
+    out = {"python": platform.python_version()}
+    for name in SOFTWARE:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out

@@ -214,10 +214,16 @@ def accelerated_text(records: Sequence[dict]) -> str:
 
 
 def trained_on_text(records: Sequence[dict]) -> str:
-    """Where the points behind a report trained (each record's ``device``; its ``host`` where the engine did not
-    log the device yet), apart from the machine that built the report from them."""
-    counts = collections.Counter(r.get("device") or f"device not recorded, host {r.get('host') or 'not recorded'}"
-                                 for r in records)
+    """Where the points behind a report trained (each record's ``device``, with its CPU model and jax version
+    where the engine logged them; its ``host`` where the engine did not log the device yet), apart from the
+    machine that built the report from them."""
+    def where(r: dict) -> str:
+        jax_version = (r.get("software") or {}).get("jax")
+        extra = [x for x in (r.get("cpu"), jax_version and f"jax {jax_version}") if x]
+        return ((r.get("device") or f"device not recorded, host {r.get('host') or 'not recorded'}")
+                + (f" on {', '.join(extra)}" if extra else ""))
+
+    counts = collections.Counter(where(r) for r in records)
     if not counts:
         return "No point is recorded yet; the line above names the machine that built this report."
     return ("The line above names the machine that built this report from the records; the points trained on: "

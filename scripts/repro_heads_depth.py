@@ -93,8 +93,10 @@ It runs after the Admin arm and before the long-warmup arm.
 Checked on 2026-12-04, after 3 long-budget points: their first 2,400 steps differ from the QK-LN-off points' runs
 (validation NLL up to 0.016 nats; ``same_start.csv``), which were made by older commits; a 200-step rerun of
 8 heads x 3+3 seed 0 at the long-budget points' commit (917d997, ``--config.train.num_steps=200``) logged the same
-train losses as the long-budget run bit for bit, so the program is deterministic and the difference lies between
-commits. Criterion 11 compares long-budget records only.
+train losses as the long-budget run bit for bit, and so did 100 steps at 0ec014c (the commit of the 2,400-step
+seed-0 point, without its uncommitted local changes): the program is deterministic and the commit does not explain
+the difference; the machine or library build of the earlier runs (not kept in records before 2026-12-04) is the
+likely cause. Criterion 11 compares long-budget records only.
 """
 from __future__ import annotations
 
@@ -417,9 +419,10 @@ def same_start_text(rows: Sequence[list], by: dict, steps: int) -> str:
             f"QK-LN-off runs' validation NLL at step {steps:,} of {', '.join(spreads) or 'n/a'}. "
             + (f"Resumed records (QK-LN off / long budget): {', '.join(resumed)}; " if resumed else
                "No record of these pairs was resumed; ")
-            + "the pairs were made by different commits (last column), so a float-level difference in the compiled "
-            "programs (a changed fusion or statistic computed beside the step) that training amplifies is the "
-            "likely cause, not the data order or the schedule. The long-budget contrast compares records made by "
+            + "the pairs were made at different times, by different commits (last column) and, before records kept "
+            "them, possibly on different CPUs or library builds: a float-level difference that training amplifies, "
+            "not the data order or the schedule (the module docstring has the reruns that checked it). The "
+            "long-budget contrast compares records made by "
             f"{', '.join(long_commits)}; it does not mix these runs with the QK-LN-off ones.")
 
 

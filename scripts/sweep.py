@@ -607,6 +607,8 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
         "host": f"{os.uname().sysname} {os.uname().machine}, {os.cpu_count()} CPU cores",
         "device": _last_logged(starts, "device"),
         "matmul_precision": _last_logged(starts, "matmul_precision"),
+        "cpu": _last_logged(starts, "cpu"),  # the run's CPU and libraries: runs that differ in either need not
+        "software": _last_logged(starts, "software"),  # repeat each other bit for bit
         "steps": int(values.get("step", 0)),
         "end_reason": end_reason(point_dir),
         "params": next((r.get("params") for r in starts if r.get("params") is not None), None),

@@ -20,7 +20,8 @@ if os.environ.get("FAIL_POINT") and workdir.endswith(os.environ["FAIL_POINT"]):
 h = int(args.get("config.model.num_heads", 8))
 dk = int(args.get("config.model.qk_dim", 64))
 seed = int(args.get("config.seed", 0))
-recs = [{"step": 0, "event": "start", "params": 1000 + h, "device": "cpu cpu x1", "matmul_precision": "default"},
+recs = [{"step": 0, "event": "start", "params": 1000 + h, "device": "cpu cpu x1", "matmul_precision": "default",
+         "cpu": "Fake CPU", "software": {"python": "3.11.0", "jax": "0.0.1"}},
         {"step": 10, "train/loss": 2.0 / h, "perf/tokens_per_sec": 500.0, "perf/steps_per_sec": 4.0}]
 recs.append(dict({"step": 10}, **{f"attn/decoder_self/entropy/L{layer}H{k}": 0.1 * (layer + 1) * (k + 1)
                                   for layer in range(2) for k in range(h)}))

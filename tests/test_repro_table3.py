@@ -300,6 +300,9 @@ def test_trained_on_text_counts_devices_and_names_hosts_of_older_records():
     assert text.endswith("the points trained on: cpu cpu x1 (1 point); device not recorded, host Linux x86_64, "
                          "2 CPU cores (1 point); gpu NVIDIA H200 x1 (2 points).")
     assert _study.trained_on_text([]).startswith("No point is recorded yet")
+    new = dict(cpu, cpu="AMD EPYC", software={"python": "3.11.7", "jax": "0.10.2"})
+    assert _study.trained_on_text([new, cpu]).endswith(
+        "trained on: cpu cpu x1 (1 point); cpu cpu x1 on AMD EPYC, jax 0.10.2 (1 point).")
 
 
 # ---------------------------------------------------------------------------------------------- stats

@@ -120,6 +120,7 @@ def test_records_keep_finished_points_without_their_run_folders(setup, tmp_path)
     assert rec["bleu_sentence_stats"] == {"rows": None, "reason": "no decoded hypotheses logged"}
     assert rec["commit"] and rec["wall_s"] is not None and rec["median_step_s"] == 0.25
     assert rec["device"] == "cpu cpu x1" and rec["matmul_precision"] == "default"
+    assert rec["cpu"] == "Fake CPU" and rec["software"] == {"python": "3.11.0", "jax": "0.0.1"}
 
     shutil.rmtree(workdir)
     assert _run(cfg, train, workdir, f"--records={records}", "--set=train.num_steps=3") == 0

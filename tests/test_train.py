@@ -20,7 +20,7 @@ import data
 from data.builders import bible_es_en
 from engine import checkpoint as ckpt_lib
 from engine import config as config_lib
-from engine import loop, restore, state, tasks
+from engine import loop, restore, runtime, state, tasks
 from engine import writer as logging_lib
 from kill_at import KillAt
 from test_engine import wandb_offline_has
@@ -83,6 +83,8 @@ def test_uninterrupted_run_logs_metrics_health_and_evaluates(baseline):
     records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
     start = next(r for r in records if r.get("event") == "start")
     assert start["device"] == "cpu cpu x8" and start["matmul_precision"] == "default"  # what a record keeps
+    assert start["cpu"] == runtime.cpu_model() and start["software"]["jax"] == jax.__version__
+    assert set(start["software"]) >= {"python", "jax", "jaxlib", "flax", "optax", "numpy"}
     keys = set().union(*records)
     for key in ("train/loss", "train/perplexity", "train/learning_rate", "train/grad_norm", "perf/tokens_per_sec",
                 "perf/mfu", "validation/perplexity", "validation_subset/bleu", "test/bleu", "test/chrf",
