@@ -12,8 +12,9 @@ the run and is its result (``train.on_non_finite="stop"``).
     python train.py --config=configs/repro_entropy_collapse.py:lr=0.1,qk_layernorm  # one point
     python scripts/sweep.py --config=configs/repro_entropy_collapse.py
 
-Arguments: lr, qk_layernorm, seed (the point train.py trains); seeds (the sweep runs seeds 0..seeds-1);
-steps; quick (tiny sizes, a few steps, one seed).
+Arguments: lr, qk_layernorm, seed (the point train.py trains); seeds and first_seed (the sweep runs seeds
+first_seed .. first_seed + seeds - 1; ``scripts/health_calibration.py`` trains seeds 3-5 as fresh runs for the
+health monitor's calibration); steps; quick (tiny sizes, a few steps, one seed).
 """
 from engine.config import parse_arg, small_decoder_config
 
@@ -23,14 +24,15 @@ LEARNING_RATES = (("stable", 3e-3), ("stable with QK-LayerNorm", 1e-2), ("high",
 
 
 def _parse(arg):
-    return parse_arg(arg, lr=3e-3, qk_layernorm=False, seed=0, seeds=3, steps=1500, quick=False)
+    return parse_arg(arg, lr=3e-3, qk_layernorm=False, seed=0, seeds=3, first_seed=0, steps=1500,
+                     quick=False)
 
 
 def get_config(arg=None):
     a = _parse(arg)
-    if a.seeds < 1 or a.steps < 1 or a.lr <= 0:
-        raise ValueError(f"repro_entropy_collapse: seeds={a.seeds}, steps={a.steps}, lr={a.lr}; expected "
-                         "positive values")
+    if a.seeds < 1 or a.steps < 1 or a.lr <= 0 or a.first_seed < 0:
+        raise ValueError(f"repro_entropy_collapse: seeds={a.seeds}, first_seed={a.first_seed}, steps={a.steps}, "
+                         f"lr={a.lr}; expected positive seeds, steps and lr and first_seed >= 0")
     q = a.quick
     steps = min(a.steps, 8) if q else a.steps
     c = small_decoder_config(
@@ -50,7 +52,7 @@ def sweep(arg=None):
     """Points, seed-major: seed x QK-LayerNorm off/on x the learning rates of LEARNING_RATES."""
     a = _parse(arg)
     lrs = (LEARNING_RATES[0][1], 1.0) if a.quick else tuple(lr for _, lr in LEARNING_RATES)
-    for seed in range(1 if a.quick else a.seeds):
+    for seed in range(a.first_seed, a.first_seed + (1 if a.quick else a.seeds)):
         for qk_ln in (False, True):
             for lr in lrs:
                 yield {"model.qk_layernorm": qk_ln, "train.learning_rate": lr, "seed": seed}

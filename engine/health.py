@@ -18,12 +18,13 @@ A warning is emitted when a head enters a bad state and again only after it has 
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import ml_collections
 import numpy as np
 
 KINDS = ("entropy_collapse", "uniform_attention", "max_logit", "logit_spread_high", "logit_spread_low")
+FIELDS = ("entropy", "norm_entropy", "max_logit", "logit_std")  # the summary fields the monitor reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,7 @@ class HealthMonitor:
         self.cfg = cfg
         self._early: dict[str, list[np.ndarray]] = {}
         self._early_std: dict[str, list[np.ndarray]] = {}
-        self._active: set[tuple[str, str, int, int]] = set()
+        self._active: dict[tuple[str, str], np.ndarray] = {}  # (kind, group) -> [L, H] heads in that bad state
 
     def baseline(self, group: str, early: dict[str, list[np.ndarray]] | None = None) -> np.ndarray | None:
         """Early value [L, H] of ``group`` (entropy by default) once ``baseline_checks`` observations exist."""
@@ -99,19 +100,34 @@ class HealthMonitor:
             ml = np.asarray(s["max_logit"], np.float64)
             flags["max_logit"] = (ml > c.max_logit, ml, np.full_like(ml, c.max_logit))
             for kind, (bad, value, thr) in flags.items():
-                for layer, head in np.ndindex(bad.shape):
-                    key = (kind, group, layer, head)
-                    if bad[layer, head]:
-                        if key not in self._active:
-                            self._active.add(key)
-                            out.append(
-                                HealthWarning(step, kind, group, layer, head, float(value[layer, head]),
-                                              float(thr[layer, head]))
-                            )
-                    else:
-                        self._active.discard(key)
+                was = self._active.get((kind, group))
+                new = bad if was is None or was.shape != bad.shape else bad & ~was
+                for layer, head in np.argwhere(new):
+                    out.append(HealthWarning(step, kind, group, int(layer), int(head), float(value[layer, head]),
+                                             float(thr[layer, head])))
+                self._active[(kind, group)] = bad
         return out
 
     def active_counts(self) -> dict[str, int]:
         """Heads currently in each bad state (``health/<kind>`` metrics)."""
-        return {kind: sum(1 for k in self._active if k[0] == kind) for kind in KINDS}
+        counts = dict.fromkeys(KINDS, 0)
+        for (kind, _), bad in self._active.items():
+            counts[kind] += int(bad.sum())
+        return counts
+
+
+Summary = Mapping[str, Mapping[str, np.ndarray]]
+
+
+def replay(observations: Iterable[tuple[int, Summary]], cfg: ml_collections.ConfigDict,
+           skip_groups: Iterable[str] = ()) -> list[HealthWarning]:
+    """The warnings a fresh monitor with thresholds ``cfg`` gives over a run's logged attention summaries
+    (``(step, group -> field -> [L, H])`` in step order), leaving out ``skip_groups`` as the training hook
+    leaves out groups frozen to uniform attention. Over an unbroken run's summaries this is what its monitor
+    said; a resumed run's monitor restarted its early baselines at the resume, the replay does not."""
+    monitor = HealthMonitor(cfg)
+    skip = frozenset(skip_groups)
+    out: list[HealthWarning] = []
+    for step, summary in observations:
+        out.extend(monitor.update(step, {g: v for g, v in summary.items() if g not in skip}))
+    return out

@@ -21,7 +21,7 @@ import json
 import os
 import re
 import time
-from typing import Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +62,23 @@ def head_arrays(values: Mapping[str, float], field: str) -> dict[str, np.ndarray
             arr[l, h] = v
         out[group] = arr
     return out
+
+
+def logged_summaries(records: Iterable[Mapping[str, Any]], fields: Sequence[str] = FIELDS
+                     ) -> list[tuple[int, dict[str, dict[str, np.ndarray]]]]:
+    """The attention summaries a run logged (metrics.jsonl records with ``attn/step``), as (the step they
+    describe, group -> field -> [L, H]) in step order; a step logged twice (rerun after a resume) keeps its
+    last. Values are the logged floats, so the health monitor sees what it saw during training."""
+    by_step: dict[int, dict[str, dict[str, np.ndarray]]] = {}
+    for r in records:
+        if "attn/step" not in r:
+            continue
+        summary: dict[str, dict[str, np.ndarray]] = {}
+        for field in fields:
+            for group, arr in head_arrays(r, field).items():
+                summary.setdefault(group, {})[field] = arr
+        by_step[int(r["attn/step"])] = summary
+    return sorted(by_step.items())
 
 
 def same_segment_count(q_seg: jax.Array, kv_seg: jax.Array) -> jax.Array:

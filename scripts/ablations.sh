@@ -13,11 +13,13 @@
 #      QK-LayerNorm off at 3x the steps, then post-LN with a long warmup, 3 seeds; about 19 hours)
 #   6. head-importance replication on fresh seeds 3-5 (3 models + 3 uniform-baseline models, 2,200 steps each, and
 #      the head analyses; about 3 hours), testing the verdict criteria written after the first run
+#   6b. the health monitor's calibration runs (the entropy-collapse set-up on seeds 3-5, 24 runs, about 30 min)
+#      and its report over every record that keeps an attention trace
 #   7. Table 3 at d_model 256, learning rate 1.5e-3 (about 15 hours)
 # A session lent a GPU can train what is left of 5 and 7 (and Table 3 at d_model 512) in one device call:
 # scripts/gpu_sweeps.py (README, "On a GPU").
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
-# (and its decoded test sentences, if any, beside it; commit those: a point with a record is never trained again,
+# (and beside it its attention trace and its decoded test sentences, if any; commit those: a point with a record is never trained again,
 # even in a fresh checkout without runs/; the head-importance replication keeps one file per trained model in
 # docs/results/head_importance/replication/raw/, reused the same way), an interrupted point resumes from its
 # checkpoints in runs/repro/, and every report is rebuilt from the records.
@@ -50,6 +52,8 @@ PY="${PYTHON:-python}"
   nice -n 19 "$PY" scripts/repro_head_importance.py --first_seed 3 --seeds 3 --uniform_seeds 3 --steps 2200 \
     --minutes 0 --raw docs/results/head_importance/replication/raw --out docs/results/head_importance/replication
   date -u +"%F %T head_importance replication ended ($?)"
+  nice -n 19 "$PY" scripts/health_calibration.py             # 24 entropy-collapse runs, seeds 3-5; the report
+  date -u +"%F %T health_calibration ended ($?)"
   nice -n 19 "$PY" scripts/repro_table3.py --d_model=256     # d 256: h 16 still has d_k 16
   date -u +"%F %T table3 d256 ended ($?)"
 } >> runs/repro/ablations.log 2>&1

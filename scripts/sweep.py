@@ -22,8 +22,9 @@ its workdir). Aggregation writes ``<workdir>/README.md`` (Markdown table and fig
 
 Run folders are not committed. ``--records=DIR`` keeps a small record of every finished point in
 ``DIR/<point>.json`` (``point_record``: config and overrides, commit, seed, final validation and test metrics,
-learning curve, stability statistics, per-sentence BLEU statistics of the decoded test set) and the decoded
-sentences beside it (``DIR/<point>.<split>.txt``); committed, it makes the point finished for good: a point
+learning curve, stability statistics, per-sentence BLEU statistics of the decoded test set), the decoded
+sentences beside it (``DIR/<point>.<split>.txt``) and the attention trace the health monitor read
+(``DIR/<point>.attention.json.gz``, for ``scripts/health_calibration.py``); committed, it makes the point finished for good: a point
 whose record exists is skipped even when its run folder is gone.
 
     python scripts/sweep.py --config=configs/table3_dk.py --records=docs/results/table3/points/B
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import gzip
 import importlib.util
 import json
 import os
@@ -234,8 +236,8 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
     train.py's console output goes to <point>/sweep_stdout.log (its own log is <point>/train.log). A point
     counts as finished when train.py exits 0 after training to the end (``train_end`` reason ``num_steps`` or
     ``max_minutes``); one stopped by a signal is resumed on the next run. With ``record`` (a JSON path, e.g.
-    under ``docs/results/<study>/points/``) a finished point also writes its record there (``point_record``) and
-    its decoded sentences beside it (``save_hypotheses``), and a point whose record exists is not trained again
+    under ``docs/results/<study>/points/``) a finished point also writes its record there (``point_record``),
+    its decoded sentences (``save_hypotheses``) and attention trace (``save_attention_trace``) beside it, and a point whose record exists is not trained again
     even when ``sweep_dir`` is gone.
     """
     point_dir = os.path.join(sweep_dir, point.name)
@@ -245,6 +247,7 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
         _check_same(record, recorded, config_spec, overrides,
                     "move that record away (or use another records folder) to retrain it")
         save_hypotheses(record, point_dir, recorded)
+        save_attention_trace(record, point_dir)
         print(f"[sweep] {point.name}: record {os.path.relpath(record, REPO)} exists, skipped")
         return True
     status = point_status(point_dir)
@@ -254,6 +257,7 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
         if record is not None:
             write_record(record, finished := point_record(point_dir, config_spec, overrides, name=point.name))
             save_hypotheses(record, point_dir, finished)
+            save_attention_trace(record, point_dir)
         print(f"[sweep] {point.name}: done already, skipped")
         return True
     os.makedirs(point_dir, exist_ok=True)
@@ -285,6 +289,7 @@ def run_point(config_spec: str, sweep_dir: str, point: Point, extra: Mapping[str
             finished["execution"] = json.loads(json.dumps(dict(execution)))
         write_record(record, finished)
         save_hypotheses(record, point_dir, finished)
+        save_attention_trace(record, point_dir)
     print(f"[sweep] {point.name}: done in {wall:.0f}s", flush=True)
     return True
 
@@ -548,6 +553,85 @@ def save_hypotheses(record_path: str, point_dir: str, record: Mapping[str, Any])
         return None
     _write_text_atomic(dest, text + "\n")
     print(f"[sweep] decoded {split} sentences {os.path.relpath(dest, REPO)}", flush=True)
+    return dest
+
+
+TRACE_SCHEMA = 1
+
+
+def attention_trace_path(record_path: str) -> str:
+    """Where a point's attention trace is committed: ``<point>.attention.json.gz`` beside its record."""
+    return f"{os.path.splitext(record_path)[0]}.attention.json.gz"
+
+
+def _f32(x: Any) -> float:
+    """``x`` as the shortest decimal that reads back as the same float32 (the statistics are float32)."""
+    return float(str(np.float32(x)))
+
+
+def attention_trace(point_dir: str) -> Optional[dict[str, Any]]:
+    """Every attention summary the run logged for the health monitor (``health.FIELDS`` per group, layer and
+    head at every check) and its logged training losses, so the monitor can be replayed offline with other
+    thresholds (``scripts/health_calibration.py``); None when the run logged no attention statistics."""
+    from engine import health as health_lib
+
+    records = read_records(os.path.join(point_dir, METRICS))
+    observations = metrics_lib.logged_summaries(records, health_lib.FIELDS)
+    if not observations:
+        return None
+    config: dict = {}
+    if os.path.exists(os.path.join(point_dir, "config.json")):
+        with open(os.path.join(point_dir, "config.json")) as f:
+            config = json.load(f)
+    groups: dict[str, dict[str, Any]] = {}
+    for group in observations[-1][1]:
+        fields = [f for f in health_lib.FIELDS if f in observations[-1][1][group]]
+        shape = list(observations[-1][1][group][fields[0]].shape)
+        groups[group] = {"shape": shape, **{f: [[_f32(v) for v in np.ravel(s[group][f])] if group in s else None
+                                                for _, s in observations] for f in fields}}
+    losses = _by_step(records, "train/loss")
+    return {"schema": TRACE_SCHEMA, "steps": [step for step, _ in observations], "groups": groups,
+            "skip_groups": list((config.get("model") or {}).get("uniform_attention_groups") or ()),
+            "health": config.get("health"), "loss_step": [s for s, _ in losses], "loss": [_f32(v) for _, v in losses]}
+
+
+def trace_observations(trace: Mapping[str, Any]) -> list[tuple[int, dict[str, dict[str, np.ndarray]]]]:
+    """The (step, group -> field -> [L, H]) summaries of an ``attention_trace``, for ``health.replay``."""
+    out = []
+    for i, step in enumerate(trace["steps"]):
+        summary = {}
+        for group, g in trace["groups"].items():
+            fields = {f: np.asarray(v[i], np.float32).reshape(g["shape"]) for f, v in g.items()
+                      if f != "shape" and v[i] is not None}
+            if fields:
+                summary[group] = fields
+        out.append((int(step), summary))
+    return out
+
+
+def read_attention_trace(path: str) -> dict[str, Any]:
+    """An attention trace written by ``save_attention_trace``."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def save_attention_trace(record_path: str, point_dir: str) -> Optional[str]:
+    """Write the point's ``attention_trace`` beside its record (``attention_trace_path``) unless it is there
+    already; the path, or None when the run folder is gone or logged no attention statistics."""
+    dest = attention_trace_path(record_path)
+    if os.path.exists(dest):
+        return dest
+    if not os.path.exists(os.path.join(point_dir, METRICS)):
+        return None
+    trace = attention_trace(point_dir)
+    if trace is None:
+        return None
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    tmp = f"{dest}.tmp{os.getpid()}"
+    with gzip.GzipFile(tmp, "wb", mtime=0) as f:
+        f.write(json.dumps(trace, separators=(",", ":")).encode("utf-8"))
+    os.replace(tmp, dest)
+    print(f"[sweep] attention trace {os.path.relpath(dest, REPO)} ({os.path.getsize(dest) / 1024:.0f} KB)", flush=True)
     return dest
 
 

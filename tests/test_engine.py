@@ -343,3 +343,18 @@ def test_multi_process_launch_detection(monkeypatch):
     assert runtime.multi_process_launch()
     with pytest.raises(ValueError, match="--distributed='maybe'"):
         runtime.maybe_initialize_distributed("maybe")
+
+
+def test_logged_summaries_rebuild_the_monitor_input_and_keep_a_rerun_step_last():
+    from engine import metrics as metrics_lib
+
+    def logged(step, entropy):
+        summary = {"cross": {"entropy": np.array([[entropy, 1.0]], np.float32),
+                             "max_logit": np.array([[3.0, 4.0]], np.float32)}}
+        return {"step": step + 5, "attn/step": step, **metrics_lib.flatten_summary(summary)}
+
+    records = [logged(0, 2.0), logged(10, 0.5), {"step": 11, "train/loss": 1.0}, logged(10, 0.25), logged(5, 1.5)]
+    out = metrics_lib.logged_summaries(records, ("entropy", "max_logit"))
+    assert [s for s, _ in out] == [0, 5, 10]
+    assert out[2][1]["cross"]["entropy"].tolist() == [[0.25, 1.0]]
+    assert out[0][1]["cross"]["max_logit"].tolist() == [[3.0, 4.0]]

@@ -282,3 +282,40 @@ def test_heads_depth_sweep_is_parameter_matched():
     assert module.layer_params(admin) - module.layer_params(post) == 128 * (2 * 24 + 3 * 24)  # one scale a sublayer
     with pytest.raises(ValueError, match="admin and post"):
         module.get_config("arch=h1_L24,admin,post")
+
+
+def test_attention_trace_replays_the_online_health_monitor(tmp_path):
+    """A real run's committed attention trace, replayed through the health monitor with the run's thresholds,
+    gives the warnings the monitor logged during training, value for value; other thresholds give others."""
+    import engine
+    import ml_collections
+    from _runs import load
+    from engine import health as health_lib
+
+    c = load(os.path.join(REPO, "configs", "mqar_grid.py") + ":quick")
+    c.train.update(num_steps=16, log_every=1, stats_every=1, warmup_steps=1, learning_rate=3e-2)
+    # Thresholds at the run's own early values, so heads enter and leave bad states while it trains.
+    c.health.update(baseline_checks=1, collapse_ratio=1.0, collapse_floor=100.0, logit_std_ratio=1.0,
+                    logit_std_floor=0.0)
+    workdir = tmp_path / "run"
+    engine.run(c, str(workdir))
+    logged = [r for r in sweep.read_records(str(workdir / sweep.METRICS)) if r.get("event") == "health_warning"]
+    assert len({(r["kind"], r["at_step"]) for r in logged}) >= 3
+
+    record = tmp_path / "points" / "p.json"
+    path = sweep.save_attention_trace(str(record), str(workdir))
+    assert path == sweep.attention_trace_path(str(record)) and path.endswith("p.attention.json.gz")
+    trace = sweep.read_attention_trace(path)
+    assert trace["steps"] == list(range(16)) and len(trace["loss"]) == len(trace["loss_step"]) == 16
+    replayed = health_lib.replay(sweep.trace_observations(trace), ml_collections.ConfigDict(trace["health"]),
+                                 trace["skip_groups"])
+    assert [(w.step, w.kind, w.group, w.layer, w.head, w.value, w.threshold) for w in replayed] == [
+        (r["at_step"], r["kind"], r["group"], r["layer"], r["head"], r["value"], r["threshold"]) for r in logged]
+    defaults = health_lib.replay(sweep.trace_observations(trace), config_defaults_health())
+    assert len(defaults) < len(replayed)
+
+
+def config_defaults_health():
+    from engine import config as config_lib
+
+    return config_lib.base_config().health
