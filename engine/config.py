@@ -169,6 +169,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
         except re.error as e:
             raise ConfigError(f"config.train.freeze={t.freeze!r} is not a valid regular expression: {e}") from None
 
+    margin = config.health.get("recover_margin", 1.0)
+    _need(isinstance(margin, (int, float)) and 0.0 < margin <= 1.0,
+          f"config.health.recover_margin={margin!r}; expected a number in (0, 1]")
+
     mesh = config.mesh
     _need(isinstance(mesh.model, int) and mesh.model >= 1, f"config.mesh.model={mesh.model!r}; expected an int >= 1")
     context = mesh.get("context", 1)
@@ -307,6 +311,8 @@ def base_config() -> ml_collections.ConfigDict:
     h.logit_std_floor = 6.0  # ... this floor: growth from a small start is not flagged below it (trained heads
     # that attend sharply reach 5-6: cross-attention of the 8-head translation model, 5.2; logit growth, tens).
     h.logit_std_low = 0.05  # logit spread too low (after uniform_after_step): queries cannot tell keys apart.
+    h.recover_margin = 1.0  # a head leaves a bad state (and can warn again) only once its value is past the
+    # threshold x this (an upper bound) or / this (a lower bound); 1.0: as soon as it is back within the threshold.
 
     from engine.doctor import default_thresholds
 

@@ -13,7 +13,10 @@ Fed the per-layer, per-head attention summaries every ``train.stats_every`` step
 - logit spread too low (queries cannot tell keys apart): after ``uniform_after_step``, the std stays below
   ``logit_std_low``.
 
-A warning is emitted when a head enters a bad state and again only after it has recovered and re-entered.
+A warning is emitted when a head enters a bad state and again only after it has recovered and re-entered. A head
+recovers once its value is back within the threshold, or with ``recover_margin`` m < 1 only once it is past
+m x the threshold (upper bounds) or the threshold / m (lower bounds), so a head hovering at a threshold does not
+warn at every other check.
 """
 from __future__ import annotations
 
@@ -81,31 +84,35 @@ class HealthMonitor:
         for group, s in summary.items():
             entropy = np.asarray(s["entropy"], np.float64)
             base = self._observe(self._early, group, entropy)
-            flags: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+            # kind -> (value, threshold, True: bad above the threshold / False: bad below it), each [L, H]
+            flags: dict[str, tuple[np.ndarray, np.ndarray, bool]] = {}
             if "logit_std" in s:
                 std = np.asarray(s["logit_std"], np.float64)
                 early_std = self._observe(self._early_std, group, std)
                 thr = np.full_like(std, c.logit_std_high)
                 if early_std is not None:
                     thr = np.minimum(thr, np.maximum(c.logit_std_ratio * early_std, c.logit_std_floor))
-                flags["logit_spread_high"] = (std > thr, std, thr)
+                flags["logit_spread_high"] = (std, thr, True)
                 if step >= c.uniform_after_step:
-                    flags["logit_spread_low"] = (std < c.logit_std_low, std, np.full_like(std, c.logit_std_low))
+                    flags["logit_spread_low"] = (std, np.full_like(std, c.logit_std_low), False)
             if base is not None:
-                thr = np.minimum(c.collapse_ratio * base, c.collapse_floor)
-                flags["entropy_collapse"] = (entropy < thr, entropy, thr)
+                flags["entropy_collapse"] = (entropy, np.minimum(c.collapse_ratio * base, c.collapse_floor), False)
             if step >= c.uniform_after_step:
                 ne = np.asarray(s["norm_entropy"], np.float64)
-                flags["uniform_attention"] = (ne > c.uniform_ratio, ne, np.full_like(ne, c.uniform_ratio))
+                flags["uniform_attention"] = (ne, np.full_like(ne, c.uniform_ratio), True)
             ml = np.asarray(s["max_logit"], np.float64)
-            flags["max_logit"] = (ml > c.max_logit, ml, np.full_like(ml, c.max_logit))
-            for kind, (bad, value, thr) in flags.items():
+            flags["max_logit"] = (ml, np.full_like(ml, c.max_logit), True)
+            margin = float(c.get("recover_margin", 1.0))
+            for kind, (value, thr, above) in flags.items():
+                bad = value > thr if above else value < thr
+                still = value > thr * margin if above else value < thr / margin
                 was = self._active.get((kind, group))
-                new = bad if was is None or was.shape != bad.shape else bad & ~was
-                for layer, head in np.argwhere(new):
+                if was is None or was.shape != bad.shape:
+                    was = np.zeros_like(bad)
+                for layer, head in np.argwhere(bad & ~was):
                     out.append(HealthWarning(step, kind, group, int(layer), int(head), float(value[layer, head]),
                                              float(thr[layer, head])))
-                self._active[(kind, group)] = bad
+                self._active[(kind, group)] = bad | (was & still)
         return out
 
     def active_counts(self) -> dict[str, int]:

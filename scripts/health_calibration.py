@@ -30,7 +30,11 @@ Definitions and the choice rule (fixed before any trace was replayed):
   event step minus first alarm step over the caught runs. *False alarms*: the healthy runs with any warning,
   and the warnings per healthy run.
 - Settings: the defaults of ``engine/config.py`` and a grid over the thresholds of the logit warnings that fire
-  in healthy translation runs: ``logit_std_floor`` x ``logit_std_high`` x ``max_logit`` (GRID).
+  in healthy translation runs: ``logit_std_floor`` x ``logit_std_high`` x ``max_logit`` (GRID). Added after the
+  first replay (24 calibration runs, 2026-12-04), not fixed before it: ``recover_margin``, how far past its
+  threshold a head must come back before it can warn again. That replay showed higher floors giving *more*
+  warnings per healthy run, not fewer: a head hovering at its threshold warned at every re-entry (one head 18
+  times in one run at floor 8, against 3 at 6). The choice rule is unchanged.
 - Choice: a setting is *eligible* when it catches every event run the defaults catch, its first alarm at most
   one check later than the defaults'. Among the eligible, the one with the fewest healthy runs alarmed, then
   the fewest warnings per healthy run, then the fewest thresholds changed, then the lowest thresholds. It is
@@ -64,7 +68,7 @@ FAIL_NLL = 4.5
 LEARNED = 0.9
 MIN_EVENTS, MIN_HEALTHY, MIN_STUDIES = 5, 20, 2
 GRID = {"logit_std_floor": (6.0, 8.0, 10.0, 12.0, 16.0), "logit_std_high": (8.0, 12.0, 16.0),
-        "max_logit": (50.0, 100.0)}
+        "max_logit": (50.0, 100.0), "recover_margin": (1.0, 0.9, 0.8)}
 TRACE_SUFFIX = ".attention.json.gz"
 
 
@@ -80,8 +84,10 @@ class Run:
 
     @property
     def check_every(self) -> int:
+        """The monitor's check interval (``train.stats_every``; the last step is checked off the interval)."""
         steps = [s for s, _ in self.observations]
-        return min((b - a for a, b in zip(steps, steps[1:]) if b > a), default=1)
+        gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
+        return max(set(gaps), key=gaps.count) if gaps else 1
 
 
 def run_event(record: dict, trace: dict) -> tuple[Optional[str], Optional[int]]:
@@ -201,7 +207,7 @@ def choose(runs: Sequence[Run], results: list[tuple[dict, list, dict]]) -> tuple
     if base["healthy"] < MIN_HEALTHY:
         missing.append(f"{base['healthy']} healthy runs (needs {MIN_HEALTHY})")
     if len(studies) < MIN_STUDIES:
-        missing.append(f"{len(studies)} studies (needs {MIN_STUDIES})")
+        missing.append(f"runs from {len(studies)} records folder(s) (needs {MIN_STUDIES})")
     return best[1][0], eligible, "; ".join(missing)
 
 
@@ -245,10 +251,15 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
 
     report.section("The monitor at its defaults")
     d = results[0][2]
+    by_event = []
+    for kind in ("loss spike", "non-finite loss", "failed to learn"):
+        idx = [i for i, r in enumerate(runs) if r.event == kind]
+        if idx:
+            by_event.append(f"{kind} {sum(i in d['caught_set'] for i in idx)} of {len(idx)}")
     report.text(f"Over {d['runs']} runs ({d['events']} with an event, {d['healthy']} healthy): precision "
-                f"{fmt(d['precision'])}, recall {fmt(d['recall'])}, median lead {fmt(d['lead_median'])} steps; "
-                f"{d['healthy_alarmed']} of {d['healthy']} healthy runs get a warning, "
-                f"{fmt(d['warnings_per_healthy'])} warnings per healthy run.")
+                f"{fmt(d['precision'])}, recall {fmt(d['recall'])} (caught: {', '.join(by_event) or 'no events'}), "
+                f"median lead {fmt(d['lead_median'])} steps; {d['healthy_alarmed']} of {d['healthy']} healthy runs "
+                f"get a warning, {fmt(d['warnings_per_healthy'])} warnings per healthy run.")
     kinds = sorted({k for a in base_alarms for k in a[2]})
     rows = []
     for k in kinds:
@@ -278,6 +289,13 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
                    f"{fmt(chosen['warnings_per_healthy'])} warnings per healthy run against "
                    f"{fmt(d['warnings_per_healthy'])}, recall {fmt(chosen['recall'])} against {fmt(d['recall'])}.")
     report.text(verdict)
+    singles = [(c, dd) for c, _, dd in results if len(c) == 1]
+    if singles:
+        report.text("One threshold changed at a time (warnings per healthy run, healthy runs alarmed, recall; "
+                    f"defaults {fmt(d['warnings_per_healthy'])}, {d['healthy_alarmed']}/{d['healthy']}, "
+                    f"{fmt(d['recall'])}): " + "; ".join(
+                        f"{label(c)}: {fmt(dd['warnings_per_healthy'])}, {dd['healthy_alarmed']}/{dd['healthy']}, "
+                        f"{fmt(dd['recall'])}" for c, dd in singles) + ".")
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [dd["healthy_alarmed"] / max(dd["healthy"], 1) for _, _, dd in results]
     ys = [dd["recall"] if dd["recall"] is not None else math.nan for _, _, dd in results]

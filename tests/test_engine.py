@@ -70,6 +70,7 @@ def test_config_name_and_default_workdir():
     (lambda c: c.eval.update(decode="sample"), r"config.eval.decode='sample'"),
     (lambda c: c.eval.update(split_examples=-1), r"config.eval.split_examples=-1; expected a number >= 0"),
     (lambda c: c.wandb.update(mode="sometimes"), r"config.wandb.mode='sometimes'"),
+    (lambda c: c.health.update(recover_margin=1.5), r"config.health.recover_margin=1.5; expected a number in \(0, 1\]"),
 ])
 def test_validation_errors_name_the_field(change, message):
     c = tiny_config()
@@ -358,3 +359,16 @@ def test_logged_summaries_rebuild_the_monitor_input_and_keep_a_rerun_step_last()
     assert [s for s, _ in out] == [0, 5, 10]
     assert out[2][1]["cross"]["entropy"].tolist() == [[0.25, 1.0]]
     assert out[0][1]["cross"]["max_logit"].tolist() == [[3.0, 4.0]]
+
+
+def test_health_monitor_recover_margin_stops_repeat_warnings_of_a_hovering_head():
+    def summary(max_logit):
+        return _summary([[2.0]], max_logit=max_logit)
+
+    hovering = [60.0, 49.0, 55.0, 48.0, 52.0, 30.0, 51.0]  # around the max_logit threshold of 50
+    for margin, expected in ((1.0, [0, 2, 4, 6]), (0.9, [0, 6])):
+        cfg = config_lib.base_config().health
+        cfg.update(max_logit=50.0, recover_margin=margin)
+        mon = health_lib.HealthMonitor(cfg)
+        steps = [s for s, v in enumerate(hovering) for w in mon.update(s, summary(v)) if w.kind == "max_logit"]
+        assert steps == expected, margin

@@ -51,7 +51,7 @@ def test_the_rule_picks_fewer_false_alarms_without_losing_a_caught_event():
     assert base["lead_median"] == 20.0
     best, eligible, missing = hc.choose(runs, results)
     assert best == {"logit_std_floor": 8.0} and all(eligible)
-    assert "1 event runs (needs 5)" in missing and "3 healthy runs (needs 20)" in missing
+    assert "1 event runs (needs 5)" in missing and "3 healthy runs (needs 20)" in missing and "(needs 2)" not in missing
     chosen = next(d for c, _, d in results if c == best)
     assert (chosen["healthy_alarmed"], chosen["recall"]) == (0, 1.0)
     # A setting that would catch the event later than one check after the defaults is not eligible.
