@@ -21,6 +21,7 @@ warn at every other check.
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Iterable, Mapping
 
 import ml_collections
@@ -59,27 +60,34 @@ class HealthMonitor:
 
     def __init__(self, cfg: ml_collections.ConfigDict):
         self.cfg = cfg
+        # A plain snapshot of the thresholds: ConfigDict attribute reads dominate an offline replay's time.
+        self._c = types.SimpleNamespace(**{"recover_margin": 1.0, **cfg.to_dict()})
         self._early: dict[str, list[np.ndarray]] = {}
         self._early_std: dict[str, list[np.ndarray]] = {}
+        self._means: dict[tuple[int, str], np.ndarray] = {}  # (id of the early dict, group) -> its baseline
         self._active: dict[tuple[str, str], np.ndarray] = {}  # (kind, group) -> [L, H] heads in that bad state
 
     def baseline(self, group: str, early: dict[str, list[np.ndarray]] | None = None) -> np.ndarray | None:
         """Early value [L, H] of ``group`` (entropy by default) once ``baseline_checks`` observations exist."""
-        seen = (self._early if early is None else early).get(group, [])
-        if len(seen) < self.cfg.baseline_checks:
-            return None
-        return np.mean(seen[: self.cfg.baseline_checks], axis=0)
+        early = self._early if early is None else early
+        key = (id(early), group)
+        if key not in self._means:
+            seen = early.get(group, [])
+            if len(seen) < self._c.baseline_checks:
+                return None
+            self._means[key] = np.mean(seen[: self._c.baseline_checks], axis=0)
+        return self._means[key]
 
     def _observe(self, early: dict[str, list[np.ndarray]], group: str, value: np.ndarray) -> np.ndarray | None:
         seen = early.setdefault(group, [])
-        if len(seen) < self.cfg.baseline_checks:
+        if len(seen) < self._c.baseline_checks:
             seen.append(value)
         return self.baseline(group, early)
 
     def update(self, step: int, summary: Mapping[str, Mapping[str, np.ndarray]]) -> list[HealthWarning]:
         """summary: group -> {"entropy", "norm_entropy", "max_logit", optional "logit_std"} each [L, H] (host
         numpy)."""
-        c = self.cfg
+        c = self._c
         out: list[HealthWarning] = []
         for group, s in summary.items():
             entropy = np.asarray(s["entropy"], np.float64)
@@ -102,14 +110,15 @@ class HealthMonitor:
                 flags["uniform_attention"] = (ne, np.full_like(ne, c.uniform_ratio), True)
             ml = np.asarray(s["max_logit"], np.float64)
             flags["max_logit"] = (ml, np.full_like(ml, c.max_logit), True)
-            margin = float(c.get("recover_margin", 1.0))
+            margin = float(c.recover_margin)
             for kind, (value, thr, above) in flags.items():
                 bad = value > thr if above else value < thr
                 still = value > thr * margin if above else value < thr / margin
                 was = self._active.get((kind, group))
                 if was is None or was.shape != bad.shape:
                     was = np.zeros_like(bad)
-                for layer, head in np.argwhere(bad & ~was):
+                new = bad & ~was
+                for layer, head in np.argwhere(new) if new.any() else ():
                     out.append(HealthWarning(step, kind, group, int(layer), int(head), float(value[layer, head]),
                                              float(thr[layer, head])))
                 self._active[(kind, group)] = bad | (was & still)
