@@ -59,14 +59,17 @@ def _run_twice(module, tmp_path, stand_in, n_points):
     module.main(argv + ["--max_points=1"])
     assert len(calls_of(calls)) == 1 and f"**Not finished yet ({n_points - 1} points):**" in (out / "README.md").read_text()
     module.main(argv)
-    assert len(calls_of(calls)) == n_points and len(os.listdir(out / "points")) == n_points
+    records = sorted(n for n in os.listdir(out / "points") if n.endswith(".json"))
+    assert len(calls_of(calls)) == n_points and len(records) == n_points
+    assert sorted(os.listdir(out / "points")) == sorted(records + [n[:-len(".json")] + ".attention.json.gz"
+                                                                   for n in records])  # each with its trace
     shutil.rmtree(runs)
     module.main(argv)
     assert len(calls_of(calls)) == n_points
     text = (out / "README.md").read_text()
     assert "Not finished yet" not in text and "## What the data say" in text and "## Verdicts" in text
     assert "Command: `python scripts/" in text
-    first = sorted(os.listdir(out / "points"))[0]
+    first = records[0]
     shutil.move(out / "points" / first, tmp_path / first)
     module.main(argv + ["--report_only"])
     assert len(calls_of(calls)) == n_points

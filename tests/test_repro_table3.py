@@ -73,10 +73,10 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
                    for f in fs)
     # quick: d_model 64, one seed (so no seed in the names); the A/A row is the base point with seed 1, the
     # single-head extension h = 1 with seed 1, the d_k control h = 1 at d_k 8 with seed 0; each record has its
-    # decoded test sentences beside it
+    # decoded test sentences and its attention trace beside it
     points = ["A/num_heads_1", "A/num_heads_8", "A1/default", "A1dk/default", "AA/default", "B/qk_dim_2",
               "B/qk_dim_4"]
-    assert names == sorted(f"{p}{ext}" for p in points for ext in (".json", ".test.txt"))
+    assert names == sorted(f"{p}{ext}" for p in points for ext in (".json", ".test.txt", ".attention.json.gz"))
     hyps = [" ".join(r.split()[:-1]) if i % 3 == 0 else r for i, r in enumerate(REFS)]
     committed = out / "points" / "A" / "num_heads_1.test.txt"
     assert committed.read_text() == "\n".join(hyps) + "\n"
