@@ -30,7 +30,9 @@ Definitions and the choice rule (fixed before any trace was replayed):
   event step minus first alarm step over the caught runs. *False alarms*: the healthy runs with any warning,
   and the warnings per healthy run.
 - Settings: the defaults of ``engine/config.py`` and a grid over the thresholds of the logit warnings that fire
-  in healthy translation runs: ``logit_std_floor`` x ``logit_std_high`` x ``max_logit`` (GRID). Added after the
+  in healthy translation runs: ``logit_std_floor`` x ``logit_std_high`` x ``max_logit`` (GRID). A head's spread
+  threshold is min(logit_std_high, max(logit_std_ratio x its early spread, logit_std_floor)), so a floor above
+  ``logit_std_high`` acts as ``logit_std_high`` unless that is raised too. Added after the
   first replay (24 calibration runs, 2026-12-04), not fixed before it: ``recover_margin``, how far past its
   threshold a head must come back before it can warn again. That replay showed higher floors giving *more*
   warnings per healthy run, not fewer: a head hovering at its threshold warned at every re-entry (one head 18
@@ -211,6 +213,51 @@ def choose(runs: Sequence[Run], results: list[tuple[dict, list, dict]]) -> tuple
     return best[1][0], eligible, "; ".join(missing)
 
 
+def findings(runs: Sequence[Run], results: list[tuple[dict, list, dict]], eligible: Sequence[bool]) -> list[str]:
+    """Sentences on what the defaults miss, where their false alarms come from, which settings the rule drops,
+    and which single threshold changes warn more in healthy runs instead of less."""
+    base_alarms, d = results[0][1], results[0][2]
+    out = []
+    missed: dict[str, int] = {}
+    for i, r in enumerate(runs):
+        if r.event is not None and i not in d["caught_set"]:
+            missed[r.event] = missed.get(r.event, 0) + 1
+    if d["events"]:
+        kinds = sorted({r.event for r in runs if r.event is not None})
+        whole = [k for k in kinds if k not in missed]
+        out.append(f"At the defaults the monitor misses {sum(missed.values())} of {d['events']} event runs"
+                   + (f" ({', '.join(f'{k} {n}' for k, n in sorted(missed.items()))})" if missed else "")
+                   + (f" and catches every {' and every '.join(whole)}" if whole else "") + ".")
+    healthy_kinds: dict[str, int] = {}
+    for r, a in zip(runs, base_alarms):
+        if r.event is None:
+            for k, n in a[2].items():
+                healthy_kinds[k] = healthy_kinds.get(k, 0) + n
+    total = sum(healthy_kinds.values())
+    if total:
+        top = sorted(healthy_kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:2]
+        out.append(f"Its {total} warnings in healthy runs come mostly from "
+                   + " and ".join(f"{k} ({n})" for k, n in top) + ".")
+    dropped = sum(not e for e in eligible)
+    if dropped:
+        out.append(f"{dropped} of {len(results)} settings are not eligible: in at least one run the defaults "
+                   f"catch, their first alarm comes more than one check later or not at all.")
+    worse = [(c, dd) for c, _, dd in results if len(c) == 1 and d["warnings_per_healthy"] is not None
+             and dd["warnings_per_healthy"] is not None and dd["warnings_per_healthy"] > d["warnings_per_healthy"]]
+    if worse:
+        same: dict[tuple[str, str], list[float]] = {}
+        for c, dd in worse:
+            (name, value), = c.items()
+            same.setdefault((name, fmt(dd["warnings_per_healthy"])), []).append(value)
+        out.append("A higher threshold does not always mean fewer false alarms: "
+                   + "; ".join(f"{name} {', '.join(f'{v:g}' for v in values)} "
+                               f"give{'s' if len(values) == 1 else ''} {n} warnings per healthy run"
+                               for (name, n), values in same.items())
+                   + f" against {fmt(d['warnings_per_healthy'])} at the defaults (a head that leaves the bad state "
+                     f"and comes back warns again each time; see recover_margin).")
+    return out
+
+
 def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: str) -> str:
     report = Report(out, "Calibrating the attention health monitor")
     report.text(environment_line())
@@ -276,6 +323,8 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
                  [[label(c), "yes" if e else "no", dd["precision"], dd["recall"], dd["lead_median"],
                    f"{dd['healthy_alarmed']}/{dd['healthy']}", dd["warnings_per_healthy"], dd["alarmed"]]
                   for (c, _, dd), e in zip(results, eligible)], csv_name="settings.csv")
+    report.section("What the data say")
+    report.text(" ".join(findings(runs, results, eligible)))
     chosen = next(dd for c, _, dd in results if c == best)
     if missing:
         verdict = (f"No recommendation yet: {missing}. By the rule the best setting on these runs is "

@@ -54,11 +54,23 @@ def test_the_rule_picks_fewer_false_alarms_without_losing_a_caught_event():
     assert "1 event runs (needs 5)" in missing and "3 healthy runs (needs 20)" in missing and "(needs 2)" not in missing
     chosen = next(d for c, _, d in results if c == best)
     assert (chosen["healthy_alarmed"], chosen["recall"]) == (0, 1.0)
+    said = hc.findings(runs, results, eligible)
+    assert said[0] == "At the defaults the monitor misses 0 of 1 event runs and catches every loss spike."
+    assert said[1] == "Its 3 warnings in healthy runs come mostly from logit_spread_high/cross (3)."
+    assert len(said) == 2  # every setting eligible, none warns more than the defaults
     # A setting that would catch the event later than one check after the defaults is not eligible.
     late = [(c, [(a[0] + 20 if a[0] is not None else None, a[1], a[2]) for a in alarms], d)
             for c, alarms, d in results[1:]]
     _, eligible, _ = hc.choose(runs, results[:1] + late)
     assert eligible == [True] + [False] * len(late)
+    assert f"{len(late)} of {len(results)} settings are not eligible" in hc.findings(runs, results, eligible)[2]
+    # A head hovering between 7 and 9 stays over the default floor 6 (one warning) but leaves and re-enters the
+    # bad state at floor 8 (three warnings).
+    hover = [_run("a", [_obs(0), _obs(10)] + [_obs(20 + 10 * i, std=9.0 - 2.0 * (i % 2)) for i in range(5)])]
+    results = [(c, a, hc.detection(hover, a)) for c, a in ((c, hc.first_alarms(hover, c)) for c in hc.settings())]
+    said = hc.findings(hover, results, [True] * len(results))
+    assert any(s.startswith("A higher threshold does not always mean fewer false alarms: "
+                            "logit_std_floor 8, 10, 12, 16 give 3 warnings per healthy run") for s in said), said
 
 
 def test_a_bad_traces_folder_is_one_clear_error(tmp_path):
