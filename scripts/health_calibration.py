@@ -187,6 +187,30 @@ def detection(runs: Sequence[Run], alarms: Sequence[tuple]) -> dict[str, Any]:
             "warnings_per_healthy": float(np.mean([alarms[i][1] for i in healthy])) if healthy else None}
 
 
+EVENT_KINDS = ("loss spike", "non-finite loss", "failed to learn")
+
+
+def caught_by_event(runs: Sequence[Run], d: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Per event kind present in ``runs``: (runs caught, runs with it) at the setting ``d`` describes."""
+    out = {}
+    for kind in EVENT_KINDS:
+        idx = [i for i, r in enumerate(runs) if r.event == kind]
+        if idx:
+            out[kind] = (sum(i in d["caught_set"] for i in idx), len(idx))
+    return out
+
+
+def kind_totals(runs: Sequence[Run], alarms: Sequence[tuple]) -> dict[str, tuple[int, int, int, int]]:
+    """Per warning kind/group: (healthy runs with it, its warnings in healthy runs, event runs with it, its
+    warnings in event runs)."""
+    out = {}
+    for k in sorted({k for a in alarms for k in a[2]}):
+        healthy = [a[2].get(k, 0) for r, a in zip(runs, alarms) if r.event is None]
+        event = [a[2].get(k, 0) for r, a in zip(runs, alarms) if r.event is not None]
+        out[k] = (sum(x > 0 for x in healthy), sum(healthy), sum(x > 0 for x in event), sum(event))
+    return out
+
+
 def choose(runs: Sequence[Run], results: list[tuple[dict, list, dict]]) -> tuple[Optional[dict], list[bool], str]:
     """The chosen change (None: none eligible beyond the defaults), each setting's eligibility, and whether the
     data suffice for a recommendation (the reason when they do not)."""
@@ -218,21 +242,14 @@ def findings(runs: Sequence[Run], results: list[tuple[dict, list, dict]], eligib
     and which single threshold changes warn more in healthy runs instead of less."""
     base_alarms, d = results[0][1], results[0][2]
     out = []
-    missed: dict[str, int] = {}
-    for i, r in enumerate(runs):
-        if r.event is not None and i not in d["caught_set"]:
-            missed[r.event] = missed.get(r.event, 0) + 1
+    by_event = caught_by_event(runs, d)
+    missed = {k: n - c for k, (c, n) in by_event.items() if c < n}
     if d["events"]:
-        kinds = sorted({r.event for r in runs if r.event is not None})
-        whole = [k for k in kinds if k not in missed]
+        whole = sorted(k for k, (c, n) in by_event.items() if c == n)
         out.append(f"At the defaults the monitor misses {sum(missed.values())} of {d['events']} event runs"
                    + (f" ({', '.join(f'{k} {n}' for k, n in sorted(missed.items()))})" if missed else "")
                    + (f" and catches every {' and every '.join(whole)}" if whole else "") + ".")
-    healthy_kinds: dict[str, int] = {}
-    for r, a in zip(runs, base_alarms):
-        if r.event is None:
-            for k, n in a[2].items():
-                healthy_kinds[k] = healthy_kinds.get(k, 0) + n
+    healthy_kinds = {k: t[1] for k, t in kind_totals(runs, base_alarms).items() if t[1]}
     total = sum(healthy_kinds.values())
     if total:
         top = sorted(healthy_kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:2]
@@ -298,21 +315,12 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
 
     report.section("The monitor at its defaults")
     d = results[0][2]
-    by_event = []
-    for kind in ("loss spike", "non-finite loss", "failed to learn"):
-        idx = [i for i, r in enumerate(runs) if r.event == kind]
-        if idx:
-            by_event.append(f"{kind} {sum(i in d['caught_set'] for i in idx)} of {len(idx)}")
+    by_event = [f"{kind} {c} of {n}" for kind, (c, n) in caught_by_event(runs, d).items()]
     report.text(f"Over {d['runs']} runs ({d['events']} with an event, {d['healthy']} healthy): precision "
                 f"{fmt(d['precision'])}, recall {fmt(d['recall'])} (caught: {', '.join(by_event) or 'no events'}), "
                 f"median lead {fmt(d['lead_median'])} steps; {d['healthy_alarmed']} of {d['healthy']} healthy runs "
                 f"get a warning, {fmt(d['warnings_per_healthy'])} warnings per healthy run.")
-    kinds = sorted({k for a in base_alarms for k in a[2]})
-    rows = []
-    for k in kinds:
-        healthy = [a[2].get(k, 0) for r, a in zip(runs, base_alarms) if r.event is None]
-        event = [a[2].get(k, 0) for r, a in zip(runs, base_alarms) if r.event is not None]
-        rows.append([k, sum(x > 0 for x in healthy), sum(healthy), sum(x > 0 for x in event), sum(event)])
+    rows = [[k, *t] for k, t in kind_totals(runs, base_alarms).items()]
     report.table(["kind/group", "healthy runs with it", "its warnings in healthy runs", "event runs with it",
                   "its warnings in event runs"], rows, csv_name="kinds_at_defaults.csv")
 
