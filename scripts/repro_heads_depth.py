@@ -438,14 +438,16 @@ def _interval(a: Sequence[dict], b: Sequence[dict], metric: str) -> Optional[_st
     return _stats.welch_ci(va, vb) if min(len(va), len(vb)) >= MIN_SEEDS else None
 
 
-def _nll_verdict(deep: Sequence[dict], shallow: Sequence[dict], claim: str, rules, otherwise: str) -> list:
-    """A verdict row on the Welch interval of deep - shallow validation NLL: the first of ``rules`` (predicate on
-    the interval, verdict, reason) that holds, else undecided for the reason ``otherwise``."""
+def _nll_verdict(deep: Sequence[dict], shallow: Sequence[dict], claim: str, rules, otherwise: str,
+                 contrast: str = "deep - shallow") -> list:
+    """A verdict row on the Welch interval of ``deep`` - ``shallow`` validation NLL (named ``contrast`` in the
+    row): the first of ``rules`` (predicate on the interval, verdict, reason) that holds, else undecided for the
+    reason ``otherwise``."""
     iv = _interval(deep, shallow, "nll")
     if iv is None:
         return [claim, PAPER, f"{len(deep)} and {len(shallow)} finished seeds", "undecided",
                 f"fewer than {MIN_SEEDS} seeds on a side"]
-    measured = f"valid NLL deep - shallow {iv.text(3)} nats"
+    measured = f"valid NLL {contrast} {iv.text(3)} nats"
     verdict, reason = next(((v, r) for holds, v, r in rules if holds(iv)), ("undecided", otherwise))
     return [claim, PAPER, measured, verdict, reason]
 
@@ -467,13 +469,13 @@ def _post_ln_penalty(deep: Sequence[dict], shallow: Sequence[dict], deep_arch: s
                         f"the interval includes +{MARGIN:g}")
 
 
-def _rescues(fixed: Sequence[dict], post: Sequence[dict], claim: str) -> list:
+def _rescues(fixed: Sequence[dict], post: Sequence[dict], claim: str, contrast: str) -> list:
     """Criteria 8 and 10: the verdict row of ``claim``, "a stabiliser (``fixed``) lowers the NLL of the plain
-    post-LN model (``post``) by more than MARGIN"."""
+    post-LN model (``post``) by more than MARGIN"; ``contrast`` names fixed - post in the row."""
     return _nll_verdict(fixed, post, claim,
                         [(lambda iv: iv.hi < -MARGIN, "reproduced", f"upper end below -{MARGIN:g}"),
                          (lambda iv: iv.lo > -MARGIN, "not reproduced", f"lower end above -{MARGIN:g}")],
-                        f"the interval includes -{MARGIN:g}")
+                        f"the interval includes -{MARGIN:g}", contrast)
 
 
 def _less_stable(deep: Sequence[dict], shallow: Sequence[dict], deep_arch: str) -> list:
@@ -527,10 +529,12 @@ def verdict_rows(by: dict, archs: Sequence[str]) -> list[list]:
                                                      "the deep single-head model is worse pre-LN too"))
         warm_matches = _matches(*pair["warm"], "warm", deep)
         rescued = _rescues(pair["warm"][0], pair["post"][0],
-                           f"a long warmup trains post-LN {deep} (lower NLL than the short warmup)")
+                           f"a long warmup trains post-LN {deep} (lower NLL than the short warmup)",
+                           "long - short warmup")
         admin_matches = _matches(*pair["admin"], "admin", deep)
         admin_trains = _rescues(pair["admin"][0], pair["post"][0],
-                                f"Admin trains post-LN {deep} (lower NLL than plain post-LN)")
+                                f"Admin trains post-LN {deep} (lower NLL than plain post-LN)",
+                                "Admin - plain post-LN")
         rows += [off, on, _less_stable(*pair["off"], deep), reading, post, cured, warm_matches, rescued,
                  admin_matches, admin_trains]
         if (deep, "long") in by:

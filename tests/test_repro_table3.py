@@ -492,8 +492,11 @@ def test_heads_depth_verdicts_follow_the_criteria():
     assert got[0][0].startswith("6+6 matches") and got[10][0].startswith("24+24 matches")
     assert got[14][0].startswith("without a stabiliser (post-LN) 24+24 is worse")
     assert got[17][0].startswith("a long warmup trains post-LN 24+24")
+    assert got[17][2].startswith("valid NLL long - short warmup -4.")
+    assert got[16][2].startswith("valid NLL deep - shallow ")
     assert got[18][0] == "24+24 matches the multi-head model (post-LN, Admin)"
     assert got[19][0].startswith("Admin trains post-LN 24+24")
+    assert got[19][2].startswith("valid NLL Admin - plain post-LN -4.")
     # criterion 11, only for a deep model the long-budget arm trains
     by.update({("8 heads", "long"): _hd_records([1.90, 1.91, 1.92]), ("6+6", "long"): _hd_records([1.91, 1.92, 1.93])})
     got = repro_heads_depth.verdict_rows(by, ("8 heads", "6+6", "24+24"))
