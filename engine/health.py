@@ -139,8 +139,9 @@ def replay(observations: Iterable[tuple[int, Summary]], cfg: ml_collections.Conf
            skip_groups: Iterable[str] = ()) -> list[HealthWarning]:
     """The warnings a fresh monitor with thresholds ``cfg`` gives over a run's logged attention summaries
     (``(step, group -> field -> [L, H])`` in step order), leaving out ``skip_groups`` as the training hook
-    leaves out groups frozen to uniform attention. Over an unbroken run's summaries this is what its monitor
-    said; a resumed run's monitor restarted its early baselines at the resume, the replay does not."""
+    leaves out groups frozen to uniform attention. This is what the run's monitor said, for a resumed run too
+    (the training hook rebuilds its monitor from the logged summaries at a resume; runs resumed before
+    2026-12-05 restarted their early baselines at the resume instead)."""
     monitor = HealthMonitor(cfg)
     skip = frozenset(skip_groups)
     out: list[HealthWarning] = []

@@ -25,6 +25,7 @@ import numpy as np
 from engine import checkpoint as ckpt_lib
 from engine import health as health_lib
 from engine import metrics as metrics_lib
+from engine import writer as writer_lib
 from engine.state import abstract_state
 from engine.steps import make_stats_step
 
@@ -102,7 +103,8 @@ class AttentionStatistics(Hook):
     training forward pass (entropy, normalized entropy, max logit, sink; see ``engine.metrics``), logged as
     ``attn/<group>/<field>/L<l>H<h>`` with ``attn/step``, and checked by the health monitor (warnings logged
     as ``health_warning`` events and kept in ``warnings``; groups in ``frozen_groups``, frozen to uniform
-    attention on purpose, are not checked). ``records`` keeps (step, summary) pairs."""
+    attention on purpose, are not checked). ``records`` keeps (step, summary) pairs. A resumed run first
+    replays what it logged before the resume step (``rebuild``), so its warnings are the unbroken run's."""
 
     def __init__(self, every: int, health: Any, frozen_groups: tuple = ()):
         self.every = int(every)
@@ -114,6 +116,20 @@ class AttentionStatistics(Hook):
 
     def start(self, run):
         self.stats_step = make_stats_step(run.setup, deterministic=False)
+        path = os.path.join(run.workdir, writer_lib.METRICS_FILE) if run.workdir else None
+        if run.step > 0 and path and os.path.exists(path):
+            self.rebuild(writer_lib.read_jsonl(path), run.step)
+
+    def rebuild(self, logged: list[dict], step: int) -> None:
+        """Monitor, ``records`` and ``warnings`` as they stood before ``step``, from the summaries the run
+        logged before it (metrics.jsonl records): after a resume at ``step`` the monitor keeps its early
+        baselines and flagged heads and warns as the unbroken run would."""
+        for s_step, summary in metrics_lib.logged_summaries(logged):
+            if s_step >= step:
+                break
+            self.records.append((s_step, summary))
+            self.warnings.extend(
+                self.monitor.update(s_step, {g: v for g, v in summary.items() if g not in self.frozen_groups}))
 
     def before_step(self, run, batch):
         if _every(run.step, self.every) or run.step + 1 == run.num_steps:

@@ -28,6 +28,14 @@ import numpy as np
 
 log = logging.getLogger("attnlab")
 
+METRICS_FILE = "metrics.jsonl"  # a training run's records in its workdir
+
+
+def _last_byte(path: str) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)
+
 
 def _has_api_key() -> bool:
     if os.environ.get("WANDB_API_KEY"):
@@ -85,7 +93,7 @@ class MetricLogger:
         *,
         process_index: int = 0,
         run_name: Optional[str] = None,
-        filename: str = "metrics.jsonl",
+        filename: str = METRICS_FILE,
         job_type: Optional[str] = None,
     ):
         self.workdir = workdir
@@ -97,7 +105,11 @@ class MetricLogger:
         if not self.active:
             return
         os.makedirs(workdir, exist_ok=True)
-        self._jsonl = open(os.path.join(workdir, filename), "a", encoding="utf-8")
+        path = os.path.join(workdir, filename)
+        cut_short = os.path.exists(path) and os.path.getsize(path) > 0 and _last_byte(path) != b"\n"
+        self._jsonl = open(path, "a", encoding="utf-8")
+        if cut_short:  # a run killed mid-line: its partial record stays on a line of its own
+            self._jsonl.write("\n")
         self.mode = resolve_wandb_mode(config.wandb.mode)
         if self.mode != "disabled":
             self.wandb_run = self._start_wandb(config, run_name, job_type or config.wandb.job_type)
@@ -201,6 +213,14 @@ class MetricLogger:
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """All records of a metrics.jsonl file."""
+    """All records of a metrics.jsonl file; a line that does not parse (the last line of a run killed while
+    writing it) is skipped."""
+    out = []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return out

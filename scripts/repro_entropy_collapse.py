@@ -81,13 +81,13 @@ def _rounded(x, digits: int = 4) -> Optional[float]:
 
 def monitor_trace(point_dir: str) -> dict:
     """What the report needs beyond the sweep record, from the run's metrics.jsonl: every health warning
-    (step, kind, layer, head, value, threshold), the logged training losses (a resumed run's rerun steps
+    (step, kind, layer, head, value, threshold; none a resume superseded), the logged training losses (a resumed run's rerun steps
     replace the killed run's) and the lowest head entropy and largest logit at every check."""
     records = sweep_lib.read_records(os.path.join(point_dir, sweep_lib.METRICS))
     losses = {int(r["step"]): r["train/loss"] for r in records if "train/loss" in r and "event" not in r}
     warns = [[int(r.get("at_step", r.get("step"))), r.get("kind"), r.get("layer"), r.get("head"),
               _rounded(r.get("value")), _rounded(r.get("threshold"))]
-             for r in records if r.get("event") == "health_warning"]
+             for r in sweep_lib.current_events(records, "health_warning")]
     checks: dict[int, tuple] = {}
     for r in records:
         if "attn/step" in r:

@@ -461,6 +461,19 @@ def loss_spikes(losses: Sequence[float], window: int = SPIKE_WINDOW, nats: float
     return count, largest
 
 
+def current_events(records: Sequence[dict], name: str) -> list[dict]:
+    """The run's ``name`` events that no later resume superseded: a resume at step s (its ``start`` event is
+    logged at s) drops the earlier events about steps >= s (``at_step``, else ``step``), which the resumed run
+    does again."""
+    out: list[dict] = []
+    for r in records:
+        if r.get("event") == "start" and _num(r.get("step")) is not None:
+            out = [e for e in out if (_num(e.get("at_step", e.get("step"))) or 0) < int(r["step"])]
+        elif r.get("event") == name:
+            out.append(r)
+    return out
+
+
 def stability(records: Sequence[dict]) -> dict[str, Any]:
     """Loss spikes, gradient norms, attention max logits and the health monitor's warnings (all, and per
     ``kind/group``) of a run, from its metrics.jsonl records."""
@@ -478,7 +491,7 @@ def stability(records: Sequence[dict]) -> dict[str, Any]:
     for g in groups:
         logit_curve[g] = [_round(per_step[s].get(g), 4) for s in logit_curve["step"]]
     non_finite = [r.get("at_step", r.get("step")) for r in records if r.get("event") == "non_finite"]
-    warnings = [r for r in records if r.get("event") == "health_warning"]
+    warnings = current_events(records, "health_warning")
     return {
         "loss_spikes": spikes, "max_loss_jump": _round(jump, 4),
         "spike_rule": f"a logged train loss (mean of train.log_every steps) more than {SPIKE_NATS} nats above "

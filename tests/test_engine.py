@@ -257,6 +257,19 @@ def test_logger_writes_jsonl_and_offline_wandb(tmp_path, monkeypatch):
     assert os.path.exists(tmp_path / "wandb_run_id")
 
 
+def test_a_line_cut_short_by_a_kill_is_skipped_and_the_next_run_appends_on_a_new_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "train/loss": 2.5}\n{"step": 2, "train/lo', encoding="utf-8")
+    assert logging_lib.read_jsonl(str(path)) == [{"step": 1, "train/loss": 2.5}]
+    c = tiny_config()
+    c.wandb.mode = "disabled"
+    lg = logging_lib.MetricLogger(str(tmp_path), c)
+    lg.log(2, {"train/loss": 2.25})
+    lg.close()
+    assert [r["step"] for r in logging_lib.read_jsonl(str(path))] == [1, 2]
+    assert path.read_text(encoding="utf-8").splitlines()[1] == '{"step": 2, "train/lo'
+
+
 def wandb_offline_has(workdir: str, key: bytes, timeout: float = 30.0) -> bool:
     """Whether the W&B offline run file under ``workdir`` mentions ``key`` (W&B's writer process flushes the
     file shortly after ``finish()`` returns, so poll)."""

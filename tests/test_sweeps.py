@@ -319,3 +319,17 @@ def config_defaults_health():
     from engine import config as config_lib
 
     return config_lib.base_config().health
+
+
+def test_a_resume_supersedes_the_killed_runs_later_warnings():
+    """A run killed after logging warnings at steps 200 and 210 resumes from its step-200 checkpoint and warns
+    again at 210: the record counts the resumed run's warnings once, and keeps the killed run's earlier ones."""
+    def warn(at, kind="max_logit"):
+        return {"event": "health_warning", "kind": kind, "group": "cross", "at_step": at, "step": at + 5}
+
+    records = [{"event": "start", "step": 0}, warn(100), warn(200), warn(210, "entropy_collapse"),
+               {"event": "start", "step": 200, "resumed": True}, warn(210), warn(300)]
+    got = sweep.current_events(records, "health_warning")
+    assert [(w["at_step"], w["kind"]) for w in got] == [(100, "max_logit"), (210, "max_logit"), (300, "max_logit")]
+    st = sweep.stability(records)
+    assert st["health_warnings"] == 3 and st["health_warning_kinds"] == {"max_logit/cross": 3}

@@ -135,6 +135,41 @@ def test_kill_and_resume_matches_the_uninterrupted_run(baseline, tmp_path, corpu
         assert resumed[step] == pytest.approx(uninterrupted[step], abs=1e-6), step
 
 
+def test_a_resumed_run_warns_as_the_unbroken_run(baseline, tmp_path, corpus, monkeypatch):
+    """The health monitor after a resume keeps its early baselines (rebuilt from metrics.jsonl): with thresholds
+    relative to those baselines, the resumed run logs and returns the unbroken run's warnings."""
+    c, _, _ = baseline
+    c = tiny_translation_config(corpus, c.data.cache_dir)
+    c.train.stats_every = 1
+    c.health.update(collapse_ratio=1.0, collapse_floor=1e9, logit_std_ratio=1.0, logit_std_floor=0.0,
+                    logit_std_high=1e9, max_logit=1e9, uniform_after_step=10**6)  # below / above the early value
+
+    def logged(workdir):
+        records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+        return [(r["at_step"], r["kind"], r["group"], r["layer"], r["head"]) for r in records
+                if r.get("event") == "health_warning"]
+
+    unbroken = loop.run(c, str(tmp_path / "unbroken"))
+    build = tasks.TranslationTask.build_data
+
+    def killing_data(self, wd, process_index, process_count):
+        d = build(self, wd, process_index, process_count)
+        train_iter = d.train_iter
+        d.train_iter = lambda: KillAt(train_iter(), at=5)
+        return d
+
+    workdir = str(tmp_path / "resumed")
+    monkeypatch.setattr(tasks.TranslationTask, "build_data", killing_data)
+    assert loop.run(c, workdir)["step"] == 6
+    monkeypatch.setattr(tasks.TranslationTask, "build_data", build)
+    resumed = loop.run(c, workdir)
+    want = logged(str(tmp_path / "unbroken"))
+    assert any(step >= 6 for step, *_ in want)  # warnings after the resume step, against the early baselines
+    assert logged(workdir) == want
+    assert [(w.step, w.kind, w.group, w.layer, w.head) for w in resumed["health_warnings"]] == want
+    assert [s for s, _ in resumed["attention"]] == [s for s, _ in unbroken["attention"]] == list(range(STEPS))
+
+
 def test_eight_devices_give_the_same_loss_curve(baseline, tmp_path, corpus):
     c, base_dir, _ = baseline
     workdir = str(tmp_path / "run")
