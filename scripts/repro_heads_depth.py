@@ -581,7 +581,9 @@ def health_text(settings: dict) -> str:
     parts = []
     kinds: collections.Counter = collections.Counter()
     kept = total = 0
+    resumed = []
     for label, s in settings.items():
+        resumed += [f"{label}, seed {r.get('seed')}" for r in s["records"] if r.get("resumes")]
         counts = t3.values(s["records"], "warnings")
         if counts:
             nll = t3.values(s["records"], "nll")
@@ -601,6 +603,11 @@ def health_text(settings: dict) -> str:
     if kept:
         text += (f" By kind and attention group, over the records that keep it ({kept} of {total}): "
                  + ", ".join(f"{k} {v}" for k, v in kinds.most_common()) + ".")
+    if resumed:
+        text += (f" The counts are as logged; {len(resumed)} run{'s were' if len(resumed) != 1 else ' was'} resumed "
+                 f"({'; '.join(resumed)}), and a run resumed before 2026-12-05 restarted the monitor's early "
+                 "baselines at the resume, so its count can differ from an unbroken run's (the health calibration "
+                 "report replays every attention trace as an unbroken run).")
     return text
 
 

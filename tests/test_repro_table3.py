@@ -546,6 +546,11 @@ def test_heads_depth_health_text_gives_each_settings_warnings_and_the_kinds_kept
     assert text.endswith("over the records that keep it (1 of 3): max_logit/cross 30, "
                          "entropy_collapse/decoder_self 10.")
     assert repro_heads_depth.health_text({"a": {"records": _hd_records([2.9])}}) == ""  # no record counts them
+    runs[1].update(seed=1, resumes=1)
+    assert repro_heads_depth.health_text(settings).endswith(
+        "1 run was resumed (8 heads, off, seed 1), and a run resumed before 2026-12-05 restarted the monitor's "
+        "early baselines at the resume, so its count can differ from an unbroken run's (the health calibration "
+        "report replays every attention trace as an unbroken run).")
 
 
 def test_heads_depth_trend_reads_each_step_in_depth_against_the_margin():
