@@ -50,7 +50,8 @@ PY="${PYTHON:-python}"
   nice -n 19 "$PY" scripts/repro_heads_depth.py              # 8 heads x 3+3 vs 1 head x 6+6 .. 24+24; QK-LN, post-LN
   date -u +"%F %T heads_depth ended ($?)"
   nice -n 19 "$PY" scripts/repro_head_importance.py --first_seed 3 --seeds 3 --uniform_seeds 3 --steps 2200 \
-    --minutes 0 --raw docs/results/head_importance/replication/raw --out docs/results/head_importance/replication
+    --minutes 0 --raw docs/results/head_importance/replication/raw --out docs/results/head_importance/replication \
+    --workdir runs/repro/head_importance_replication
   date -u +"%F %T head_importance replication ended ($?)"
   nice -n 19 "$PY" scripts/health_calibration.py             # 24 entropy-collapse runs, seeds 3-5; the report
   date -u +"%F %T health_calibration ended ($?)"

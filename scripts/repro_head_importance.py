@@ -21,7 +21,8 @@ cross-attention frozen to uniform (``model.uniform_attention_groups=("cross",)``
     python scripts/repro_head_importance.py --raw /tmp/hi    # keep each run's measurements; a rerun reuses them
     python scripts/repro_head_importance.py --quick          # seconds: tiny sizes, for tests
     python scripts/repro_head_importance.py --first_seed 3 --seeds 3 --uniform_seeds 3 --steps 2200 --minutes 0 \
-        --raw docs/results/head_importance/replication/raw --out docs/results/head_importance/replication
+        --raw docs/results/head_importance/replication/raw --out docs/results/head_importance/replication \
+        --workdir runs/repro/head_importance_replication
                                                              # the replication (queued in scripts/ablations.sh)
 
 Pass criteria of the verdict table (``verdicts.csv`` and the report's "Verdicts" section). They were written on
@@ -57,6 +58,7 @@ import os
 import pickle
 import sys
 import time
+from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,6 +83,7 @@ GROUPS = ("encoder_self", "decoder_self", "cross")
 SELF_GROUPS = ("encoder_self", "decoder_self")
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 QUICK_FRACTIONS = (0.0, 0.5, 0.9)
+CHECKPOINT_EVERY = 200  # steps between checkpoints of a run trained with --workdir
 POSITIONAL = 0.9  # Voita et al.: a head is positional when its maximum sits at one relative position >= 90% of the time
 # Pass criteria (module docstring; written after the first run's measurements, before the replication's)
 HURT_BLEU = 1.0  # a head masked alone "hurts" when BLEU falls by at least this much
@@ -336,9 +339,13 @@ def measure(keep: KeepModel, seed: int, eval_batches: int, sentences: int, fract
     return m
 
 
-def train(spec: str, overrides: dict) -> tuple[KeepModel, dict]:
+def train(spec: str, overrides: dict, workdir: Optional[str] = None) -> tuple[KeepModel, dict]:
+    """Train one model; with ``workdir`` it checkpoints every CHECKPOINT_EVERY steps there and a rerun resumes it
+    (without one it trains in memory and an interrupted run starts again)."""
     keep = KeepModel()
-    result = engine.run(with_overrides(load(spec), overrides), hooks=[keep])
+    if workdir:
+        overrides = {**overrides, "train.checkpoint_every": CHECKPOINT_EVERY}
+    result = engine.run(with_overrides(load(spec), overrides), workdir, hooks=[keep])
     return keep, {"steps": result["step"], "engine_bleu": result.get("test/bleu"),
                   "train_minutes": result["wall_minutes"], "commit": PROCESS_COMMIT}
 
@@ -370,6 +377,8 @@ def main(argv=None) -> None:
     ap.add_argument("--eval_batches", type=int, default=4, help="validation batches (64 sentences) for NLL")
     ap.add_argument("--sentences", type=int, default=300, help="test sentences decoded for every BLEU")
     ap.add_argument("--raw", default="", help="directory keeping each run's measurements (reused when present)")
+    ap.add_argument("--workdir", default="", help="directory of the training runs (<workdir>/seed<s>, "
+                    "uniform<s>): checkpoints, metrics.jsonl, W&B; an interrupted run resumes (default: in memory)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (tests)")
     ap.add_argument("--out", default=OUT)
     a = ap.parse_args(argv)
@@ -392,8 +401,11 @@ def main(argv=None) -> None:
     def log(msg: str) -> None:
         print(f"[{(time.time() - t0) / 60:5.1f} min] {msg}", flush=True)
 
+    def run_dir(name: str) -> Optional[str]:
+        return os.path.join(a.workdir, f"{tag}{name}") if a.workdir else None
+
     def seed_run(seed: int) -> dict:
-        keep, info = train(spec, {"seed": seed})
+        keep, info = train(spec, {"seed": seed}, run_dir(f"seed{seed}"))
         log(f"seed {seed}: {info['steps']} steps in {info['train_minutes']:.1f} min, engine test BLEU "
             f"{info['engine_bleu']:.2f} on {a.sentences} sentences")
         return dict(info, seed=seed, measured_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
@@ -401,7 +413,8 @@ def main(argv=None) -> None:
                                     QUICK_FRACTIONS if a.quick else FRACTIONS, log))
 
     def uniform_run(seed: int) -> dict:
-        keep, info = train(spec, {"seed": seed, "model.uniform_attention_groups": ("cross",)})
+        keep, info = train(spec, {"seed": seed, "model.uniform_attention_groups": ("cross",)},
+                           run_dir(f"uniform{seed}"))
         p = Probe(keep, a.eval_batches, a.sentences)
         info.update(base_nll=p.nll(None), base_bleu=p.bleu(None, keep_as="unmasked"), decoded=p.decoded, seed=seed,
                     measured_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
@@ -483,7 +496,8 @@ are loaded, not re-measured).
 `python scripts/repro_head_importance.py --seeds {a.seeds}{f' --first_seed {a.first_seed}' if a.first_seed else ''} \
 --uniform_seeds {a.uniform_seeds} --minutes {a.minutes} --steps {a.steps} --eval_batches {a.eval_batches} \
 --sentences {a.sentences}{' --quick' if a.quick else ''}{f' --raw {a.raw}' if a.raw else ''}\
-{f' --out {os.path.relpath(a.out, ROOT)}' if os.path.abspath(a.out) != os.path.abspath(OUT) else ''}`
+{f' --out {os.path.relpath(a.out, ROOT)}' if os.path.abspath(a.out) != os.path.abspath(OUT) else ''}\
+{f' --workdir {a.workdir}' if a.workdir else ''}`
 
 **Protocol.** `configs/repro_head_importance.py`: the main job (Spanish → English Bible verses, d_model
 {config.model.d_model}, {config.model.num_encoder_layers}+{config.model.num_decoder_layers} layers, pre-LN,

@@ -1,6 +1,7 @@
 """The head-importance study's --quick mode trains through the engine and writes a complete report (a file of
 its own, so pytest-xdist's --dist loadfile runs it beside the explanation study)."""
 import csv
+import json
 import math
 import os
 import sys
@@ -23,7 +24,15 @@ def _rows(path):
 
 @pytest.mark.slow
 def test_repro_head_importance_quick(tmp_path):
-    repro_head_importance.main(["--quick", "--first_seed", "2", "--out", str(tmp_path)])
+    runs = tmp_path / "runs"
+    repro_head_importance.main(["--quick", "--first_seed", "2", "--out", str(tmp_path), "--workdir", str(runs)])
+    # --workdir: the model trains in <workdir>/quick_seed2 with checkpoints, and a rerun resumes it
+    assert sorted(os.listdir(runs / "quick_seed2" / "checkpoints")) == ["4"]
+    spec = repro_head_importance.SPEC + ":quick"
+    _, info = repro_head_importance.train(spec, {"seed": 2}, str(runs / "quick_seed2"))
+    starts = [json.loads(line) for line in open(runs / "quick_seed2" / "metrics.jsonl")
+              if '"event": "start"' in line]
+    assert info["steps"] == 4 and [s["resumed"] for s in starts] == [False, True] and starts[1]["step"] == 4
     for name in ("pruning.png", "confidence.png", "README.md"):
         assert (tmp_path / name).exists(), name
     rows = _rows(tmp_path / "per_head.csv")
