@@ -58,6 +58,19 @@ def tiny_translation_config(corpus: str, cache: str, *, devices: int = 1) -> ml_
     return c
 
 
+BUILD_DATA = tasks.TranslationTask.build_data
+
+
+def killing_data_at(at: int):
+    """A ``TranslationTask.build_data`` whose training iterator sends this process SIGTERM at batch ``at``."""
+    def build_data(self, wd, process_index, process_count):
+        d = BUILD_DATA(self, wd, process_index, process_count)
+        train_iter = d.train_iter
+        d.train_iter = lambda: KillAt(train_iter(), at=at)
+        return d
+    return build_data
+
+
 def losses(workdir: str) -> dict[int, float]:
     return {r["step"]: r["train/loss"] for r in logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
             if "train/loss" in r}
@@ -114,19 +127,11 @@ def test_kill_and_resume_matches_the_uninterrupted_run(baseline, tmp_path, corpu
     c, base_dir, _ = baseline
     c = tiny_translation_config(corpus, c.data.cache_dir)
     workdir = str(tmp_path / "run")
-    build = tasks.TranslationTask.build_data
-
-    def killing_data(self, wd, process_index, process_count):
-        d = build(self, wd, process_index, process_count)
-        train_iter = d.train_iter
-        d.train_iter = lambda: KillAt(train_iter(), at=5)
-        return d
-
-    monkeypatch.setattr(tasks.TranslationTask, "build_data", killing_data)
+    monkeypatch.setattr(tasks.TranslationTask, "build_data", killing_data_at(5))
     first = loop.run(c, workdir)
     assert first["stop_reason"] == "SIGTERM" and first["step"] == 6  # the step in flight completes
     assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).latest_step() == 6
-    monkeypatch.setattr(tasks.TranslationTask, "build_data", build)
+    monkeypatch.setattr(tasks.TranslationTask, "build_data", BUILD_DATA)
     second = loop.run(c, workdir)
     assert second["step"] == STEPS
     resumed, uninterrupted = losses(workdir), losses(base_dir)
@@ -150,18 +155,10 @@ def test_a_resumed_run_warns_as_the_unbroken_run(baseline, tmp_path, corpus, mon
                 if r.get("event") == "health_warning"]
 
     unbroken = loop.run(c, str(tmp_path / "unbroken"))
-    build = tasks.TranslationTask.build_data
-
-    def killing_data(self, wd, process_index, process_count):
-        d = build(self, wd, process_index, process_count)
-        train_iter = d.train_iter
-        d.train_iter = lambda: KillAt(train_iter(), at=5)
-        return d
-
     workdir = str(tmp_path / "resumed")
-    monkeypatch.setattr(tasks.TranslationTask, "build_data", killing_data)
+    monkeypatch.setattr(tasks.TranslationTask, "build_data", killing_data_at(5))
     assert loop.run(c, workdir)["step"] == 6
-    monkeypatch.setattr(tasks.TranslationTask, "build_data", build)
+    monkeypatch.setattr(tasks.TranslationTask, "build_data", BUILD_DATA)
     resumed = loop.run(c, workdir)
     want = logged(str(tmp_path / "unbroken"))
     assert any(step >= 6 for step, *_ in want)  # warnings after the resume step, against the early baselines
