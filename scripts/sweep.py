@@ -49,11 +49,12 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import Report, heatmap_grid, plt, source_commit  # noqa: E402
 from engine import metrics as metrics_lib  # noqa: E402
+from engine import writer as writer_lib  # noqa: E402
 from engine.config import config_name  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER = "sweep_point.json"
-METRICS = "metrics.jsonl"
+METRICS = writer_lib.METRICS_FILE
 # train_end reasons of a run that trained to its end; "non_finite" is the end of a train.on_non_finite="stop" run
 # (a learning-rate sweep meant to diverge: the divergence is its result, and a rerun would diverge again).
 FINISHED_REASONS = ("num_steps", "max_minutes", "non_finite")
@@ -316,18 +317,8 @@ def wandb_sweep_yaml(config_spec: str, workdir: str, points: Sequence[Point], *,
 
 # ---------------------------------------------------------------------------------------- aggregation
 def read_records(path: str) -> list[dict]:
-    """Records of a metrics.jsonl file; a truncated last line (killed run) is ignored."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
+    """Records of a metrics.jsonl file; a truncated line (killed run) is ignored."""
+    return writer_lib.read_jsonl(path)
 
 
 def _num(x: Any) -> Optional[float]:
