@@ -26,6 +26,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
+def significant(x: float, digits: int) -> str:
+    """``x`` with ``digits`` significant digits; a number of ``digits`` or more integer digits as a grouped
+    integer ("1,262", not "1.26e+03")."""
+    return f"{round(x):,}" if abs(x) >= 10 ** digits - 0.5 else f"{x:.{digits}g}"
+
+
 def fmt(x: Any, digits: int = 3) -> str:
     """A table cell: floats with ``digits`` significant digits, NaN and None as an em dash."""
     if x is None:
@@ -37,7 +43,7 @@ def fmt(x: Any, digits: int = 3) -> str:
     if isinstance(x, (float, np.floating)):
         if not math.isfinite(float(x)):
             return "—" if math.isnan(float(x)) else str(float(x))
-        return f"{float(x):.{digits}g}"
+        return significant(float(x), digits)
     return str(x)
 
 
@@ -47,8 +53,8 @@ def mean_std(values: Sequence[float]) -> str:
     if v.size == 0:
         return "—"
     if v.size == 1:
-        return f"{v[0]:.4g} (n=1)"
-    return f"{v.mean():.4g} ± {v.std(ddof=1):.2g} (n={v.size})"
+        return f"{significant(v[0], 4)} (n=1)"
+    return f"{significant(v.mean(), 4)} ± {significant(v.std(ddof=1), 2)} (n={v.size})"
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], digits: int = 3) -> str:

@@ -187,11 +187,6 @@ def detection(runs: Sequence[Run], alarms: Sequence[tuple]) -> dict[str, Any]:
             "warnings_per_healthy": float(np.mean([alarms[i][1] for i in healthy])) if healthy else None}
 
 
-def steps_text(x: Optional[float]) -> str:
-    """A number of steps for prose: "1,260", "37.5", "—" for None."""
-    return "—" if x is None else f"{x:,.0f}" if x >= 100 else fmt(x)
-
-
 EVENT_KINDS = ("loss spike", "non-finite loss", "failed to learn")
 
 
@@ -323,7 +318,7 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
     by_event = [f"{kind} {c} of {n}" for kind, (c, n) in caught_by_event(runs, d).items()]
     report.text(f"Over {d['runs']} runs ({d['events']} with an event, {d['healthy']} healthy): precision "
                 f"{fmt(d['precision'])}, recall {fmt(d['recall'])} (caught: {', '.join(by_event) or 'no events'}), "
-                f"median lead {steps_text(d['lead_median'])} steps; {d['healthy_alarmed']} of {d['healthy']} healthy runs "
+                f"median lead {fmt(d['lead_median'])} steps; {d['healthy_alarmed']} of {d['healthy']} healthy runs "
                 f"get a warning, {fmt(d['warnings_per_healthy'])} warnings per healthy run.")
     rows = [[k, *t] for k, t in kind_totals(runs, base_alarms).items()]
     report.table(["kind/group", "healthy runs with it", "its warnings in healthy runs", "event runs with it",

@@ -427,7 +427,7 @@ def main(argv=None) -> None:
     runs = [cached(a.raw, f"{tag}seed{s}", lambda s=s: seed_run(s)) for s in seeds]
     uniform = [cached(a.raw, f"{tag}uniform{s}", lambda s=s: uniform_run(s))
                for s in range(a.first_seed, a.first_seed + a.uniform_seeds)]
-    report(a, runs, uniform, load(spec), time.time() - t0)
+    report(a, runs, uniform, load(spec))
     print(f"wrote {a.out}/README.md")
 
 
@@ -480,7 +480,7 @@ def budget(config) -> str:
                                " (no time limit)")
 
 
-def report(a, runs: list, uniform: list, config, seconds: float) -> None:
+def report(a, runs: list, uniform: list, config) -> None:
     shapes, fractions = runs[0]["shapes"], runs[0]["fractions"]
     H = shapes["cross"][1]
     n = len(runs)
@@ -490,8 +490,7 @@ def report(a, runs: list, uniform: list, config, seconds: float) -> None:
     r.text(f"""
 {environment_line()} Measurements made with commit {measured_by(runs + uniform)}. Wall time:
 training {sum(m["train_minutes"] for m in runs + uniform):.0f} min ({len(runs) + len(uniform)} runs), analyses
-{sum(m["measure_minutes"] for m in runs):.0f} min; this report took {seconds / 60:.1f} min (runs reused from `--raw`
-are loaded, not re-measured).
+{sum(m["measure_minutes"] for m in runs):.0f} min, as measured when each run was made.
 
 `python scripts/repro_head_importance.py --seeds {a.seeds}{f' --first_seed {a.first_seed}' if a.first_seed else ''} \
 --uniform_seeds {a.uniform_seeds} --minutes {a.minutes} --steps {a.steps} --eval_batches {a.eval_batches} \

@@ -97,6 +97,3 @@ def test_quick_trains_records_traces_and_the_report(tmp_path):
     hc.main(["--quick", "--report_only", f"--out={out}"])
     assert read_csv(out / "runs.csv") == rows
 
-
-def test_steps_in_prose_are_whole_numbers_with_thousands_separators():
-    assert (hc.steps_text(1260.0), hc.steps_text(37.5), hc.steps_text(None)) == ("1,260", "37.5", "—")

@@ -205,6 +205,15 @@ def test_mqar_quick(tmp_path):
     assert repro_mqar.solve_step([10, 20], [3.0, 2.0]) is None
 
 
+def test_report_numbers_are_never_in_scientific_notation_above_one():
+    import _report
+
+    assert [_report.fmt(x) for x in (1262.0, 999.6, 37.5, 0.5604, None, 12_000)] == [
+        "1,262", "1,000", "37.5", "0.56", "—", "12,000"]
+    assert _report.mean_std([2.3e5, 2.7e5, 2.5e5]) == "250,000 ± 20,000 (n=3)"
+    assert _report.mean_std([122.6, 5.0, 240.2]) == "122.6 ± 118 (n=3)"
+
+
 def test_report_rebuild_keeps_file_when_only_the_measured_line_changes(tmp_path):
     import _report
 
