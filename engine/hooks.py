@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -192,12 +193,15 @@ class EarlyStopping(Hook):
 
 
 class ProgressBar(Hook):
-    """A tqdm bar on the lead process: loss, tokens/s and (with a time budget) the time left."""
+    """Progress on the lead process: a tqdm bar (loss, tokens/s and, with a time budget, the time left) when
+    stderr is a terminal, else one log line per metrics flush (a log file gets no carriage-return redraws)."""
 
     def start(self, run):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=run.num_steps, initial=run.step, disable=not run.lead, dynamic_ncols=True, desc="train")
+        self.lines, self.logged_step = not sys.stderr.isatty(), None
+        self.bar = tqdm(total=run.num_steps, initial=run.step, disable=self.lines or not run.lead,
+                        dynamic_ncols=True, desc="train")
 
     def after_step(self, run):
         self.bar.update(1)
@@ -212,6 +216,9 @@ class ProgressBar(Hook):
             postfix["left"] = time.strftime("%M:%S", time.gmtime(left))
             if "perf/steps_per_sec" in out:  # the bar's total: the step the time budget will end at
                 self.bar.total = min(run.num_steps, run.step + int(left * out["perf/steps_per_sec"]))
+        if self.lines and run.lead and run.step != self.logged_step:
+            self.logged_step = run.step
+            log.info("train step %d/%d: %s", run.step, run.num_steps, ", ".join(f"{k}={v}" for k, v in postfix.items()))
         self.bar.set_postfix(postfix, refresh=False)
 
     def close(self, run):

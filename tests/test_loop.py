@@ -1,4 +1,6 @@
 """engine.run in-process: tasks, hooks, config options that used to live in a private loop, variants."""
+import io
+import logging
 import os
 import sys
 
@@ -160,3 +162,29 @@ def test_linear_attention_cannot_translate():
     c.model.attention_kind = "linear"
     with pytest.raises(config_lib.ConfigError, match="linear"):
         engine.run(c)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_progress_is_a_bar_on_a_terminal_and_one_log_line_per_flush_in_a_file(tmp_path, monkeypatch, terminal):
+    stderr = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    logger = logging.getLogger("attnlab")
+    lines = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    logger.addHandler(handler)
+    try:
+        engine.run(mqar_config(steps=4), workdir=str(tmp_path / "run"))
+    finally:
+        logger.removeHandler(handler)
+    progress = [line.split(":")[0] for line in lines if line.startswith("train step")]
+    if terminal:
+        assert progress == [] and "\r" in stderr.getvalue() and "4/4" in stderr.getvalue()
+    else:
+        assert progress == [f"train step {s}/4" for s in (1, 2, 3, 4)] and "\r" not in stderr.getvalue()
