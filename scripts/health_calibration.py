@@ -237,6 +237,13 @@ def choose(runs: Sequence[Run], results: list[tuple[dict, list, dict]]) -> tuple
     return best[1][0], eligible, "; ".join(missing)
 
 
+def final_text(run: Run) -> str:
+    """"<point>: validation accuracy 0.713" (NLL for translation): where a run ended."""
+    valid = run.record.get("validation") or {}
+    key = "nll" if (run.record.get("test") or {}).get("bleu") is not None else "accuracy"
+    return f"{run.point}: validation {key} {fmt(valid.get(key))}"
+
+
 def findings(runs: Sequence[Run], results: list[tuple[dict, list, dict]], eligible: Sequence[bool]) -> list[str]:
     """Sentences on what the defaults miss, where their false alarms come from, which settings the rule drops,
     and which single threshold changes warn more in healthy runs instead of less."""
@@ -249,6 +256,10 @@ def findings(runs: Sequence[Run], results: list[tuple[dict, list, dict]], eligib
         out.append(f"At the defaults the monitor misses {sum(missed.values())} of {d['events']} event runs"
                    + (f" ({', '.join(f'{k} {n}' for k, n in sorted(missed.items()))})" if missed else "")
                    + (f" and catches every {' and every '.join(whole)}" if whole else "") + ".")
+        failed = [r for i, r in enumerate(runs) if r.event == "failed to learn" and i not in d["caught_set"]]
+        if failed:
+            out.append(f"The missed runs that failed to learn end at {'; '.join(final_text(r) for r in failed)} "
+                       f"(learned: validation accuracy {LEARNED:g} or more; translation: NLL {FAIL_NLL:g} or less).")
     healthy_kinds = {k: t[1] for k, t in kind_totals(runs, base_alarms).items() if t[1]}
     total = sum(healthy_kinds.values())
     if total:

@@ -58,6 +58,14 @@ def test_the_rule_picks_fewer_false_alarms_without_losing_a_caught_event():
     assert said[0] == "At the defaults the monitor misses 0 of 1 event runs and catches every loss spike."
     assert said[1] == "Its 3 warnings in healthy runs come mostly from logit_spread_high/cross (3)."
     assert len(said) == 2  # every setting eligible, none warns more than the defaults
+    # A run that fails to learn with no warning is named with where it ended.
+    quiet = hc.Run("b", "slow", {"steps": 50, "validation": {"accuracy": 0.713}}, [_obs(0), _obs(10)], (),
+                   "failed to learn", 50)
+    more = runs + [quiet]
+    said = hc.findings(more, [(c, a, hc.detection(more, a)) for c, a in [({}, hc.first_alarms(more, {}))]], [True])
+    assert said[0] == ("At the defaults the monitor misses 1 of 2 event runs (failed to learn 1) and catches every "
+                       "loss spike.")
+    assert said[1].startswith("The missed runs that failed to learn end at slow: validation accuracy 0.713 (learned: ")
     # A setting that would catch the event later than one check after the defaults is not eligible.
     late = [(c, [(a[0] + 20 if a[0] is not None else None, a[1], a[2]) for a in alarms], d)
             for c, alarms, d in results[1:]]
