@@ -15,6 +15,7 @@ after the current step.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import time
@@ -194,12 +195,16 @@ class EarlyStopping(Hook):
 
 class ProgressBar(Hook):
     """Progress on the lead process: a tqdm bar (loss, tokens/s and, with a time budget, the time left) when
-    stderr is a terminal, else one log line per metrics flush (a log file gets no carriage-return redraws)."""
+    stderr is a terminal, else a log line at a metrics flush at most every ``line_every_s`` seconds and at the
+    last step (a log file gets no carriage-return redraws)."""
+
+    def __init__(self, line_every_s: float = 30.0):
+        self.line_every_s = line_every_s
 
     def start(self, run):
         from tqdm import tqdm
 
-        self.lines, self.logged_step = not sys.stderr.isatty(), None
+        self.lines, self.line_time, self.line_step = not sys.stderr.isatty(), -math.inf, None
         self.bar = tqdm(total=run.num_steps, initial=run.step, disable=self.lines or not run.lead,
                         dynamic_ncols=True, desc="train")
 
@@ -216,8 +221,10 @@ class ProgressBar(Hook):
             postfix["left"] = time.strftime("%M:%S", time.gmtime(left))
             if "perf/steps_per_sec" in out:  # the bar's total: the step the time budget will end at
                 self.bar.total = min(run.num_steps, run.step + int(left * out["perf/steps_per_sec"]))
-        if self.lines and run.lead and run.step != self.logged_step:
-            self.logged_step = run.step
+        now = time.time()
+        due = now - self.line_time >= self.line_every_s or run.step == run.num_steps
+        if self.lines and run.lead and due and run.step != self.line_step:
+            self.line_time, self.line_step = now, run.step
             log.info("train step %d/%d: %s", run.step, run.num_steps, ", ".join(f"{k}={v}" for k, v in postfix.items()))
         self.bar.set_postfix(postfix, refresh=False)
 
