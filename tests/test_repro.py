@@ -205,7 +205,7 @@ def test_mqar_quick(tmp_path):
     assert repro_mqar.solve_step([10, 20], [3.0, 2.0]) is None
 
 
-def test_report_numbers_are_never_in_scientific_notation_above_one():
+def test_report_numbers_of_a_thousand_and_more_are_grouped_integers():
     import _report
 
     assert [_report.fmt(x) for x in (1262.0, 999.6, 37.5, 0.5604, None, 12_000)] == [
