@@ -270,18 +270,20 @@ def findings(runs: Sequence[Run], results: list[tuple[dict, list, dict]], eligib
     if dropped:
         out.append(f"{dropped} of {len(results)} settings are not eligible: in at least one run the defaults "
                    f"catch, their first alarm comes more than one check later or not at all.")
-    worse = [(c, dd) for c, _, dd in results if len(c) == 1 and d["warnings_per_healthy"] is not None
-             and dd["warnings_per_healthy"] is not None and dd["warnings_per_healthy"] > d["warnings_per_healthy"]]
+    def healthy_warnings(dd: dict) -> int:
+        return round((dd["warnings_per_healthy"] or 0.0) * dd["healthy"])
+
+    worse = [(c, dd) for c, _, dd in results if len(c) == 1 and healthy_warnings(dd) > healthy_warnings(d)]
     if worse:
-        same: dict[tuple[str, str], list[float]] = {}
+        same: dict[tuple[str, int], list[float]] = {}
         for c, dd in worse:
             (name, value), = c.items()
-            same.setdefault((name, fmt(dd["warnings_per_healthy"])), []).append(value)
+            same.setdefault((name, healthy_warnings(dd)), []).append(value)
         out.append("A higher threshold does not always mean fewer false alarms: "
                    + "; ".join(f"{name} {', '.join(f'{v:g}' for v in values)} "
-                               f"give{'s' if len(values) == 1 else ''} {n} warnings per healthy run"
+                               f"give{'s' if len(values) == 1 else ''} {n} warnings in healthy runs"
                                for (name, n), values in same.items())
-                   + f" against {fmt(d['warnings_per_healthy'])} at the defaults (a head that leaves the bad state "
+                   + f" against {healthy_warnings(d)} at the defaults (a head that leaves the bad state "
                      f"and comes back warns again each time; see recover_margin).")
     return out
 
