@@ -177,12 +177,14 @@ def test_progress_is_a_bar_on_a_terminal_and_sparse_log_lines_in_a_file(tmp_path
     lines = []
     handler = logging.Handler(logging.INFO)
     handler.emit = lambda record: lines.append(record.getMessage())
-    monkeypatch.setattr(logger, "level", logging.INFO)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # setLevel, not the attribute: it clears the logger's enabled-for cache
     logger.addHandler(handler)
     try:
         engine.run(mqar_config(steps=4), workdir=str(tmp_path / "run"))
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
     progress = [line.split(":")[0] for line in lines if line.startswith("train step")]
     if terminal:
         assert progress == [] and "\r" in stderr.getvalue() and "4/4" in stderr.getvalue()
