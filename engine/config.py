@@ -304,14 +304,16 @@ def base_config() -> ml_collections.ConfigDict:
     h.collapse_floor = 0.25  # ... and < collapse_floor nats.
     h.uniform_ratio = 0.98  # near-uniform: entropy > uniform_ratio * log(visible keys) ...
     h.uniform_after_step = 1000  # ... from this step on.
-    h.max_logit = 50.0  # runaway logits: max scaled logit above this.
-    h.logit_std_high = 8.0  # logit spread too high: the std of a query's scaled logits above this (a missing
-    # 1/sqrt(d_k) gives ~sqrt(d_k): 8 at d_k 64; a working scale ~1) ...
+    # max_logit, logit_std_high and recover_margin: chosen by the rule of scripts/health_calibration.py over 40
+    # traced runs (docs/results/health_calibration/; 50, 8 and 1.0 before 2026-12-05).
+    h.max_logit = 100.0  # runaway logits: max scaled logit above this.
+    h.logit_std_high = 16.0  # logit spread too high: the std of a query's scaled logits above this (a missing
+    # 1/sqrt(d_k) gives ~sqrt(d_k) at the start, 8 at d_k 64, and grows: 25 after 100 steps of the main job at d_k 64) ...
     h.logit_std_ratio = 10.0  # ... or above this many times its early value, once that is above ...
     h.logit_std_floor = 6.0  # ... this floor: growth from a small start is not flagged below it (trained heads
     # that attend sharply reach 5-6: cross-attention of the 8-head translation model, 5.2; logit growth, tens).
     h.logit_std_low = 0.05  # logit spread too low (after uniform_after_step): queries cannot tell keys apart.
-    h.recover_margin = 1.0  # a head leaves a bad state (and can warn again) only once its value is past the
+    h.recover_margin = 0.8  # a head leaves a bad state (and can warn again) only once its value is past the
     # threshold x this (an upper bound) or / this (a lower bound); 1.0: as soon as it is back within the threshold.
 
     from engine.doctor import default_thresholds

@@ -148,7 +148,7 @@ def _summary(entropy, norm_entropy=0.5, max_logit=5.0):
 
 def test_health_monitor_flags_collapse_uniform_and_logits_once():
     cfg = config_lib.base_config().health
-    cfg.update(baseline_checks=1, uniform_after_step=100, max_logit=50.0)
+    cfg.update(baseline_checks=1, uniform_after_step=100, max_logit=50.0, recover_margin=1.0)
     mon = health_lib.HealthMonitor(cfg)
     assert mon.update(0, _summary([[2.0, 2.0]], norm_entropy=0.99)) == []  # uniform at init is expected
     warnings = mon.update(10, _summary([[2.0, 0.01]]))
@@ -163,7 +163,7 @@ def test_health_monitor_flags_collapse_uniform_and_logits_once():
 
 def test_health_monitor_flags_logit_spread_high_and_low():
     cfg = config_lib.base_config().health
-    cfg.update(baseline_checks=1, uniform_after_step=100)
+    cfg.update(baseline_checks=1, uniform_after_step=100, logit_std_high=8.0, recover_margin=1.0)
     mon = health_lib.HealthMonitor(cfg)
 
     def summary(std):
