@@ -153,6 +153,28 @@ def recorded(out: str, points: Sequence) -> tuple[list[tuple[Any, dict]], list[s
     return [(p, recs[p.name]) for p in points if p.name in recs], [p.name for p in points if p.name not in recs]
 
 
+# engine/config.py's health defaults that changed: (UTC time of the change, the values before it, why), oldest
+# first.
+HEALTH_CHANGES = (("2026-12-05 03:53:47", {"logit_std_high": 8.0, "max_logit": 50.0, "recover_margin": 1.0},
+                   "the health calibration's recommendation over 40 runs, 20 of them healthy"),)
+
+
+def health_defaults(health, records: Sequence[dict]):
+    """``health`` (a config's ``health`` block, today's defaults) as the runs of ``records`` had it: the values
+    before every change in HEALTH_CHANGES after the earliest run started (``first_logged_utc``), and a sentence
+    naming any change that falls between the runs' starts ("" when none)."""
+    starts = sorted(r["first_logged_utc"] for r in records if r.get("first_logged_utc"))
+    health = health.copy_and_resolve_references()
+    between = []
+    for when, before, _ in reversed(HEALTH_CHANGES):
+        if starts and starts[0] < when:
+            health.update(before)
+            if starts[-1] >= when:
+                between.append(f"runs started from {when} UTC on had the later defaults of `engine/config.py`")
+    text = "; ".join(between)
+    return health, (text[0].upper() + text[1:] + ".") if text else ""
+
+
 def wall_minutes(record: dict) -> Optional[float]:
     """A record's wall time in minutes: the larger of the sweep runner's time for the last ``train.py`` call and
     the logged time of all calls (both count any pause of the process); None when neither was recorded."""

@@ -69,9 +69,6 @@ SPIKE_NATS = 0.5
 FAIL_NLL = 4.5
 LEARNED = 0.9
 MIN_EVENTS, MIN_HEALTHY, MIN_STUDIES = 5, 20, 2
-# Earlier defaults: the date they were replaced, what they were, and why.
-PREVIOUS_DEFAULTS = [("2026-12-05", {"logit_std_high": 8.0, "max_logit": 50.0, "recover_margin": 1.0},
-                      "replaced by this rule's recommendation over 40 runs, 20 of them healthy")]
 GRID = {"logit_std_floor": (6.0, 8.0, 10.0, 12.0, 16.0), "logit_std_high": (8.0, 12.0, 16.0),
         "max_logit": (50.0, 100.0), "recover_margin": (1.0, 0.9, 0.8)}
 TRACE_SUFFIX = ".attention.json.gz"
@@ -339,11 +336,11 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
                 f"{fmt(d['precision'])}, recall {fmt(d['recall'])} (caught: {', '.join(by_event) or 'no events'}), "
                 f"median lead {fmt(d['lead_median'])} steps; {d['healthy_alarmed']} of {d['healthy']} healthy runs "
                 f"get a warning, {fmt(d['warnings_per_healthy'])} warnings per healthy run.")
-    for date, old, why in PREVIOUS_DEFAULTS:
+    for when, old, why in _study.HEALTH_CHANGES:
         change = {k: v for k, v in old.items() if float(defaults()[k]) != v}
         p = detection(runs, first_alarms(runs, change))
-        report.text(f"The defaults before {date} ({label(change)}; {why}): precision {fmt(p['precision'])}, recall "
-                    f"{fmt(p['recall'])}, {p['healthy_alarmed']} of {p['healthy']} healthy runs alarmed, "
+        report.text(f"The defaults before {when} UTC ({label(change)}; replaced by {why}): precision "
+                    f"{fmt(p['precision'])}, recall {fmt(p['recall'])}, {p['healthy_alarmed']} of {p['healthy']} healthy runs alarmed, "
                     f"{fmt(p['warnings_per_healthy'])} warnings per healthy run.")
     rows = [[k, *t] for k, t in kind_totals(runs, base_alarms).items()]
     report.table(["kind/group", "healthy runs with it", "its warnings in healthy runs", "event runs with it",

@@ -272,7 +272,8 @@ def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
 
     report = Report(out, "Entropy collapse and instability (Zhai et al. 2023), the health monitor, and QK-LayerNorm")
     report.text(environment_line() + (" Quick mode (tiny sizes)." if quick else ""))
-    m, d, t, h = base.model, base.data, base.train, base.health
+    m, d, t = base.model, base.data, base.train
+    h, changed = _study.health_defaults(base.health, [r for _, r in recs])
     wall = sum(r["wall_s"] or 0.0 for r in rows)
     report.text(
         f"Protocol: a {m.num_decoder_layers}-layer pre-LN decoder (d_model {m.d_model}, {m.num_heads} head(s), d_ff "
@@ -282,10 +283,11 @@ def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
         f"the stable one without QK-LayerNorm), "
         f"{t.num_steps} steps, no weight decay, no clipping, QK-LayerNorm off/on (`{CONFIG}`, every point through "
         f"`train.py` / `engine.run`). The health monitor checks every head every {t.stats_every} steps with the "
-        f"defaults of `config.health` (entropy collapse: entropy < min({h.collapse_ratio:g} x early entropy, "
-        f"{h.collapse_floor:g} nats); max logit > {h.max_logit:g}; logit spread: std > {h.logit_std_high:g} or > "
-        f"{h.logit_std_ratio:g} x early once above {h.logit_std_floor:g}; near-uniform and low spread from step "
-        f"{h.uniform_after_step}). Events and alarms as defined in the docstring of "
+        f"defaults of `config.health` when the runs were made (entropy collapse: entropy < min({h.collapse_ratio:g} "
+        f"x early entropy, {h.collapse_floor:g} nats); max logit > {h.max_logit:g}; logit spread: std > "
+        f"{h.logit_std_high:g} or > {h.logit_std_ratio:g} x early once above {h.logit_std_floor:g}; near-uniform "
+        f"and low spread from step {h.uniform_after_step}; `recover_margin` {h.recover_margin:g})"
+        f"{'. ' + changed[:-1] if changed else ''}. Events and alarms as defined in the docstring of "
         f"`scripts/repro_entropy_collapse.py`: non-finite loss, a loss spike (> {SPIKE_NATS:g} nats above the lowest "
         f"logged loss before it), or held-out accuracy < {LEARNED:g} at the end (guessing among the "
         f"{d.mqar_num_kv_pairs} values in context gives {1 / d.mqar_num_kv_pairs:g}).\n\nCommand: `{command}` "

@@ -214,6 +214,24 @@ def test_report_numbers_of_a_thousand_and_more_are_grouped_integers():
     assert _report.mean_std([122.6, 5.0, 240.2]) == "122.6 ± 118 (n=3)"
 
 
+def test_reports_state_the_health_defaults_their_runs_were_made_with():
+    import _study
+
+    from engine import config as config_lib
+
+    today = config_lib.base_config().health
+    (when, _, _), = _study.HEALTH_CHANGES
+    old, new = {"first_logged_utc": "2026-12-01 22:55:36"}, {"first_logged_utc": "2026-12-06 00:00:00"}
+    h, changed = _study.health_defaults(today, [old])
+    assert (h.max_logit, h.logit_std_high, h.recover_margin, changed) == (50.0, 8.0, 1.0, "")
+    h, changed = _study.health_defaults(today, [new])
+    assert (h.max_logit, h.recover_margin, changed) == (today.max_logit, today.recover_margin, "")
+    h, changed = _study.health_defaults(today, [new, old])
+    assert h.max_logit == 50.0
+    assert changed == f"Runs started from {when} UTC on had the later defaults of `engine/config.py`."
+    assert today.max_logit != 50.0  # the caller's block is left as it was
+
+
 def test_report_rebuild_keeps_file_when_only_the_measured_line_changes(tmp_path):
     import _report
 
