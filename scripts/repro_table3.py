@@ -182,8 +182,9 @@ def spread_reading(settings: dict, base_label: str) -> str:
 def budget_reading(by_step: Sequence[tuple[str, Sequence[tuple[int, _stats.Interval]]]]) -> str:
     """Which contrasts' mean differences change sign between validation steps, and whether any step resolves
     a difference (a decidable interval excluding zero): a flip no step resolves is noise, one resolved in
-    both directions reverses with the budget, one resolved in one direction only is said so."""
-    noise, reverses, one_way = [], [], []
+    both directions reverses with the budget, one resolved in one direction only is said so, and one with too
+    few seeds for an interval at every step is said to be undecided."""
+    noise, reverses, one_way, unseeded = [], [], [], []
     for name, cs in by_step:
         signs = {math.copysign(1, iv.diff) for _, iv in cs if iv.diff != 0}
         if len(cs) < 2 or len(signs) < 2:
@@ -191,14 +192,16 @@ def budget_reading(by_step: Sequence[tuple[str, Sequence[tuple[int, _stats.Inter
         label = (f"{name.split(' vs ')[0]} ({cs[0][1].diff:+.3f} at step {cs[0][0]}, {cs[-1][1].diff:+.3f} at "
                  f"{cs[-1][0]})")
         resolved = {math.copysign(1, iv.diff): step for step, iv in cs if decidable(iv) and iv.excludes_zero()}
-        if not resolved:
+        if not any(decidable(iv) for _, iv in cs):
+            unseeded.append(label)
+        elif not resolved:
             noise.append(label)
         elif len(resolved) == 2:
             reverses.append(label)
         else:
             sign, step = next(iter(resolved.items()))
             one_way.append(f"{label}, resolved only {'above' if sign > 0 else 'below'} zero (at step {step})")
-    if not (noise or reverses or one_way):
+    if not (noise or reverses or one_way or unseeded):
         return "every contrast keeps its sign at every validation step."
     parts = []
     if reverses:
@@ -209,6 +212,9 @@ def budget_reading(by_step: Sequence[tuple[str, Sequence[tuple[int, _stats.Inter
     if noise:
         parts.append(f"the sign of the mean changes for {'; '.join(noise)}, but no validation step resolves a "
                      "difference (every interval includes zero), so the change is within seed noise")
+    if unseeded:
+        parts.append(f"the sign of the mean changes for {'; '.join(unseeded)}, with fewer than {MIN_SEEDS} seeds a "
+                     "side at every step: no interval yet, nothing resolved")
     return "; ".join(parts) + "; the others keep their sign at every step."
 
 

@@ -599,13 +599,17 @@ def test_what_the_data_say_names_contrasts_whose_sign_changes_with_the_budget():
                                         (2400, w([2.80, 2.81, 2.82], [2.9, 2.91, 2.92]))]),
                ("h=4 (d_k=32) vs h=8", [(600, w([3.01, 3.2, 2.9], [3.0, 3.1, 2.95])),
                                         (2400, w([2.80, 2.81, 2.82], [2.9, 2.91, 2.92]))]),
-               ("h=32 (d_k=4) vs h=8", [(600, w([3.1], [3.0])), (2400, w([3.0], [2.9]))])]
+               ("h=32 (d_k=4) vs h=8", [(600, w([3.1], [3.0])), (2400, w([3.0], [2.9]))]),
+               ("h=16 (d_k=8) vs h=8", [(600, w([3.1], [3.0])), (2400, w([2.8], [2.9]))])]
     text = repro_table3.what_the_data_say([], {}, {}, "h=8, d_k=64", [], 512, [{"steps": 2400}], by_step)
     assert "reverses with the budget for h=2 (d_k=64) (+0.100 at step 600, -0.100 at 2400) (resolved" in text
     assert "changes for h=4 (d_k=32) (+0.020 at step 600, -0.100 at 2400), resolved only below zero (at step 2400)" \
         in text
     assert "changes for h=1 (d_k=128) (+0.027 at step 600, -0.083 at 2400), but no validation step resolves" in text
     assert "h=32" not in text.split("Against the training budget")[1]
+    assert ("changes for h=16 (d_k=8) (+0.100 at step 600, -0.100 at 2400), with fewer than 3 seeds a side at every "
+            "step: no interval yet") in text
+    assert "h=16" not in text.split("within seed noise")[0].split("Against the training budget")[1]
 
 
 def test_what_the_data_say_warns_when_the_paired_bootstrap_flags_aa_pairs():
