@@ -308,7 +308,8 @@ def base_config() -> ml_collections.ConfigDict:
     # traced runs (docs/results/health_calibration/; 50, 8 and 1.0 before 2026-12-05).
     h.max_logit = 100.0  # runaway logits: max scaled logit above this.
     h.logit_std_high = 16.0  # logit spread too high: the std of a query's scaled logits above this (a missing
-    # 1/sqrt(d_k) gives ~sqrt(d_k) at the start, 8 at d_k 64, and grows: 25 after 100 steps of the main job at d_k 64) ...
+    # 1/sqrt(d_k) gives ~sqrt(d_k) at the start, 8 at d_k 64, and grows: 25 after 100 steps of the main job at
+    # d_k 64) ...
     h.logit_std_ratio = 10.0  # ... or above this many times its early value, once that is above ...
     h.logit_std_floor = 6.0  # ... this floor: growth from a small start is not flagged below it (trained heads
     # that attend sharply reach 5-6: cross-attention of the 8-head translation model, 5.2; logit growth, tens).

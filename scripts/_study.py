@@ -159,9 +159,9 @@ HEALTH_CHANGES = (("2026-12-05 03:53:47", {"logit_std_high": 8.0, "max_logit": 5
                    "the health calibration's recommendation over 40 runs, 20 of them healthy"),)
 
 
-def health_defaults(health, records: Sequence[dict]):
+def health_defaults(health: Any, records: Sequence[dict]) -> tuple[Any, str]:
     """``health`` (a config's ``health`` block, today's defaults) as the runs of ``records`` had it: the values
-    before every change in HEALTH_CHANGES after the earliest run started (``first_logged_utc``), and a sentence
+    before every change in HEALTH_CHANGES after the earliest run started (``first_logged_utc``), and a clause
     naming any change that falls between the runs' starts ("" when none)."""
     starts = sorted(r["first_logged_utc"] for r in records if r.get("first_logged_utc"))
     health = health.copy_and_resolve_references()
@@ -171,8 +171,7 @@ def health_defaults(health, records: Sequence[dict]):
             health.update(before)
             if starts[-1] >= when:
                 between.append(f"runs started from {when} UTC on had the later defaults of `engine/config.py`")
-    text = "; ".join(between)
-    return health, (text[0].upper() + text[1:] + ".") if text else ""
+    return health, "; ".join(between)
 
 
 def wall_minutes(record: dict) -> Optional[float]:

@@ -603,7 +603,7 @@ def health_text(settings: dict) -> str:
     h, changed = _study.health_defaults(config_lib.base_config().health, records)
     text = ("Health-monitor warnings per run (`engine/health.py` with the `health` defaults of `engine/config.py` "
             f"when the runs were made: `max_logit` {h.max_logit:g}, `logit_std_high` {h.logit_std_high:g}, "
-            f"`recover_margin` {h.recover_margin:g}{'; ' + changed[:-1].lower() if changed else ''}; "
+            f"`recover_margin` {h.recover_margin:g}{'; ' + changed if changed else ''}; "
             "a head that leaves a flagged state and enters it again counts again; no criterion uses them): "
             + "; ".join(parts) + ".")
     if kept:

@@ -228,7 +228,7 @@ def test_reports_state_the_health_defaults_their_runs_were_made_with():
     assert (h.max_logit, h.recover_margin, changed) == (today.max_logit, today.recover_margin, "")
     h, changed = _study.health_defaults(today, [new, old])
     assert h.max_logit == 50.0
-    assert changed == f"Runs started from {when} UTC on had the later defaults of `engine/config.py`."
+    assert changed == f"runs started from {when} UTC on had the later defaults of `engine/config.py`"
     assert today.max_logit != 50.0  # the caller's block is left as it was
 
 
