@@ -297,8 +297,9 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
     report.text(__doc__.split("\n\n")[0].replace("\n", " "))
     report.section("Protocol")
     report.text(__doc__[__doc__.index("Definitions and the choice rule"):].strip())
+    base = defaults()
     report.text("GRID: " + "; ".join(f"`{k}` in {{{', '.join(f'{v:g}' for v in vs)}}}" for k, vs in GRID.items())
-                + f" (defaults: " + ", ".join(f"`{k}` {float(defaults()[k]):g}" for k in GRID) + ").")
+                + f" (defaults: " + ", ".join(f"`{k}` {float(base[k]):g}" for k in GRID) + ").")
     own = [r.record for r in runs if r.study.startswith(os.path.relpath(out, root))]
     walls = [w for w in map(_study.wall_minutes, own) if w is not None]
     report.text(f"Command: `{command}` (resumable: a calibration run with a record is not trained again; "
@@ -337,11 +338,11 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
                 f"median lead {fmt(d['lead_median'])} steps; {d['healthy_alarmed']} of {d['healthy']} healthy runs "
                 f"get a warning, {fmt(d['warnings_per_healthy'])} warnings per healthy run.")
     for when, old, why in _study.HEALTH_CHANGES:
-        change = {k: v for k, v in old.items() if float(defaults()[k]) != v}
+        change = {k: v for k, v in old.items() if float(base[k]) != v}
         p = detection(runs, first_alarms(runs, change))
         report.text(f"The defaults before {when} UTC ({label(change)}; replaced by {why}): precision "
-                    f"{fmt(p['precision'])}, recall {fmt(p['recall'])}, {p['healthy_alarmed']} of {p['healthy']} healthy runs alarmed, "
-                    f"{fmt(p['warnings_per_healthy'])} warnings per healthy run.")
+                    f"{fmt(p['precision'])}, recall {fmt(p['recall'])}, {p['healthy_alarmed']} of {p['healthy']} "
+                    f"healthy runs alarmed, {fmt(p['warnings_per_healthy'])} warnings per healthy run.")
     rows = [[k, *t] for k, t in kind_totals(runs, base_alarms).items()]
     report.table(["kind/group", "healthy runs with it", "its warnings in healthy runs", "event runs with it",
                   "its warnings in event runs"], rows, csv_name="kinds_at_defaults.csv")
