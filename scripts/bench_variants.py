@@ -115,7 +115,7 @@ def main(argv: Optional[Sequence[str]] = None) -> list[list]:
             ms, mib = measure(kind, T, args)
             if math.isnan(ms):
                 stopped = f"memory cap ({args.mem_cap_gb:g} GB)"
-                rows.append([kind, T, None, None, round(mib), f"over the {stopped}"])
+                rows.append([kind, T, None, None, round(mib, 1), f"over the {stopped}"])
                 continue
             rows.append([kind, T, round(ms, 1), round(ms / T * 1000, 1), round(mib, 1), "ok"])
             print(f"{kind:9s} T={T:5d}: {ms:9.1f} ms  {mib:8.1f} MiB", file=sys.stderr, flush=True)
