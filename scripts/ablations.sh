@@ -15,7 +15,8 @@
 #      the head analyses; about 3 hours), testing the verdict criteria written after the first run
 #   6b. the health monitor's calibration runs (the entropy-collapse set-up on seeds 3-5, 24 runs, about 30 min)
 #      and its report over every record that keeps an attention trace
-#   7. Table 3 at d_model 256, learning rate 1.5e-3 (about 15 hours)
+#   7. Table 3 at d_model 256, learning rate 1.5e-3 (about 12 hours on a quiet machine: 20 minutes a point at
+#      h <= 8, 25 at h 16, 35 at h 32)
 # A session lent a GPU can train what is left of 5 and 7 (and Table 3 at d_model 512) in one device call:
 # scripts/gpu_sweeps.py (README, "On a GPU").
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
