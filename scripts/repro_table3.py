@@ -426,6 +426,12 @@ def expected_points(args: argparse.Namespace) -> dict[str, list[tuple[str, sweep
     return expected
 
 
+def training_order(row: str, point: sweep_lib.Point) -> tuple[int, int, int]:
+    """Sort key of a point: seed-major over rows (A) and (B), then the late rows (sorted() keeps the order of
+    points that tie)."""
+    return LATE_ROWS.get(row, 0), point.overrides.get("seed", 0), list(ROWS).index(row)
+
+
 def jobs(argv: Optional[Sequence[str]] = None) -> list[_study.Job]:
     """The points of ``--rows`` in training order (seed-major over rows (A) and (B), then the late rows), done or
     not, each with its run folder and record path."""
@@ -435,9 +441,8 @@ def jobs(argv: Optional[Sequence[str]] = None) -> list[_study.Job]:
 
 def jobs_of(args: argparse.Namespace, expected: dict[str, list[tuple[str, sweep_lib.Point]]]) -> list[_study.Job]:
     """``jobs`` from parsed arguments and their ``expected_points``."""
-    order = {r: i for i, r in enumerate(ROWS)}
     ordered = sorted(((row, spec, p) for row in args.rows for spec, p in expected[row]),
-                     key=lambda j: (LATE_ROWS.get(j[0], 0), j[2].overrides.get("seed", 0), order[j[0]]))
+                     key=lambda j: training_order(j[0], j[2]))
     return [_study.Job(spec, p, os.path.join(args.workdir, row), os.path.join(args.out, "points", row,
                                                                               f"{p.name}.json"), f"{row}/{p.name}")
             for row, spec, p in ordered]
@@ -477,7 +482,7 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
                                         for row in ROWS}
     # settings: label -> (row, h, dk, dv, records); rows (B)'s base is rows (A)'s h = 8 point
     settings: dict[str, dict] = {}
-    missing: list[str] = []
+    unfinished: list[tuple[str, sweep_lib.Point]] = []
     for row, pts in expected.items():
         for _, p in pts:
             label, h, dk, dv = setting_of(row, p.overrides, d_model)
@@ -486,7 +491,8 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
             if p.name in recs[row]:
                 s["records"].append(recs[row][p.name])
             else:
-                missing.append(f"{row}/{p.name}")
+                unfinished.append((row, p))
+    missing = [f"{row}/{p.name}" for row, p in sorted(unfinished, key=lambda m: training_order(*m))]
     base_label = f"h=8, d_k={base_dk}"
     base_recs = settings.get(base_label, {}).get("records", [])
     all_recs = [r for row in recs.values() for r in row.values()]
@@ -520,8 +526,8 @@ def write_report(out: str, expected: dict[str, list], base, *, quick: bool, work
         command = f"python scripts/gpu_sweeps.py --studies=table3_d{d_model}"
     report.text(_study.runtime_text(command, all_recs, queue=queue))
     if missing:
-        report.text(f"**Not finished yet ({len(missing)} points):** " + ", ".join(f"`{m}`" for m in missing)
-                    + ". Everything below uses the finished points only.")
+        report.text(f"**Not finished yet ({len(missing)} points, in training order):** "
+                    + ", ".join(f"`{m}`" for m in missing) + ". Everything below uses the finished points only.")
     pilots = [] if quick else lr_pilots(d_model)
     if pilots:
         report.section("Learning rate at this width (pilots)")

@@ -9,6 +9,7 @@ the corpus (``sweep.split_references`` is patched), so nothing here trains a mod
 import json
 import math
 import os
+import re
 import shutil
 import textwrap
 
@@ -134,7 +135,7 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     repro_table3.main(argv + ["--report_only"])
     assert len(calls_of(calls)) == 7
     text = (out / "README.md").read_text()
-    assert "Not finished yet (1 points):** `A/num_heads_1`" in text and "Records: 6 of 7" in text
+    assert "Not finished yet (1 points, in training order):** `A/num_heads_1`" in text and "Records: 6 of 7" in text
 
 
 def test_report_compares_head_counts_at_equal_dk(tmp_path):
@@ -197,7 +198,13 @@ def test_report_from_partial_records_with_intervals(tmp_path):
                                _record(row, point, ov, seed, nll[key][s], st))
     repro_table3.main([f"--out={out}", f"--workdir={tmp_path / 'runs'}", "--report_only"])
     text = (out / "README.md").read_text()
-    assert "Records: 9 of 33 points" in text and "Not finished yet (24 points)" in text
+    assert "Records: 9 of 33 points" in text
+    listed = re.search(r"Not finished yet \(24 points, in training order\):\*\* (.*?)\. Everything", text).group(1)
+    listed = [name.strip("`") for name in listed.split(", ")]
+    trained_next = [j.label for j in repro_table3.jobs([f"--out={out}"]) if not os.path.exists(j.record)]
+    assert listed == trained_next and len(listed) == 24
+    assert listed[4:7] == ["B/qk_dim_8-seed_0", "B/qk_dim_4-seed_0", "A/num_heads_2-seed_1"]
+    assert listed[-1] == "A1dk/seed_2"
     ext = _csv(out / "single_head_extension.csv")
     assert len(ext) == 1 and ext[0]["reading"] == "waiting for 6 seeds a side"
     assert ext[0]["seeds h=1"] == "[0, 1, 2]" and ext[0]["seeds h=8"] == "[0, 1, 2, 3, 4, 5]"
