@@ -27,9 +27,13 @@ import numpy as np  # noqa: E402
 
 
 def significant(x: float, digits: int) -> str:
-    """``x`` with ``digits`` significant digits; a number of ``digits`` or more integer digits as a grouped
-    integer ("1,262", not "1.26e+03")."""
-    return f"{round(x):,}" if abs(x) >= 10 ** digits - 0.5 else f"{x:.{digits}g}"
+    """``x`` with ``digits`` significant digits: a rounded value keeps its trailing zeros ("2.820" for 2.81996), an
+    exact one reads as written ("0.003", "40"), and a number of ``digits`` or more integer digits is a grouped integer
+    ("1,262", not "1.26e+03")."""
+    if abs(x) >= 10 ** digits - 0.5:
+        return f"{round(x):,}"
+    short = f"{x:.{digits}g}"
+    return short if float(short) == x else f"{x:#.{digits}g}".rstrip(".")
 
 
 def fmt(x: Any, digits: int = 3) -> str:

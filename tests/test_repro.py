@@ -205,11 +205,13 @@ def test_mqar_quick(tmp_path):
     assert repro_mqar.solve_step([10, 20], [3.0, 2.0]) is None
 
 
-def test_report_numbers_of_a_thousand_and_more_are_grouped_integers():
+def test_report_numbers_keep_their_significant_zeros_and_group_thousands():
     import _report
 
     assert [_report.fmt(x) for x in (1262.0, 999.6, 37.5, 0.5604, None, 12_000)] == [
-        "1,262", "1,000", "37.5", "0.56", "—", "12,000"]
+        "1,262", "1,000", "37.5", "0.560", "—", "12,000"]
+    assert [_report.fmt(x, 4) for x in (2.8199, 2.688, 0.003, 40.0, 0.0, 1e-5, -0.39996)] == [
+        "2.820", "2.688", "0.003", "40", "0", "1e-05", "-0.4000"]
     assert _report.mean_std([2.3e5, 2.7e5, 2.5e5]) == "250,000 ± 20,000 (n=3)"
     assert _report.mean_std([122.6, 5.0, 240.2]) == "122.6 ± 118 (n=3)"
 
