@@ -43,6 +43,9 @@ Definitions and the choice rule (fixed before any trace was replayed):
   *recommended* only with at least MIN_EVENTS (5) event runs and MIN_HEALTHY (20) healthy runs from at least
   MIN_STUDIES (2) studies; otherwise the report says what is missing. The defaults in ``engine/config.py``
   change only after a recommendation, by a commit of their own.
+- Added after 53 replays (2026-12-05), not part of the choice rule: each warning kind/group left out in turn at
+  the defaults, to show which kinds carry the caught events and which only warn in healthy runs (the data for a
+  threshold per attention group, which the grid cannot express).
 """
 from __future__ import annotations
 
@@ -155,8 +158,9 @@ def label(change: dict[str, float]) -> str:
     return "defaults" if not change else ", ".join(f"{k} {v:g}" for k, v in change.items())
 
 
-def first_alarms(runs: Sequence[Run], change: dict[str, float]) -> list[tuple[Optional[int], int, dict]]:
-    """Per run: the step of the first warning (None: none), the number of warnings, and {kind/group: count}."""
+def first_alarms(runs: Sequence[Run], change: dict[str, float]) -> list[tuple[Optional[int], int, dict, dict]]:
+    """Per run: the step of the first warning (None: none), the number of warnings, {kind/group: count} and
+    {kind/group: step of its first warning}."""
     from engine import health as health_lib
 
     cfg = defaults()
@@ -165,9 +169,33 @@ def first_alarms(runs: Sequence[Run], change: dict[str, float]) -> list[tuple[Op
     for r in runs:
         warnings = health_lib.replay(r.observations, cfg, r.skip_groups)
         kinds: dict[str, int] = {}
+        firsts: dict[str, int] = {}
         for w in warnings:
-            kinds[f"{w.kind}/{w.group}"] = kinds.get(f"{w.kind}/{w.group}", 0) + 1
-        out.append((min((w.step for w in warnings), default=None), len(warnings), kinds))
+            key = f"{w.kind}/{w.group}"
+            kinds[key] = kinds.get(key, 0) + 1
+            firsts[key] = min(firsts.get(key, w.step), w.step)
+        out.append((min((w.step for w in warnings), default=None), len(warnings), kinds, firsts))
+    return out
+
+
+def without_kind(alarms: Sequence[tuple], key: str) -> list[tuple[Optional[int], int, dict, dict]]:
+    """``alarms`` (from ``first_alarms``) as if the warning kind/group ``key`` had never fired."""
+    out = []
+    for _, count, kinds, firsts in alarms:
+        rest = {k: s for k, s in firsts.items() if k != key}
+        out.append((min(rest.values(), default=None), count - kinds.get(key, 0),
+                    {k: n for k, n in kinds.items() if k != key}, rest))
+    return out
+
+
+def left_out(runs: Sequence[Run], alarms: Sequence[tuple]) -> list[tuple[str, dict[str, Any], int]]:
+    """Per warning kind/group that fired: its name, the detection without it, and how many runs caught with it
+    are missed without it."""
+    base = detection(runs, alarms)
+    out = []
+    for key in sorted({k for a in alarms for k in a[2]}):
+        d = detection(runs, without_kind(alarms, key))
+        out.append((key, d, len(base["caught_set"] - d["caught_set"])))
     return out
 
 
@@ -266,6 +294,15 @@ def findings(runs: Sequence[Run], results: list[tuple[dict, list, dict]], eligib
         top = sorted(healthy_kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:2]
         out.append(f"Its {total} warnings in healthy runs come mostly from "
                    + " and ".join(f"{k} ({n})" for k, n in top) + ".")
+    quiet = [(k, dd) for k, dd, lost in left_out(runs, base_alarms)
+             if not lost and dd["warnings_per_healthy"] is not None and d["warnings_per_healthy"] is not None
+             and dd["warnings_per_healthy"] < d["warnings_per_healthy"]]
+    if quiet:
+        k, dd = min(quiet, key=lambda kv: (kv[1]["healthy_alarmed"], kv[1]["warnings_per_healthy"], kv[0]))
+        out.append(f"Left out alone, {k} costs no caught event and leaves {dd['healthy_alarmed']} of "
+                   f"{dd['healthy']} healthy runs alarmed with {fmt(dd['warnings_per_healthy'])} warnings per "
+                   f"healthy run (defaults {d['healthy_alarmed']}, {fmt(d['warnings_per_healthy'])}); a reading "
+                   f"after the fact for a per-group threshold, not a recommendation.")
     dropped = sum(not e for e in eligible)
     if dropped:
         out.append(f"{dropped} of {len(results)} settings are not eligible: in at least one run the defaults "
@@ -346,6 +383,14 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
     rows = [[k, *t] for k, t in kind_totals(runs, base_alarms).items()]
     report.table(["kind/group", "healthy runs with it", "its warnings in healthy runs", "event runs with it",
                   "its warnings in event runs"], rows, csv_name="kinds_at_defaults.csv")
+    report.text("Each kind/group left out in turn, the rest at the defaults (added after 53 replays, not part of "
+                "the choice rule): the caught events that only it caught, and the false alarms left without it.")
+    report.table(["left out", "caught events lost", "recall", "precision", "median lead (steps)",
+                  "healthy runs alarmed", "warnings per healthy run"],
+                 [[k, lost, dd["recall"], dd["precision"], dd["lead_median"],
+                   f"{dd['healthy_alarmed']}/{dd['healthy']}", dd["warnings_per_healthy"]]
+                  for k, dd, lost in left_out(runs, base_alarms)],
+                 csv_name="left_out_at_defaults.csv")
 
     report.section("Thresholds")
     best, eligible, missing = choose(runs, results)

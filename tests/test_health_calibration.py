@@ -57,7 +57,12 @@ def test_the_rule_picks_fewer_false_alarms_without_losing_a_caught_event():
     said = hc.findings(runs, results, eligible)
     assert said[0] == "At the defaults the monitor misses 0 of 1 event runs and catches every loss spike."
     assert said[1] == "Its 3 warnings in healthy runs come mostly from logit_spread_high/cross (3)."
-    assert len(said) == 2  # every setting eligible, none warns more than the defaults
+    assert said[2].startswith("Left out alone, logit_spread_high/cross costs no caught event and leaves 0 of 3 "
+                              "healthy runs alarmed with 0 warnings per healthy run (defaults 3, 1)")
+    assert len(said) == 3  # every setting eligible, none warns more than the defaults
+    # Left out in turn: the spread warning only warns in healthy runs, the entropy collapse carries the catch.
+    out = {k: (d["healthy_alarmed"], d["recall"], lost) for k, d, lost in hc.left_out(runs, results[0][1])}
+    assert out == {"logit_spread_high/cross": (0, 1.0, 0), "entropy_collapse/cross": (3, 0.0, 1)}
     # A run that fails to learn with no warning is named with where it ended.
     quiet = hc.Run("b", "slow", {"steps": 50, "validation": {"accuracy": 0.713}}, [_obs(0), _obs(10)], (),
                    "failed to learn", 50)
@@ -71,7 +76,7 @@ def test_the_rule_picks_fewer_false_alarms_without_losing_a_caught_event():
             for c, alarms, d in results[1:]]
     _, eligible, _ = hc.choose(runs, results[:1] + late)
     assert eligible == [True] + [False] * len(late)
-    assert f"{len(late)} of {len(results)} settings are not eligible" in hc.findings(runs, results, eligible)[2]
+    assert f"{len(late)} of {len(results)} settings are not eligible" in hc.findings(runs, results, eligible)[3]
     # A head hovering between 6 and 9 stays in the bad state at the default floor 6 (one warning: it must fall
     # below 6 x recover_margin 0.8 to leave) but leaves and re-enters it at floor 8 (three warnings); floors 10-16
     # are above 9 (none). Lowering a threshold or raising recover_margin is not "a higher threshold".
