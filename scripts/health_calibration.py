@@ -158,61 +158,70 @@ def label(change: dict[str, float]) -> str:
     return "defaults" if not change else ", ".join(f"{k} {v:g}" for k, v in change.items())
 
 
-def first_alarms(runs: Sequence[Run], change: dict[str, float]) -> list[tuple[Optional[int], int, dict, dict]]:
-    """Per run: the step of the first warning (None: none), the number of warnings, {kind/group: count} and
-    {kind/group: step of its first warning}."""
+@dataclasses.dataclass(frozen=True)
+class Alarms:
+    """One run's warnings under one setting: how many of each kind/group and the step of each one's first."""
+    kinds: dict[str, int]
+    firsts: dict[str, int]
+
+    @property
+    def first(self) -> Optional[int]:
+        """The step of the run's first warning (None: no warning)."""
+        return min(self.firsts.values(), default=None)
+
+    @property
+    def count(self) -> int:
+        return sum(self.kinds.values())
+
+    def without(self, key: str) -> Alarms:
+        """These alarms as if the warning kind/group ``key`` had never fired."""
+        return Alarms({k: n for k, n in self.kinds.items() if k != key},
+                      {k: s for k, s in self.firsts.items() if k != key})
+
+
+def first_alarms(runs: Sequence[Run], change: dict[str, float]) -> list[Alarms]:
+    """Per run: the monitor's warnings replayed at the defaults with ``change`` applied."""
     from engine import health as health_lib
 
     cfg = defaults()
     cfg.update(change)
     out = []
     for r in runs:
-        warnings = health_lib.replay(r.observations, cfg, r.skip_groups)
         kinds: dict[str, int] = {}
         firsts: dict[str, int] = {}
-        for w in warnings:
+        for w in health_lib.replay(r.observations, cfg, r.skip_groups):
             key = f"{w.kind}/{w.group}"
             kinds[key] = kinds.get(key, 0) + 1
             firsts[key] = min(firsts.get(key, w.step), w.step)
-        out.append((min((w.step for w in warnings), default=None), len(warnings), kinds, firsts))
+        out.append(Alarms(kinds, firsts))
     return out
 
 
-def without_kind(alarms: Sequence[tuple], key: str) -> list[tuple[Optional[int], int, dict, dict]]:
-    """``alarms`` (from ``first_alarms``) as if the warning kind/group ``key`` had never fired."""
-    out = []
-    for _, count, kinds, firsts in alarms:
-        rest = {k: s for k, s in firsts.items() if k != key}
-        out.append((min(rest.values(), default=None), count - kinds.get(key, 0),
-                    {k: n for k, n in kinds.items() if k != key}, rest))
-    return out
-
-
-def left_out(runs: Sequence[Run], alarms: Sequence[tuple]) -> list[tuple[str, dict[str, Any], int]]:
+def left_out(runs: Sequence[Run], alarms: Sequence[Alarms]) -> list[tuple[str, dict[str, Any], int]]:
     """Per warning kind/group that fired: its name, the detection without it, and how many runs caught with it
     are missed without it."""
     base = detection(runs, alarms)
     out = []
-    for key in sorted({k for a in alarms for k in a[2]}):
-        d = detection(runs, without_kind(alarms, key))
+    for key in sorted({k for a in alarms for k in a.kinds}):
+        d = detection(runs, [a.without(key) for a in alarms])
         out.append((key, d, len(base["caught_set"] - d["caught_set"])))
     return out
 
 
-def detection(runs: Sequence[Run], alarms: Sequence[tuple]) -> dict[str, Any]:
+def detection(runs: Sequence[Run], alarms: Sequence[Alarms]) -> dict[str, Any]:
     """Precision, recall, lead times and false alarms of one setting."""
-    alarmed = [i for i, a in enumerate(alarms) if a[0] is not None]
+    alarmed = [i for i, a in enumerate(alarms) if a.first is not None]
     events = [i for i, r in enumerate(runs) if r.event is not None]
-    caught = [i for i in events if alarms[i][0] is not None and alarms[i][0] <= runs[i].event_step]
+    caught = [i for i in events if alarms[i].first is not None and alarms[i].first <= runs[i].event_step]
     healthy = [i for i, r in enumerate(runs) if r.event is None]
-    leads = [runs[i].event_step - alarms[i][0] for i in caught]
+    leads = [runs[i].event_step - alarms[i].first for i in caught]
     return {"runs": len(runs), "events": len(events), "healthy": len(healthy), "alarmed": len(alarmed),
             "caught": len(caught), "caught_set": set(caught),
             "precision": sum(runs[i].event is not None for i in alarmed) / len(alarmed) if alarmed else None,
             "recall": len(caught) / len(events) if events else None,
             "lead_median": float(np.median(leads)) if leads else None,
-            "healthy_alarmed": sum(alarms[i][0] is not None for i in healthy),
-            "warnings_per_healthy": float(np.mean([alarms[i][1] for i in healthy])) if healthy else None}
+            "healthy_alarmed": sum(alarms[i].first is not None for i in healthy),
+            "warnings_per_healthy": float(np.mean([alarms[i].count for i in healthy])) if healthy else None}
 
 
 EVENT_KINDS = ("loss spike", "non-finite loss", "failed to learn")
@@ -228,24 +237,24 @@ def caught_by_event(runs: Sequence[Run], d: dict[str, Any]) -> dict[str, tuple[i
     return out
 
 
-def kind_totals(runs: Sequence[Run], alarms: Sequence[tuple]) -> dict[str, tuple[int, int, int, int]]:
+def kind_totals(runs: Sequence[Run], alarms: Sequence[Alarms]) -> dict[str, tuple[int, int, int, int]]:
     """Per warning kind/group: (healthy runs with it, its warnings in healthy runs, event runs with it, its
     warnings in event runs)."""
     out = {}
-    for k in sorted({k for a in alarms for k in a[2]}):
-        healthy = [a[2].get(k, 0) for r, a in zip(runs, alarms) if r.event is None]
-        event = [a[2].get(k, 0) for r, a in zip(runs, alarms) if r.event is not None]
+    for k in sorted({k for a in alarms for k in a.kinds}):
+        healthy = [a.kinds.get(k, 0) for r, a in zip(runs, alarms) if r.event is None]
+        event = [a.kinds.get(k, 0) for r, a in zip(runs, alarms) if r.event is not None]
         out[k] = (sum(x > 0 for x in healthy), sum(healthy), sum(x > 0 for x in event), sum(event))
     return out
 
 
-def choose(runs: Sequence[Run], results: list[tuple[dict, list, dict]]) -> tuple[Optional[dict], list[bool], str]:
+def choose(runs: Sequence[Run], results: list[tuple[dict, list[Alarms], dict]]) -> tuple[Optional[dict], list[bool], str]:
     """The chosen change (None: none eligible beyond the defaults), each setting's eligibility, and whether the
     data suffice for a recommendation (the reason when they do not)."""
     base_alarms, base = results[0][1], results[0][2]
     eligible = []
     for change, alarms, d in results:
-        ok = all(alarms[i][0] is not None and alarms[i][0] <= base_alarms[i][0] + runs[i].check_every
+        ok = all(alarms[i].first is not None and alarms[i].first <= base_alarms[i].first + runs[i].check_every
                  for i in base["caught_set"])
         eligible.append(ok)
 
@@ -272,7 +281,7 @@ def final_text(run: Run) -> str:
     return f"{run.point}: validation {key} {fmt(valid.get(key))}"
 
 
-def findings(runs: Sequence[Run], results: list[tuple[dict, list, dict]], eligible: Sequence[bool]) -> list[str]:
+def findings(runs: Sequence[Run], results: list[tuple[dict, list[Alarms], dict]], eligible: Sequence[bool]) -> list[str]:
     """Sentences on what the defaults miss, where their false alarms come from, which settings the rule drops,
     and which single threshold changes warn more in healthy runs instead of less."""
     base_alarms, d = results[0][1], results[0][2]
@@ -363,8 +372,8 @@ def write_report(out: str, root: str, runs: list[Run], command: str, train_cmd: 
     base_alarms = results[0][1]
     report.table(["records folder", "point", "steps", "event", "event step", "first alarm (defaults)",
                   "warnings (defaults)", "warnings by kind/group (defaults)"],
-                 [[r.study, r.point, r.record.get("steps"), r.event or "healthy", r.event_step, a[0], a[1],
-                   "; ".join(f"{k} {n}" for k, n in sorted(a[2].items()))] for r, a in zip(runs, base_alarms)],
+                 [[r.study, r.point, r.record.get("steps"), r.event or "healthy", r.event_step, a.first, a.count,
+                   "; ".join(f"{k} {n}" for k, n in sorted(a.kinds.items()))] for r, a in zip(runs, base_alarms)],
                  csv_name="runs.csv")
 
     report.section("The monitor at its defaults")

@@ -72,7 +72,7 @@ def test_the_rule_picks_fewer_false_alarms_without_losing_a_caught_event():
                        "loss spike.")
     assert said[1].startswith("The missed runs that failed to learn end at slow: validation accuracy 0.713 (learned: ")
     # A setting that would catch the event later than one check after the defaults is not eligible.
-    late = [(c, [(a[0] + 20 if a[0] is not None else None, a[1], a[2]) for a in alarms], d)
+    late = [(c, [hc.Alarms(a.kinds, {k: s + 20 for k, s in a.firsts.items()}) for a in alarms], d)
             for c, alarms, d in results[1:]]
     _, eligible, _ = hc.choose(runs, results[:1] + late)
     assert eligible == [True] + [False] * len(late)
