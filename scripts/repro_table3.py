@@ -833,8 +833,9 @@ def what_the_data_say(verdicts, p_summary, settings, base_label, missing, d_mode
                 "evidence of an effect; the seed-level intervals are the verdicts' basis.")
     if d_model // 32 < 16:
         paragraphs.append(f"Confounds: at d_model {d_model}, h = 32 means d_k = {d_model // 32} (the paper's smallest"
-                          f" d_k is 16), so a rows (A) penalty at h = 32 cannot be told apart from a small-d_k "
-                          f"penalty; rows (B)'s 1/4 point has d_k = {d_model // 32} too.")
+                          f" d_k is 16), so the rows (A) contrast at h = 32 alone cannot tell a head-count penalty "
+                          f"from a small-d_k one; the equal-d_k table does, against rows (B)'s 1/4 point, which has "
+                          f"d_k = {d_model // 32} too.")
     if missing:
         paragraphs.append(f"{len(missing)} points have not finished; their settings are missing or rest on fewer "
                           "seeds, and the verdicts may change as the sweep completes.")
