@@ -248,7 +248,8 @@ def kind_totals(runs: Sequence[Run], alarms: Sequence[Alarms]) -> dict[str, tupl
     return out
 
 
-def choose(runs: Sequence[Run], results: list[tuple[dict, list[Alarms], dict]]) -> tuple[Optional[dict], list[bool], str]:
+def choose(runs: Sequence[Run],
+           results: list[tuple[dict, list[Alarms], dict]]) -> tuple[Optional[dict], list[bool], str]:
     """The chosen change (None: none eligible beyond the defaults), each setting's eligibility, and whether the
     data suffice for a recommendation (the reason when they do not)."""
     base_alarms, base = results[0][1], results[0][2]
@@ -281,7 +282,8 @@ def final_text(run: Run) -> str:
     return f"{run.point}: validation {key} {fmt(valid.get(key))}"
 
 
-def findings(runs: Sequence[Run], results: list[tuple[dict, list[Alarms], dict]], eligible: Sequence[bool]) -> list[str]:
+def findings(runs: Sequence[Run], results: list[tuple[dict, list[Alarms], dict]],
+             eligible: Sequence[bool]) -> list[str]:
     """Sentences on what the defaults miss, where their false alarms come from, which settings the rule drops,
     and which single threshold changes warn more in healthy runs instead of less."""
     base_alarms, d = results[0][1], results[0][2]
