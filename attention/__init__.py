@@ -1,10 +1,14 @@
 """attnlab's attention: pure functions on [batch, seq, heads, head_dim] arrays.
 
 ``attention(q, k, v, mask, implementation=...)`` is the one entry point; ``Mask`` is the structured mask
-every backend takes; ``AttentionStats`` are the per-row statistics every backend can return. ``ring`` holds the
+every backend takes; ``AttentionStats`` are the per-row statistics every backend can return. Attention kinds
+(softmax, additive, linear, hard, ...) are registered by name (``available_kinds``, ``check_kind``), one module
+each in ``attention/kinds/``. ``ring`` holds the
 context-parallel backend's layout helpers (``to_zigzag``, ``from_zigzag``, ``zigzag_mask``).
 """
-from attention.api import AUTO_ORDER, Backend, auto_order, Request, attention, available_backends, register_backend, select_backend
+from attention.api import (AUTO_ORDER, FEATURES, Backend, Kind, KindCall, Request, attention, auto_order,
+                           available_backends, available_kinds, check_kind, get_kind, kind_refusal, register_backend,
+                           register_kind, select_backend)
 from attention.mask import Mask
 from attention.stats import (
     AttentionStats,
@@ -32,3 +36,4 @@ from attention.variants import (  # noqa: E402
 from attention import flash as _flash  # noqa: E402,F401
 from attention import chunked as _chunked  # noqa: E402,F401
 from attention import ring  # noqa: E402,F401
+from attention import kinds as _kinds  # noqa: E402,F401  (attention kinds register themselves on import)

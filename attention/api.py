@@ -1,4 +1,4 @@
-"""The one attention entry point and the backend registry."""
+"""The one attention entry point, the backend registry and the attention-kind registry."""
 from __future__ import annotations
 
 import dataclasses
@@ -220,3 +220,108 @@ def select_backend(implementation: str, request: Request) -> Backend:
     if reason is not None:
         raise ValueError(f"attention: implementation {implementation!r} does not support {reason}")
     return backend
+
+
+# ------------------------------------------------------------------------------------------ attention kinds
+# What a kind may be unable to do; a kind lists the ones it cannot, each with its reason.
+FEATURES = {
+    "statistics": "attention statistics (entropy, max logit, weights)",
+    "kv_cache": "KV-cache decoding",
+    "dropout": "attention dropout",
+    "weight_override": "attention-weight overrides",
+    "window": "sliding-window masks",
+    "dense_mask": "dense masks",
+    "positions": "mask positions (KV-cache offsets, zig-zag layouts)",
+    "packing": "packed sequences (segment ids above 1)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class KindCall:
+    """Everything a kind's function gets besides q, k, v and the mask.
+
+    params: the layer's parameters from the kind's ``init`` ({} when it has none), each [H, ...].
+    rng: a fresh key in training for kinds that draw (``random``) or apply dropout; None when deterministic.
+    dropout_rate: 0.0 when deterministic. implementation / backend_options: the ``attention.attention``
+    backend (kinds with ``backends`` only).
+    """
+
+    params: Mapping[str, jax.Array]
+    scale: float
+    rng: Optional[jax.Array] = None
+    dropout_rate: float = 0.0
+    return_stats: bool = False
+    implementation: str = "auto"
+    backend_options: Optional[Mapping[str, Any]] = None
+
+
+# A kind: fn(q [B, Tq, H, Dk], k [B, Tk, Hkv, Dk], v [B, Tk, Hkv, Dv], mask, call: KindCall)
+#   -> (out [B, Tq, H, Dv], AttentionStats or None (always None without "statistics")).
+# init(key, num_heads, qk_dim, param_dtype, use_bias) -> {name: array [num_heads, ...]}: per-head parameters.
+KindFn = Callable[..., tuple[jax.Array, Optional[AttentionStats]]]
+KindInit = Callable[[jax.Array, int, int, Any, bool], dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """An attention kind: how queries and keys become weights over values.
+
+    ``unsupported``: feature of ``FEATURES`` -> why this kind cannot do it. ``random``: the kind draws from the
+    layer's dropout stream when training (and gets ``rng=None`` when deterministic). ``backends``: calls go
+    through ``attention.attention``, so ``attention_impl`` picks among the backends.
+    """
+
+    name: str
+    fn: KindFn
+    init: Optional[KindInit] = None
+    unsupported: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    random: bool = False
+    backends: bool = False
+    description: str = ""
+
+
+_KINDS: dict[str, Kind] = {}
+
+
+def register_kind(kind: Kind) -> None:
+    """Make ``attention_kind=kind.name`` available. Re-registering a name replaces it."""
+    unknown = sorted(set(kind.unsupported) - set(FEATURES))
+    if unknown:
+        raise ValueError(f"register_kind: kind {kind.name!r} lists unknown features {unknown}; expected some of "
+                         f"{tuple(FEATURES)}")
+    _KINDS[kind.name] = kind
+
+
+def available_kinds() -> tuple[str, ...]:
+    """Names of the registered attention kinds, in registration order."""
+    return tuple(_KINDS)
+
+
+def get_kind(name: str) -> Kind:
+    """The registered kind ``name``; ValueError naming the registered ones otherwise."""
+    kind = _KINDS.get(name)
+    if kind is None:
+        raise ValueError(f"attention kind {name!r} is not registered; expected one of {available_kinds()}")
+    return kind
+
+
+def kind_refusal(name: str, *features: str) -> Optional[str]:
+    """Why kind ``name`` cannot serve ``features`` (one line naming the kind, the feature and the reason), or
+    None when it can. Unknown names and features are refusals too."""
+    if name not in _KINDS:
+        return f"attention kind {name!r} is not registered; expected one of {available_kinds()}"
+    for feature in features:
+        if feature not in FEATURES:
+            return f"attention kind feature {feature!r} is unknown; expected one of {tuple(FEATURES)}"
+        reason = _KINDS[name].unsupported.get(feature)
+        if reason is not None:
+            return f"attention kind {name!r} does not support {FEATURES[feature]}: {reason}"
+    return None
+
+
+def check_kind(name: str, *features: str) -> Kind:
+    """The kind ``name`` after checking it serves ``features``; ValueError (``kind_refusal``) otherwise."""
+    refusal = kind_refusal(name, *features)
+    if refusal is not None:
+        raise ValueError(refusal)
+    return _KINDS[name]

@@ -334,7 +334,7 @@ def _permuted_model(model: nnx.Module) -> tuple[nnx.Module, dict[tuple[str, int]
             if lin.bias is not None:
                 lin.bias[...] = lin.bias[...][perm]  # [H, D]
         m.out.kernel[...] = m.out.kernel[...][perm_q]  # [H, Dv, d_model]
-        for p in (m.additive or {}).values():  # additive attention: per-head w_q, w_k [H, D, A], v_a, b [H, A]
+        for p in m.kind_parameters().values():  # the attention kind's per-head parameters, [H, ...] each
             p[...] = p[...][perm_q]
     return clone, perms
 
@@ -419,9 +419,9 @@ def diagnose(
     Returns the findings, model-wide checks first, then per group, layer and head.
     """
     task = task_of(model, task)
-    if model.cfg.attention_kind == "linear":
-        raise ValueError("diagnose: attention_kind='linear' has no attention weights or statistics (no [Tq, Tk] "
-                         "scores); the doctor checks 'softmax', 'additive' and 'hard' attention")
+    refusal = attn.kind_refusal(model.cfg.attention_kind, "statistics")
+    if refusal is not None:
+        raise ValueError(f"diagnose: {refusal}; the doctor reads attention weights and statistics")
     th = default_thresholds()
     if thresholds is not None:
         unknown = sorted(set(thresholds.keys()) - set(th.keys()))

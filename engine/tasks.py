@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+import attention as attn
 import models
 from engine import metrics as metrics_lib
 
@@ -155,9 +156,10 @@ class TranslationTask(Task):
         }
 
     def check_config(self):
-        if self.config.model.get("attention_kind") == "linear":
-            return ("config.model.attention_kind='linear' cannot decode translations (KV-cache decoding needs "
-                    "positions, which linear attention does not take); use it with task 'lm' or 'classification'")
+        refusal = attn.kind_refusal(self.config.model.get("attention_kind", "softmax"), "kv_cache")
+        if refusal is not None:
+            return (f"config.model.attention_kind: {refusal}, and task 'translation' decodes its evaluation "
+                    f"sentences with a KV cache; use the kind with task 'lm' or 'classification'")
         return None
 
     @staticmethod

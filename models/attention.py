@@ -20,7 +20,6 @@ from models.interventions import LayerIntervention
 from models.layers import apply_rope, bias_init, kernel_init
 
 Stats = Optional[attn.AttentionStats]
-KINDS = ("softmax", "additive", "linear", "hard")
 
 
 def check_backend(implementation: str, *, num_heads: int, num_kv_heads: int, qk_dim: int, v_dim: int,
@@ -57,9 +56,9 @@ class MultiHeadAttention(nnx.Module):
     ``num_kv_heads`` heads of ``v_dim``; the output projection maps ``num_heads * v_dim`` back to ``d_model``.
     ``scale=None`` is 1/sqrt(qk_dim). ``rope_base`` set: RoPE on queries and keys at the given positions.
     ``qk_layernorm``: LayerNorm (scale only) over each head's qk_dim on queries and keys, before RoPE.
-    ``kind``: "softmax" (``attention.attention`` with ``implementation``), "additive" (per-head parameters
-    ``w_q``, ``w_k`` [H, Dk, Dk], ``v_a``, ``b`` [H, Dk]), "linear" (no statistics) or "hard" (Gumbel samples
-    from the dropout stream when training, a fixed key when deterministic); see ``attention.variants``.
+    ``kind``: a registered attention kind (``attention.available_kinds()``: "softmax" runs ``attention.attention``
+    with ``implementation``; kinds with an ``init`` keep their per-head parameters under the kind's name; random
+    kinds draw from the dropout stream when training); a combination the kind cannot serve is refused here.
     ``uniform``: the weights are frozen to uniform over the visible keys (Wiegreffe & Pinter's baseline); the
     query/key projections then get no gradient.
     """
@@ -96,14 +95,13 @@ class MultiHeadAttention(nnx.Module):
             raise ValueError(f"MultiHeadAttention: RoPE needs an even qk_dim; got qk_dim={qk_dim}")
         if not 0.0 <= dropout_rate < 1.0:
             raise ValueError(f"MultiHeadAttention: dropout_rate must be in [0, 1); got {dropout_rate!r}")
-        if kind not in KINDS:
-            raise ValueError(f"MultiHeadAttention: kind={kind!r}; expected one of {KINDS}")
-        if kind == "softmax":
+        try:
+            spec = attn.check_kind(kind, *(("dropout",) if dropout_rate > 0 else ()))
+        except ValueError as e:
+            raise ValueError(f"MultiHeadAttention: {e}") from None
+        if spec.backends:
             check_backend(implementation, num_heads=num_heads, num_kv_heads=num_kv_heads, qk_dim=qk_dim,
                           v_dim=v_dim, dtype=dtype, dropout=dropout_rate > 0)
-        elif dropout_rate > 0:
-            raise ValueError(f"MultiHeadAttention: attention dropout is only implemented for kind='softmax'; "
-                             f"got kind={kind!r} with dropout_rate={dropout_rate}")
         self.kind = kind
         self.uniform = bool(uniform)
         self.num_heads, self.num_kv_heads, self.qk_dim, self.v_dim = num_heads, num_kv_heads, qk_dim, v_dim
@@ -129,21 +127,27 @@ class MultiHeadAttention(nnx.Module):
             self.query_norm, self.key_norm = norm(), norm()
         else:
             self.query_norm, self.key_norm = nnx.data(None), nnx.data(None)
-        if kind == "additive":
-            init = attn.init_additive_params(rngs.params(), num_heads, qk_dim, qk_dim, param_dtype, use_bias)
-            self.additive = nnx.Dict({name: nnx.Param(value) for name, value in init.items()})
-        else:
-            self.additive = nnx.data(None)
-        if dropout_rate > 0 or kind == "hard":
+        if dropout_rate > 0 or spec.random:
             try:
                 self.dropout_rngs = rngs["dropout"].fork()
             except KeyError:
-                what = f"attention dropout rate {dropout_rate}" if dropout_rate > 0 else "kind='hard'"
+                what = f"attention dropout rate {dropout_rate}" if dropout_rate > 0 else f"kind={kind!r}"
                 raise ValueError(
                     f"{what} needs a 'dropout' rng stream: build the model with rngs=nnx.Rngs(params=..., dropout=...)"
                 ) from None
         else:
             self.dropout_rngs = nnx.data(None)
+        if spec.init is not None:  # per-head parameters, stored under the kind's name: [H, ...] each
+            if hasattr(self, kind):
+                raise ValueError(f"MultiHeadAttention: attention kind {kind!r} has parameters but its name is "
+                                 f"already an attribute of the layer; rename the kind")
+            init = spec.init(rngs.params(), num_heads, qk_dim, param_dtype, use_bias)
+            setattr(self, kind, nnx.Dict({name: nnx.Param(value) for name, value in init.items()}))
+
+    def kind_parameters(self) -> dict[str, nnx.Param]:
+        """The attention kind's per-head parameters (name -> ``nnx.Param`` [H, ...]); {} when it has none."""
+        params = getattr(self, self.kind, None) if attn.get_kind(self.kind).init is not None else None
+        return dict(params.items()) if params is not None else {}
 
     # ------------------------------------------------------------------------------------------ projections
     def queries(self, x: jax.Array, positions: Optional[jax.Array] = None) -> jax.Array:
@@ -194,9 +198,8 @@ class MultiHeadAttention(nnx.Module):
     def _explicit_weights(self, q, k, v, mask: attn.Mask, override, return_stats: bool):
         """Weights computed here (uniform, or the reference softmax then ``override``) and applied to V:
         -> ([B, Tq, H, Dv], stats or None: the logits' statistics with the weights actually used)."""
-        if self.kind != "softmax" and not self.uniform:
-            raise ValueError(f"attention weight overrides need attention_kind='softmax'; this layer is "
-                             f"kind={self.kind!r}")
+        if not self.uniform:
+            attn.check_kind(self.kind, "weight_override")
         B, Tq, H, _ = q.shape
         visible = jnp.broadcast_to(mask.materialize(B, H, Tq, k.shape[1]), (B, H, Tq, k.shape[1]))
         if self.uniform:
@@ -212,26 +215,15 @@ class MultiHeadAttention(nnx.Module):
         return out, stats_from_logits(s, visible).replace(weights=jax.lax.stop_gradient(p))
 
     def _backend(self, q, k, v, mask: attn.Mask, deterministic: bool, return_stats: bool):
-        """The layer's attention kind on its backend -> ([B, Tq, H, Dv], stats or None)."""
-        if self.kind == "softmax":
-            dropout_rate, dropout_rng = 0.0, None
-            if self.dropout_rate > 0 and not deterministic:
-                dropout_rate, dropout_rng = self.dropout_rate, self.dropout_rngs()
-            result = attn.attention(
-                q, k, v, mask, implementation=self.implementation, scale=self.scale, dropout_rate=dropout_rate,
-                dropout_rng=dropout_rng, return_stats=return_stats,
-                backend_options=dict(self.backend_options) or None,
-            )
-        elif self.kind == "additive":
-            params = {name: p[...] for name, p in self.additive.items()}
-            result = attn.additive_attention(q, k, v, params, mask, return_stats=return_stats)
-        elif self.kind == "hard":
-            rng = jax.random.key(0) if deterministic else self.dropout_rngs()
-            result = attn.hard_attention(q, k, v, mask, rng=rng, scale=self.scale, return_stats=return_stats)
-        else:  # linear: no statistics exist without the [Tq, Tk] scores
-            result = attn.linear_attention(q, k, v, mask)
-            result = (result, None) if return_stats else result
-        return result if return_stats else (result, None)
+        """The layer's attention kind (softmax: on its backend) -> ([B, Tq, H, Dv], stats or None)."""
+        draws = not deterministic and self.dropout_rngs is not None
+        call = attn.KindCall(
+            params={name: p[...] for name, p in self.kind_parameters().items()}, scale=self.scale,
+            rng=self.dropout_rngs() if draws else None, dropout_rate=self.dropout_rate if draws else 0.0,
+            return_stats=return_stats, implementation=self.implementation,
+            backend_options=dict(self.backend_options) or None,
+        )
+        return attn.get_kind(self.kind).fn(q, k, v, mask, call)
 
     def __call__(
         self,

@@ -8,12 +8,13 @@ from typing import Any, Optional
 
 import jax.numpy as jnp
 
+import attention as attn
+
 NORMS = ("pre", "post", "admin")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
 ACTIVATIONS = ("relu", "gelu", "silu")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
-ATTENTION_KINDS = ("softmax", "additive", "linear", "hard")
 ATTENTION_GROUPS = ("encoder_self", "decoder_self", "cross", "pool")
 
 
@@ -52,11 +53,12 @@ class TransformerConfig:
     arguments for that backend (e.g. block sizes). ``attention_scale``: logit scale (None = 1/sqrt(qk_dim),
     1.0 = unscaled). ``qk_layernorm``: LayerNorm (scale only) on each head's queries and keys.
     ``dropout_rate``: residual/embedding dropout; ``attention_dropout_rate``: dropout on attention weights.
-    ``attention_kind``: "softmax" (scaled dot product through ``attention.attention`` and its backends),
-    "additive" (Bahdanau scores, per-head parameters), "linear" (kernelized, O(T); no statistics, no custom
-    positions, so no KV-cache decoding) or "hard" (straight-through Gumbel: one sampled key per query; samples
-    from the dropout stream in training and with a fixed key when deterministic). Variants other than
-    "softmax" ignore ``attention_impl``. ``attention_only``: no feed-forward sublayers (attention-only models,
+    ``attention_kind``: a registered attention kind (``attention.available_kinds()``): "softmax" (scaled dot
+    product through ``attention.attention`` and its backends), "additive" (Bahdanau scores, per-head
+    parameters), "linear" (kernelized, O(T); no statistics, no custom positions, so no KV-cache decoding),
+    "hard" (straight-through Gumbel: one sampled key per query; samples from the dropout stream in training and
+    with a fixed key when deterministic), ...; each kind lists what it cannot do (``attention.kind_refusal``).
+    Kinds other than "softmax" ignore ``attention_impl``. ``attention_only``: no feed-forward sublayers (attention-only models,
     Elhage et al. 2021). ``uniform_attention_groups``: attention groups ("encoder_self", "decoder_self",
     "cross", "pool") whose weights are frozen to uniform over the visible keys, in training and evaluation
     (Wiegreffe & Pinter's uniform baseline; the groups' query/key projections then go unused).
@@ -129,7 +131,7 @@ class TransformerConfig:
                 raise ValueError(f"TransformerConfig.{name} must be a positive int or None; got {value!r}")
         for name, choices in (("norm", NORMS), ("norm_type", NORM_TYPES), ("position", POSITIONS),
                               ("activation", ACTIVATIONS), ("dtype", DTYPES), ("param_dtype", DTYPES),
-                              ("attention_kind", ATTENTION_KINDS)):
+                              ("attention_kind", attn.available_kinds())):
             value = getattr(self, name)
             if not isinstance(value, str):
                 try:

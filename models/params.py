@@ -5,6 +5,8 @@ import jax
 import numpy as np
 from flax import nnx
 
+import attention as attn
+
 from models.config import TransformerConfig
 
 MODEL_KINDS = ("encoder_decoder", "decoder_only")
@@ -18,13 +20,23 @@ def count_params(model: nnx.Module) -> int:
 
 def attention_params(cfg: TransformerConfig) -> int:
     """One attention sublayer: W_Q [d, H*dk], W_K [d, Hkv*dk], W_V [d, Hkv*dv], W_O [H*dv, d], biases,
-    the QK-LayerNorm scales and (additive attention) w_q, w_k [H, dk, dk], v_a and b [H, dk]."""
+    the QK-LayerNorm scales and the attention kind's own per-head parameters (``kind_params``)."""
     d, h, hkv, dk, dv = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.qk_dim, cfg.v_dim
     weights = d * h * dk + d * hkv * dk + d * hkv * dv + h * dv * d
     biases = (h * dk + hkv * dk + hkv * dv + d) if cfg.use_bias else 0
     qk_norm = 2 * dk if cfg.qk_layernorm else 0
-    additive = h * (2 * dk * dk + dk + (dk if cfg.use_bias else 0)) if cfg.attention_kind == "additive" else 0
-    return weights + biases + qk_norm + additive
+    return weights + biases + qk_norm + kind_params(cfg)
+
+
+def kind_params(cfg: TransformerConfig) -> int:
+    """The attention kind's parameters in one attention sublayer, from the shapes its ``init`` makes (additive:
+    w_q, w_k [H, dk, dk], v_a and b [H, dk]); 0 for kinds without parameters."""
+    init = attn.get_kind(cfg.attention_kind).init
+    if init is None:
+        return 0
+    shapes = jax.eval_shape(lambda key: init(key, cfg.num_heads, cfg.qk_dim, cfg.jnp_param_dtype, cfg.use_bias),
+                            jax.random.key(0))
+    return int(sum(np.prod(x.shape, dtype=np.int64) for x in jax.tree.leaves(shapes)))
 
 
 def mlp_params(cfg: TransformerConfig) -> int:
