@@ -31,9 +31,10 @@ seeds 0..seeds-1); seq_len (0 = 4 * pairs; at least 4 * pairs); heads; steps; lr
 LEARNING_RATES); queries (answers per batch); vocab; eval_batches; quick (a 1-layer d_model 16 model on 2 and
 4 pairs, a few steps; the sweep is every kind x pairs {2, 4} at d_model 16, one seed).
 """
+import attention
 from engine.config import parse_arg, small_decoder_config
 
-KINDS = ("softmax", "linear", "additive", "hard")
+KINDS = ("softmax", "linear", "additive", "hard")  # the registered kinds the sweep compares (the study's choice)
 PAIRS = (4, 8, 16)
 WIDTHS = (32, 64, 128)
 LEARNING_RATES = {32: 1e-2, 64: 1e-2, 128: 3e-3}  # per width, from pilot runs of softmax (see the docstring)
@@ -51,8 +52,9 @@ def point(kind: str, pairs: int, d_model: int, seed: int, *, seq_len: int = 0, h
           queries: int = 256, vocab: int = 256, lr: float = 0.0) -> dict:
     """The config fields of one point; ``seq_len`` 0 means 4 * pairs, ``lr`` 0 the width's default. Raises
     ValueError (one line, naming the value) for an impossible combination."""
-    if kind not in KINDS:
-        raise ValueError(f"mqar_variants: kind={kind!r}; expected one of {KINDS}")
+    if kind not in attention.available_kinds():
+        raise ValueError(f"mqar_variants: kind={kind!r}; expected a registered attention kind, one of "
+                         f"{attention.available_kinds()}")
     if pairs < 1:
         raise ValueError(f"mqar_variants: pairs={pairs}; expected a positive number of key-value pairs")
     seq_len = seq_len or 4 * pairs

@@ -35,7 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _report import environment_line, markdown_table, write_csv  # noqa: E402
 import attention  # noqa: E402
-from models.attention import KINDS, MultiHeadAttention  # noqa: E402
+from models.attention import MultiHeadAttention  # noqa: E402
+
+KINDS = attention.available_kinds()
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

@@ -36,6 +36,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+import attention
 from _report import VERDICT_HEADERS, Report, environment_line, mean_std, plt, write_csv
 import _stats
 import _study
@@ -44,7 +45,7 @@ import sweep as sweep_lib
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/mqar_variants.py"
 SOLVED = 0.95  # mean held-out accuracy at which a cell counts as solved
-KIND_ORDER = ("softmax", "linear", "additive", "hard")
+KIND_ORDER = attention.available_kinds()  # the report's row order: the registry's
 ZOOLOGY = "Arora et al. 2023, Zoology: Measuring and Improving Recall in Efficient Language Models"
 ZOOLOGY_WIDTHS = (64, 128, 256, 512)  # d_model of Zoology's Figure 2 config
 

@@ -182,7 +182,7 @@ def test_sweep_grid_and_point_shapes():
 
 @pytest.mark.parametrize("arg, message", [
     ("pairs=16,seq_len=32", "seq_len=32 is too short for pairs=16; MQAR needs at least 4 * pairs = 64 tokens"),
-    ("kind=sparse", "kind='sparse'; expected one of ('softmax', 'linear', 'additive', 'hard')"),
+    ("kind=sparse", "kind='sparse'; expected a registered attention kind, one of ('softmax', 'linear', "),
     ("pairs=200", "vocab=256 leaves 125 distinct keys; pairs=200 needs vocab >= 405"),
     ("heads=3", "heads=3 must be a positive divisor of d_model=64"),
     ("pairs=16,queries=40", "queries=40 must be a positive multiple of pairs=16"),
