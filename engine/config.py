@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import ml_collections
 
+from engine.doctor_report import default_thresholds
 from engine.errors import ConfigError  # noqa: F401  (raised here; callers catch it as engine.config.ConfigError)
 
 SCHEDULES = ("rsqrt", "cosine", "constant")
@@ -24,7 +25,6 @@ WANDB_MODES = ("auto", "online", "offline", "disabled")
 LOSS_ON = ("answers", "all")
 ON_NON_FINITE = ("raise", "stop")
 EARLY_STOP_MODES = ("max", "min")
-CONTEXT_LAYOUTS = ("natural", "zigzag")  # config.mesh.context_layout
 
 
 def _convert(key: str, value: str, default: Any) -> Any:
@@ -115,6 +115,13 @@ def _positive(path: str, value: Any, allow_zero: bool = False) -> None:
     _need(ok, f"config.{path}={value!r}; expected a number {'>= 0' if allow_zero else '> 0'}")
 
 
+def sharding_tasks() -> tuple[str, ...]:
+    """Names of the tasks that can shard their sequence over ``config.mesh.context``."""
+    from engine.tasks import TASKS
+
+    return tuple(name for name, t in TASKS.items() if t.can_shard_sequence)
+
+
 def validate(config: ml_collections.ConfigDict, num_devices: int, available_backends: tuple[str, ...] = (),
              task=None) -> None:
     """Raise ConfigError naming the field for impossible or unknown settings, before anything is built.
@@ -122,11 +129,12 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
     num_devices: total devices the mesh is built over. available_backends: registered attention backends
     (checked when given). task: the run's ``engine.tasks.Task`` (its own checks; default: from config.task).
     """
+    import models  # the model config checks every architecture field (widths, head divisibility, enums)
+    from engine import sharding
     from engine.tasks import get_task
 
     task = task or get_task(config)
     m = config.model
-    import models  # the model config checks every architecture field (widths, head divisibility, enums)
 
     try:
         models.TransformerConfig.from_dict(dict(m.to_dict(), vocab_size=max(m.get("pad_id", 0), 3) + 1))
@@ -140,9 +148,6 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
             f"config.model.attention_impl={m.attention_impl!r} is not a registered attention backend; "
             f"expected one of {allowed}",
         )
-    if config.task == "translation":
-        _positive("model.num_encoder_layers", m.num_encoder_layers)
-        _positive("model.num_decoder_layers", m.num_decoder_layers)
     problem = task.check_config()
     _need(problem is None, problem or "")
 
@@ -201,8 +206,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
         )
         _need(m.d_ff % mesh.model == 0, f"config.mesh.model={mesh.model} must divide config.model.d_ff={m.d_ff}")
     if context > 1:
-        _need(config.task == "lm", f"config.mesh.context={context} (sequence sharding) needs task 'lm' (a decoder "
-              f"over one sequence); config.task={config.task!r}")
+        _need(task.can_shard_sequence, f"config.mesh.context={context} (sequence sharding) needs a task over one "
+              f"sequence that can shard it ({', '.join(repr(n) for n in sharding_tasks())}); "
+              f"config.task={config.task!r}")
         _need(m.attention_impl == "ring", f"config.mesh.context={context} needs config.model.attention_impl='ring' "
               f"(ring attention over the context axis); got {m.attention_impl!r}")
         _need(not m.get("attention_dropout_rate", 0.0), f"config.model.attention_dropout_rate="
@@ -211,7 +217,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
         _need(seq_len % context == 0, f"config.data.seq_len={seq_len} is not divisible by config.mesh.context="
               f"{context} (each device holds seq_len / context tokens)")
     layout = mesh.get("context_layout", "natural")
-    _one_of("mesh.context_layout", layout, CONTEXT_LAYOUTS)
+    _one_of("mesh.context_layout", layout, sharding.CONTEXT_LAYOUTS)
     if layout == "zigzag":
         _need(context > 1, "config.mesh.context_layout='zigzag' needs config.mesh.context > 1 (a sequence split "
               f"over several devices); config.mesh.context={context}")
@@ -317,9 +323,7 @@ def base_config() -> ml_collections.ConfigDict:
     h.recover_margin = 0.8  # a head leaves a bad state (and can warn again) only once its value is past the
     # threshold x this (an upper bound) or / this (a lower bound); 1.0: as soon as it is back within the threshold.
 
-    from engine.doctor import default_thresholds
-
-    c.doctor = default_thresholds()  # eval.py --diagnose: thresholds and sample sizes (see engine/doctor.py).
+    c.doctor = default_thresholds()  # eval.py --diagnose: thresholds and sample sizes (see engine/doctor_report.py).
 
     w = c.wandb = ml_collections.ConfigDict()
     w.mode = "auto"  # auto | online | offline | disabled; see engine/logging.py.

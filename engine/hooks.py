@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import jax
 import numpy as np
@@ -31,8 +31,8 @@ from engine import writer as writer_lib
 from engine.state import abstract_state
 from engine.steps import make_stats_step
 
-if TYPE_CHECKING:
-    from engine.loop import Run
+# Hooks receive the loop's ``engine.loop.Run`` (not imported here: the loop imports the hooks).
+Run = Any
 
 log = logging.getLogger("attnlab")
 
@@ -76,6 +76,7 @@ class Checkpointing(Hook):
                                           config=config)
 
     def start(self, run):
+        run.checkpointer = self.ckpt  # published for the loop's non-finite message
         if not self.ckpt.all_steps():  # steps that exist but all fail to restore raise CheckpointError
             return
         state, data_state, step = self.ckpt.restore(abstract_state(run.setup, run.init))
@@ -105,7 +106,8 @@ class AttentionStatistics(Hook):
     training forward pass (entropy, normalized entropy, max logit, sink; see ``engine.metrics``), logged as
     ``attn/<group>/<field>/L<l>H<h>`` with ``attn/step``, and checked by the health monitor (warnings logged
     as ``health_warning`` events and kept in ``warnings``; groups in ``frozen_groups``, frozen to uniform
-    attention on purpose, are not checked). ``records`` keeps (step, summary) pairs. A resumed run first
+    attention on purpose, are not checked). ``records`` keeps (step, summary) pairs; both are published on the
+    run (``run.attention``, ``run.health_warnings``). A resumed run first
     replays what it logged before the resume step (``rebuild``), so its warnings are the unbroken run's."""
 
     def __init__(self, every: int, health: Any, frozen_groups: tuple = ()):
@@ -117,6 +119,7 @@ class AttentionStatistics(Hook):
         self.warnings: list[health_lib.HealthWarning] = []
 
     def start(self, run):
+        self.records, self.warnings = run.attention, run.health_warnings  # published on the run
         self.stats_step = make_stats_step(run.setup, deterministic=False)
         path = os.path.join(run.workdir, writer_lib.METRICS_FILE) if run.workdir else None
         if run.step > 0 and path and os.path.exists(path):

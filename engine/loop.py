@@ -30,7 +30,7 @@ from engine import metrics as metrics_lib
 from engine import runtime
 from engine import sharding as sharding_lib
 from engine import writer as writer_lib
-from engine.hooks import AttentionStatistics, Checkpointing, Hook, default_hooks
+from engine.hooks import Hook, default_hooks
 from engine.state import Setup, admin_params, build, flops_forward
 from engine.errors import NonFiniteError
 from engine.steps import make_train_step, non_finite_message, to_device
@@ -43,7 +43,11 @@ _SUMMED = ("loss_sum", "nll_sum", "weight_sum", "tokens", "correct")
 
 @dataclasses.dataclass
 class Run:
-    """The state of a run that hooks see and may change (``state``, ``step`` when restoring; ``final``)."""
+    """The state of a run that hooks see and may change (``state``, ``step`` when restoring; ``final``).
+
+    Hooks publish what others need here: ``checkpointer`` (set by ``Checkpointing``: the run's
+    ``engine.checkpoint.Checkpointer``), ``attention`` ((step, summary) pairs) and ``health_warnings`` (both
+    filled by ``AttentionStatistics``)."""
 
     config: ml_collections.ConfigDict
     workdir: Optional[str]
@@ -64,6 +68,9 @@ class Run:
     stop_reason: Optional[str] = None
     final: dict = dataclasses.field(default_factory=dict)
     last_train_metrics: dict = dataclasses.field(default_factory=dict)
+    checkpointer: Optional[Any] = None
+    attention: list = dataclasses.field(default_factory=list)
+    health_warnings: list = dataclasses.field(default_factory=list)
     _pending: list = dataclasses.field(default_factory=list)
     _clock: dict = dataclasses.field(default_factory=lambda: {"t0": None, "flops": 0.0, "steps": 0})
     _flops_cache: dict = dataclasses.field(default_factory=dict)
@@ -98,7 +105,7 @@ class Run:
         """Pull pending train metrics to the host, check the NaN guard, log, then the hooks' ``on_flush``."""
         guard = jax.device_get({k: self.state[k] for k in ("bad_step", "bad_code", "bad_leaves")})
         if int(guard["bad_step"]) >= 0:
-            ckpt = next((h.ckpt for h in self.hooks if isinstance(h, Checkpointing)), None)
+            ckpt = self.checkpointer
             message = non_finite_message(guard, self.setup.leaf_paths, ckpt and ckpt.latest_step(),
                                          ckpt and ckpt.directory)
             if self.config.train.on_non_finite == "raise":
@@ -226,10 +233,8 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
         scalars = {k: v for k, v in r.final.items() if isinstance(v, (int, float, str))}
         logger.summary(scalars)
         logger.log_event(r.step, "final", **{k: v for k, v in scalars.items() if k != "step"})
-        stats_hooks = [h for h in all_hooks if isinstance(h, AttentionStatistics)]
-        return dict(r.final, history=logger.history,
-                    attention=[rec for h in stats_hooks for rec in h.records],
-                    health_warnings=[w for h in stats_hooks for w in h.warnings])
+        return dict(r.final, history=logger.history, attention=list(r.attention),
+                    health_warnings=list(r.health_warnings))
     finally:
         for h in all_hooks:
             h.close(r)

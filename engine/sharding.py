@@ -25,9 +25,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from attention.ring import zigzag_indices
-from engine.config import CONTEXT_LAYOUTS
-
 DATA, CONTEXT, MODEL = "data", "context", "model"
+CONTEXT_LAYOUTS = ("natural", "zigzag")  # config.mesh.context_layout: how a sequence splits over ``context``
 
 
 def make_mesh(mesh_cfg: ml_collections.ConfigDict, devices: Sequence[jax.Device] | None = None) -> Mesh:

@@ -21,6 +21,7 @@ from jax.sharding import Mesh
 import models
 from engine import optim
 from engine import sharding as sharding_lib
+from engine.errors import ConfigError
 
 # Sharding of the model axis when config.mesh.model > 1: attention projections split along heads, the MLP
 # along its hidden dimension, everything else replicated. Matched against "/"-joined parameter paths.
@@ -41,8 +42,6 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> models.T
     try:
         return models.TransformerConfig.from_dict(d)
     except ValueError as e:
-        from engine.config import ConfigError
-
         raise ConfigError(f"config.model: {e}") from None
 
 
@@ -61,8 +60,6 @@ def make_optimizer(t: ml_collections.ConfigDict, abstract_params: Any) -> tuple[
     if t.freeze:
         mask = frozen_mask(abstract_params, t.freeze)
         if not any(jax.tree.leaves(mask)):
-            from engine.config import ConfigError
-
             paths = [sharding_lib.path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(abstract_params)[0]]
             raise ConfigError(f"config.train.freeze={t.freeze!r} matches no parameter; parameter paths look like "
                               f"{paths[:4]}")

@@ -24,6 +24,7 @@ import numpy as np
 import attention as attn
 import models
 from engine import metrics as metrics_lib
+from engine.errors import ConfigError
 
 if TYPE_CHECKING:
     from engine import evaluation
@@ -36,6 +37,7 @@ class Task:
 
     name = ""
     groups: tuple[str, ...] = ()  # attention groups the model reports statistics for
+    can_shard_sequence = False  # one sequence per example, splittable over config.mesh.context (ring attention)
 
     def __init__(self, config: ml_collections.ConfigDict):
         self.config = config
@@ -156,7 +158,12 @@ class TranslationTask(Task):
         }
 
     def check_config(self):
-        refusal = attn.kind_refusal(self.config.model.get("attention_kind", "softmax"), "kv_cache")
+        m = self.config.model
+        for field in ("num_encoder_layers", "num_decoder_layers"):
+            value = m[field]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                return f"config.model.{field}={value!r}; expected a number > 0 (translation needs an encoder and a decoder)"
+        refusal = attn.kind_refusal(m.get("attention_kind", "softmax"), "kv_cache")
         if refusal is not None:
             return (f"config.model.attention_kind: {refusal}, and task 'translation' decodes its evaluation "
                     f"sentences with a KV cache; use the kind with task 'lm' or 'classification'")
@@ -199,6 +206,7 @@ class TranslationTask(Task):
 class LanguageModelTask(Task):
     name = "lm"
     groups = ("decoder_self",)
+    can_shard_sequence = True
 
     def build_data(self, workdir, process_index, process_count):
         import data as data_lib
@@ -301,7 +309,5 @@ TASKS: dict[str, type[Task]] = {t.name: t for t in (TranslationTask, LanguageMod
 def get_task(config: ml_collections.ConfigDict) -> Task:
     """The task object of ``config.task``."""
     if config.task not in TASKS:
-        from engine.config import ConfigError
-
         raise ConfigError(f"config.task={config.task!r}; expected one of {tuple(TASKS)}")
     return TASKS[config.task](config)
