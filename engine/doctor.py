@@ -1,7 +1,7 @@
 """The attention doctor: the practitioner's checklist for attention that misbehaves, run on a model and real batches.
 
-``diagnose(model, batches)`` runs every check on an ``models.EncoderDecoder`` (task "translation") or
-``models.DecoderOnly`` (task "lm") and returns ``Finding`` values (ok / warn / fail, with what to try);
+``diagnose(model, batches)`` runs every check on a model of any task (``engine.tasks``: translation, lm,
+classification; the task describes its batches) and returns ``Finding`` values (ok / warn / fail, with what to try);
 ``write_report`` writes ``report.md`` and ``report.json``; ``run_diagnosis`` does both. Thresholds, findings and
 the report live in ``engine.doctor_report`` (re-exported here). The checks:
 
@@ -9,7 +9,8 @@ the report live in ``engine.doctor_report`` (re-exported here). The checks:
 - ``padding_invariance``: the largest change of the real positions' logits when the padding tokens are replaced
   by random tokens ("tokens") or the amount of padding changes ("amount"), relative to the largest logit.
 - ``causal_weight``: the largest weight a decoder self-attention query gives a later key (group, layer).
-- ``causal_leakage``: the largest change of earlier logits when later decoder tokens are replaced (relative).
+- ``causal_leakage``: the largest change of earlier logits when later decoder tokens are replaced (relative;
+  tasks with a causal side only).
 - ``score_std``: per head, the mean over query rows of the standard deviation of the scaled pre-softmax scores
   over visible keys (the row mean is reported beside it).
 - ``entropy``: per head, the mean over query rows of entropy / log(number of visible keys); 1 is uniform.
@@ -30,7 +31,7 @@ import functools
 import math
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -42,64 +43,31 @@ import attention as attn
 import models
 from engine.doctor_report import (Finding, default_thresholds, make_finding, rule_above, status_above, summary_line,
                                   write_report)
-from engine.sharding import segment_positions
+from engine.tasks import Task, task_of
 
-TASKS = ("translation", "lm")
-GROUPS = ("encoder_self", "decoder_self", "cross")
+GROUPS = ("encoder_self", "decoder_self", "cross", "pool")
+CAUSAL_GROUPS = ("decoder_self",)
 
 # ------------------------------------------------------------------------------------------------ batches
-def task_of(model: nnx.Module, task: Optional[str] = None) -> str:
-    """The task of ``model`` ("translation" or "lm"); ``task``, when given, must agree."""
-    if isinstance(model, models.EncoderDecoder):
-        inferred = "translation"
-    elif isinstance(model, models.DecoderOnly):
-        inferred = "lm"
-    else:
-        raise ValueError(f"diagnose: model must be a models.EncoderDecoder or models.DecoderOnly; got "
+def resolve_task(model: nnx.Module, task: Union[Task, str, None] = None) -> Task:
+    """The ``Task`` whose batches ``model`` reads: ``task`` (a task or a task name, checked against the model's
+    class) or, when None, the task that trains the model's class."""
+    inferred = task_of(model) if not isinstance(task, Task) else task
+    if isinstance(task, str) and task != inferred.name:
+        raise ValueError(f"diagnose: task={task!r} does not match a {type(model).__name__} (task {inferred.name!r})")
+    if not isinstance(model, inferred.model_class):
+        raise ValueError(f"diagnose: task {inferred.name!r} trains a {inferred.model_class.__name__}; got a "
                          f"{type(model).__name__}")
-    if task is not None and task != inferred:
-        raise ValueError(f"diagnose: task={task!r} does not match a {type(model).__name__} (task {inferred!r})")
     return inferred
 
 
-def complete_batch(batch: Mapping[str, Any], task: str, cfg: models.TransformerConfig, rows: int
+def complete_batch(batch: Mapping[str, Any], task: Task, cfg: models.TransformerConfig, rows: int
                    ) -> dict[str, np.ndarray]:
-    """The first ``rows`` rows of ``batch`` as numpy, with segmentations (token != pad) and positions filled in."""
-    need = ("inputs", "targets") if task == "translation" else ("inputs",)
-    missing = [k for k in need if k not in batch]
-    if missing:
-        raise ValueError(f"diagnose: a {task} batch needs {list(need)}; missing {missing} (got {sorted(batch)})")
-    out = {k: np.asarray(v)[:rows] for k, v in batch.items()}
-    sides = (("inputs", "inputs_segmentation", "inputs_position"), ("targets", "targets_segmentation",
-                                                                     "targets_position"))
-    if task == "lm":
-        sides = (("inputs", "segmentation", "position"),)
-    for tok, seg, pos in sides:
-        if seg not in out:
-            if task == "lm":  # DecoderOnly runs without a segmentation: right padding is hidden by causality
-                continue
-            out[seg] = (out[tok] != cfg.pad_id).astype(np.int32)
-        if pos not in out:
-            out[pos] = segment_positions(out[seg])
-    return out
-
-
-def real_positions(batch: Mapping[str, np.ndarray], task: str, cfg: models.TransformerConfig) -> dict[str, np.ndarray]:
-    """Real (non-padding) positions per side: "source" [B, S] (translation), "target" [B, T] bool."""
-    if task == "translation":
-        return {"source": batch["inputs_segmentation"] > 0, "target": batch["targets_segmentation"] > 0}
-    if "segmentation" in batch:
-        return {"target": batch["segmentation"] > 0}
-    return {"target": batch["inputs"] != cfg.pad_id}
-
-
-def _call(model: nnx.Module, batch: Mapping[str, jax.Array], task: str, return_stats: bool):
-    if task == "translation":
-        return model(batch["inputs"], batch["targets"], inputs_segmentation=batch["inputs_segmentation"],
-                     targets_segmentation=batch["targets_segmentation"], inputs_position=batch["inputs_position"],
-                     targets_position=batch["targets_position"], deterministic=True, return_stats=return_stats)
-    return model(batch["inputs"], segmentation=batch.get("segmentation"), position=batch.get("position"),
-                 deterministic=True, return_stats=return_stats)
+    """``task.complete_batch`` with the doctor's name on its error."""
+    try:
+        return task.complete_batch(batch, cfg, rows)
+    except ValueError as e:
+        raise ValueError(f"diagnose: {e}") from None
 
 
 # The doctor runs each compiled function a few times on small batches: compile time dominates, so on CPU
@@ -113,11 +81,11 @@ def _jitted(fn, static: tuple[str, ...]):
     return jax.jit(fn, static_argnames=static, compiler_options=options)
 
 
-def _model_call(graphdef, state, batch, *, task: str):
-    return _call(nnx.merge(graphdef, state), batch, task, True)
+def _model_call(graphdef, state, batch, *, task: Task):
+    return task.forward(nnx.merge(graphdef, state), batch, deterministic=True, return_stats=True)
 
 
-def _forward(model: nnx.Module, batch: Mapping[str, Any], task: str) -> tuple[np.ndarray, dict]:
+def _forward(model: nnx.Module, batch: Mapping[str, Any], task: Task) -> tuple[np.ndarray, dict]:
     """Deterministic (logits [B, T, V], group -> [AttentionStats per layer]) on the host, compiled once per shape
     (every call asks for the statistics, so each shape compiles once)."""
     graphdef, state = nnx.split(model)
@@ -128,33 +96,24 @@ def _forward(model: nnx.Module, batch: Mapping[str, Any], task: str) -> tuple[np
 
 def reference_model(model: nnx.Module) -> nnx.Module:
     """The same model on the ``reference`` attention backend (full weights in its stats), sharing the state."""
-    if model.cfg.attention_impl == "reference" and not model.cfg.attention_options:
+    modules = [m for _, m in nnx.iter_modules(model) if isinstance(m, models.MultiHeadAttention)]
+    if all(m.implementation == "reference" and not m.backend_options for m in modules):
         return model
-    cfg = model.cfg.replace(attention_impl="reference", attention_options={})
-    abstract = nnx.eval_shape(lambda: type(model)(cfg, rngs=nnx.Rngs(params=0, dropout=1)))
-    graphdef = nnx.split(abstract)[0]
-    return nnx.merge(graphdef, nnx.state(model))
+    ref = nnx.merge(*nnx.split(model))
+    for _, m in nnx.iter_modules(ref):
+        if isinstance(m, models.MultiHeadAttention):
+            m.implementation, m.backend_options = "reference", ()
+    return ref
 
 
-def attention_maps(model: nnx.Module, batch: Mapping[str, Any], task: Optional[str] = None
+def attention_maps(model: nnx.Module, batch: Mapping[str, Any], task: Union[Task, str, None] = None
                    ) -> dict[str, list[attn.AttentionStats]]:
     """Teacher-forced attention of ``batch`` on the reference backend: group -> per layer ``AttentionStats``
-    with ``weights`` [B, H, Tq, Tk] (host numpy)."""
-    task = task_of(model, task)
-    batch = complete_batch(batch, task, model.cfg, rows=len(np.asarray(batch["inputs"])))
+    with ``weights`` [B, H, Tq, Tk] (host numpy). ``task``: default the task that trains ``model``."""
+    task = resolve_task(model, task)
+    batch = complete_batch(batch, task, model.cfg, rows=len(np.asarray(batch[task.sides[0].tokens])))
     _, stats = _forward(reference_model(model), batch, task)
     return {g: layers for g, layers in stats.items() if layers}
-
-
-def decoder_inputs(batch: Mapping[str, np.ndarray], task: str, cfg: models.TransformerConfig) -> np.ndarray:
-    """Token ids the decoder self-attention's keys stand for: [B, T]."""
-    if task == "lm":
-        return np.asarray(batch["inputs"])
-    targets, seg = np.asarray(batch["targets"]), np.asarray(batch["targets_segmentation"])
-    shifted = np.concatenate([np.full((targets.shape[0], 1), cfg.bos_id), targets[:, :-1]], axis=1)
-    starts = np.asarray(batch["targets_position"]) == 0 if "targets_position" in batch else segment_positions(seg) == 0
-    shifted = np.where(starts, cfg.bos_id, shifted)  # BOS at each segment start
-    return np.where(seg == 0, cfg.pad_id, shifted).astype(np.int32)
 
 
 def punctuation_ids(piece_labels: Sequence[str]) -> list[int]:
@@ -203,114 +162,82 @@ def _random_tokens(rng: np.random.Generator, pool: np.ndarray, shape) -> np.ndar
     return rng.choice(pool, size=shape).astype(np.int32)
 
 
-def _content_pool(batch: Mapping[str, np.ndarray], real: Mapping[str, np.ndarray], special: set[int]) -> np.ndarray:
+def _content_pool(batch: Mapping[str, np.ndarray], real: Mapping[str, np.ndarray], special: set[int],
+                  task: Task) -> np.ndarray:
     """Non-special token ids seen at real positions of the batch (what the perturbations draw from)."""
-    toks = [batch["inputs"][real["source" if "source" in real else "target"]]]
-    if "targets" in batch and "source" in real:
-        toks.append(batch["targets"][real["target"]])
+    toks = [batch[s.tokens][real[s.name]] for s in task.sides]
     pool = np.unique(np.concatenate(toks))
     pool = pool[~np.isin(pool, list(special))]
     return pool if pool.size else np.unique(np.concatenate(toks))
 
 
-def _pad_batch(batch: Mapping[str, np.ndarray], task: str, extra: int, cfg: models.TransformerConfig
-               ) -> dict[str, np.ndarray]:
-    """``extra`` more padding columns on every side: token ``pad_id``, segment 0, position 0."""
-    out = dict(batch)
-    groups = {"inputs": ("inputs_segmentation", "inputs_position"), "targets": ("targets_segmentation",
-                                                                                "targets_position")}
-    if task == "lm":
-        groups = {"inputs": ("segmentation", "position")}
-    for tok, (seg, pos) in groups.items():
-        B = batch[tok].shape[0]
-        pad = np.full((B, extra), cfg.pad_id, np.int32)
-        out[tok] = np.concatenate([batch[tok], pad], axis=1)
-        for name in (seg, pos):
-            if name in batch:
-                out[name] = np.concatenate([batch[name], np.zeros((B, extra), batch[name].dtype)], axis=1)
-        if task == "lm" and "position" not in batch:
-            out["position"] = np.broadcast_to(np.arange(out[tok].shape[1], dtype=np.int32), out[tok].shape).copy()
-        if task == "lm" and "targets" in batch:
-            out["targets"] = np.concatenate([batch["targets"], pad], axis=1)
-        if task == "lm" and "loss_mask" in batch:
-            out["loss_mask"] = np.concatenate([batch["loss_mask"], np.zeros((B, extra), batch["loss_mask"].dtype)], 1)
-    return out
-
-
-def _padding_checks(model, batch, base, task, cfg, th, rng, special) -> list[tuple[str, float]]:
+def _padding_checks(model, batch, base, task: Task, cfg, th, rng, special) -> list[tuple[str, float]]:
     """(variant, relative change of the real positions' logits from ``base``) for "tokens" and "amount"."""
-    real = real_positions(batch, task, cfg)
-    pool = _content_pool(batch, real, special)
+    real = task.real_positions(batch, cfg)
+    pool = _content_pool(batch, real, special, task)
+    scored = real[task.logits_side]
     results = []
     # tokens: every padding position (and, where the positions allow, a few extra padding columns) gets random ids.
     extra = int(th.extra_padding)
-    can_extend = cfg.position != "learned" or max(v.shape[1] for k, v in batch.items()
-                                                   if k in ("inputs", "targets")) + extra <= cfg.max_len
+    can_extend = cfg.position != "learned" or max(batch[s.tokens].shape[1] for s in task.sides) + extra <= cfg.max_len
     if not can_extend:
         extra = 0
-    changed = _pad_batch(batch, task, extra, cfg) if extra else dict(batch)
-    side_of = {"inputs": "source" if task == "translation" else "target", "targets": "target"}
-    for tok in (("inputs", "targets") if task == "translation" else ("inputs",)):
-        real_side = np.pad(real[side_of[tok]], ((0, 0), (0, extra)))
-        noise = _random_tokens(rng, pool, changed[tok].shape)
-        changed[tok] = np.where(real_side, changed[tok], noise)
+    changed = task.pad_batch(batch, extra, cfg) if extra else dict(batch)
+    for side in task.sides:
+        real_side = np.pad(real[side.name], ((0, 0), (0, extra)))
+        noise = _random_tokens(rng, pool, changed[side.tokens].shape)
+        changed[side.tokens] = np.where(real_side, changed[side.tokens], noise)
     out = _forward(model, changed, task)[0]
     T = base.shape[1]
-    results.append(("tokens", _relative_change(base, out[:, :T], real["target"])))
+    results.append(("tokens", _relative_change(base, out[:, :T], scored)))
     # amount: more padding columns, or (positions capped) fewer: drop trailing columns that are padding in every row.
     if can_extend:
-        more = _pad_batch(batch, task, max(int(th.extra_padding), 1), cfg)
+        more = task.pad_batch(batch, max(int(th.extra_padding), 1), cfg)
         out = _forward(model, more, task)[0]
-        results.append(("amount", _relative_change(base, out[:, :T], real["target"])))
+        results.append(("amount", _relative_change(base, out[:, :T], scored)))
     else:
         keep = {}
-        for tok in (("inputs", "targets") if task == "translation" else ("inputs",)):
-            used = np.nonzero(real[side_of[tok]].any(axis=0))[0]
-            keep[tok] = int(used.max()) + 1 if used.size else 1
-        if all(keep[tok] < batch[tok].shape[1] for tok in keep):
-            side = lambda k: "targets" if task == "translation" and k.startswith("targets") else "inputs"  # noqa: E731
-            cropped = {k: v[:, : keep[side(k)]] for k, v in batch.items()}
+        for side in task.sides:
+            used = np.nonzero(real[side.name].any(axis=0))[0]
+            keep[side.name] = int(used.max()) + 1 if used.size else 1
+        if all(keep[s.name] < batch[s.tokens].shape[1] for s in task.sides):
+            cropped = dict(batch)
+            for side in task.sides:
+                for k in (side.tokens, side.segmentation, side.position) + side.aligned_tokens + side.aligned:
+                    if k in batch:
+                        cropped[k] = batch[k][:, : keep[side.name]]
             out = _forward(model, cropped, task)[0]
             Tc = out.shape[1]
-            results.append(("amount", _relative_change(base[:, :Tc], out, real["target"][:, :Tc])))
+            results.append(("amount", _relative_change(base[:, :Tc], out, scored[:, :Tc])))
     return results
 
 
-def _leakage_check(model, batch, base, task, cfg, rng, special) -> tuple[float, str]:
-    """Replace decoder tokens at columns > c (targets for translation: >= c) by random ids, for two cut points c;
-    -> (largest relative change of the logits at columns <= c, where it happened)."""
-    real = real_positions(batch, task, cfg)
-    pool = _content_pool(batch, real, special)
-    tok = "targets" if task == "translation" else "inputs"
-    lengths = real["target"].sum(axis=1)
+def _leakage_check(model, batch, base, task: Task, cfg, rng, special) -> Optional[tuple[float, str]]:
+    """Replace the causal side's tokens at columns the logits up to c must not read (>= c with
+    ``causal_shift`` 1, > c with 0) by random ids, for two cut points c; -> (largest relative change of the
+    logits at columns <= c, where it happened), or None for a task without a causal side."""
+    if task.causal_side is None:
+        return None
+    side = task.side(task.causal_side)
+    real = task.real_positions(batch, cfg)
+    pool = _content_pool(batch, real, special, task)
+    tok = side.tokens
+    lengths = real[side.name].sum(axis=1)
     longest = int(lengths.max()) if lengths.size else 0
     worst, where = 0.0, ""
     for c in sorted({max(longest // 4, 1), max(longest // 2, 1)}):
         changed = dict(batch)
         cols = np.arange(batch[tok].shape[1])[None, :]
-        future = (cols >= c) if task == "translation" else (cols > c)
+        future = (cols >= c) if task.causal_shift else (cols > c)
         noise = _random_tokens(rng, pool, batch[tok].shape)
-        changed[tok] = np.where(future & real["target"], noise, batch[tok])
+        changed[tok] = np.where(future & real[side.name], noise, batch[tok])
         out = _forward(model, changed, task)[0]
-        compare = real["target"] & (cols <= c)
+        compare = real[task.logits_side] & (cols <= c)
         change = _relative_change(base, out, compare)
         if change >= worst:
-            what = f"targets from column {c}" if task == "translation" else f"inputs after column {c}"
+            what = f"{tok} from column {c}" if task.causal_shift else f"{tok} after column {c}"
             worst, where = change, f"{what} replaced; logits up to column {c} compared"
     return worst, where
-
-
-def _attention_modules(model: nnx.Module) -> dict[tuple[str, int], models.MultiHeadAttention]:
-    """(group, layer) -> the model's attention module."""
-    out = {}
-    if isinstance(model, models.EncoderDecoder):
-        for i, layer in enumerate(model.encoder.layers):
-            out[("encoder_self", i)] = layer.self_attention
-    for i, layer in enumerate(model.decoder.layers):
-        out[("decoder_self", i)] = layer.self_attention
-        if layer.cross_attention is not None:
-            out[("cross", i)] = layer.cross_attention
-    return out
 
 
 def head_permutation(num_heads: int, num_kv_heads: int) -> tuple[np.ndarray, np.ndarray]:
@@ -322,11 +249,11 @@ def head_permutation(num_heads: int, num_kv_heads: int) -> tuple[np.ndarray, np.
     return perm_q, perm_kv.copy()
 
 
-def _permuted_model(model: nnx.Module) -> tuple[nnx.Module, dict[tuple[str, int], np.ndarray]]:
+def _permuted_model(model: nnx.Module, task: Task) -> tuple[nnx.Module, dict[tuple[str, int], np.ndarray]]:
     """A copy of ``model`` whose attention heads are permuted in every layer's projections."""
     clone = nnx.clone(model)
     perms = {}
-    for key, m in _attention_modules(clone).items():
+    for key, m in task.attention_modules(clone).items():
         perm_q, perm_kv = head_permutation(m.num_heads, m.num_kv_heads)
         perms[key] = perm_q
         for lin, perm in ((m.query, perm_q), (m.key, perm_kv), (m.value, perm_kv)):
@@ -404,21 +331,22 @@ def diagnose(
     model: nnx.Module,
     batches: Iterable[Mapping[str, Any]],
     *,
-    task: Optional[str] = None,
+    task: Union[Task, str, None] = None,
     special_ids: Sequence[int] = (),
     piece_labels: Optional[Sequence[str]] = None,
     thresholds: Optional[ml_collections.ConfigDict] = None,
 ) -> list[Finding]:
     """Run the attention checklist on ``model`` with (up to ``thresholds.max_batches`` of) ``batches``.
 
-    model: ``models.EncoderDecoder`` (task "translation") or ``models.DecoderOnly`` (task "lm"); ``task`` may be
-    given to assert which. batches: training-pipeline batches (translation: inputs/targets [B, S]/[B, T] with
-    optional *_segmentation, *_position; lm: inputs [B, T] with optional segmentation, position).
+    model: a model of any task of ``engine.tasks``; task: its ``Task`` (default: the task that trains the model's
+    class), whose batch description the checks follow. batches: training-pipeline batches (translation:
+    inputs/targets [B, S]/[B, T] with optional *_segmentation, *_position; lm: inputs [B, T] with optional
+    segmentation, position; classification: inputs [B, S] with optional inputs_segmentation).
     special_ids: token ids counted as special besides the model's BOS/EOS. piece_labels: the vocabulary's pieces
     by id (punctuation-only pieces count as special). thresholds: ``default_thresholds()`` or ``config.doctor``.
     Returns the findings, model-wide checks first, then per group, layer and head.
     """
-    task = task_of(model, task)
+    task = resolve_task(model, task)
     refusal = attn.kind_refusal(model.cfg.attention_kind, "statistics")
     if refusal is not None:
         raise ValueError(f"diagnose: {refusal}; the doctor reads attention weights and statistics")
@@ -442,7 +370,7 @@ def diagnose(
     special.discard(cfg.pad_id)
     rng = np.random.default_rng(int(th.seed))
     ref = reference_model(model)
-    permuted, perms = _permuted_model(model)
+    permuted, perms = _permuted_model(model, task)
     acc = _Accumulator()
     model_checks: dict[str, tuple[float, str]] = {}
 
@@ -454,11 +382,12 @@ def diagnose(
         logits, stats = _forward(model, batch, task)
         for variant, change in _padding_checks(model, batch, logits, task, cfg, th, rng, special):
             worst(f"padding_invariance/{variant}", change, f"padding {variant} changed")
-        change, where = _leakage_check(model, batch, logits, task, cfg, rng, special)
-        worst("causal_leakage", change, where)
+        leakage = _leakage_check(model, batch, logits, task, cfg, rng, special)
+        if leakage is not None:
+            worst("causal_leakage", *leakage)
         p_logits, p_stats = _forward(permuted, batch, task)
-        real = real_positions(batch, task, cfg)
-        worst("head_permutation", _relative_change(np.asarray(logits), np.asarray(p_logits), real["target"]),
+        real = task.real_positions(batch, cfg)
+        worst("head_permutation", _relative_change(np.asarray(logits), np.asarray(p_logits), real[task.logits_side]),
               "logits after permuting the heads of every layer")
         for group, layers in stats.items():
             for layer, (s, ps) in enumerate(zip(layers, p_stats[group])):
@@ -472,17 +401,13 @@ def diagnose(
                     err = max(err, float(np.abs(a - b)[rows[:, perm]].max(initial=0.0)) / scale)
                 acc.add_max(("head_permutation", group, layer), err)
         ref_stats = stats if ref is model else _forward(ref, batch, task)[1]
-        keys_tokens = {"encoder_self": batch["inputs"], "cross": batch["inputs"],
-                       "decoder_self": decoder_inputs(batch, task, cfg)}
-        key_pos = {"encoder_self": batch.get("inputs_position"), "cross": batch.get("inputs_position"),
-                   "decoder_self": batch.get("targets_position" if task == "translation" else "position")}
-        sides = {"encoder_self": ("source", "source"), "cross": ("target", "source"),
-                 "decoder_self": ("target", "target")}
         for group, layers in ref_stats.items():
-            q_side, k_side = sides[group]
+            if not layers:
+                continue
+            q_side, k_side = task.group_sides[group]
             q_real, k_real = real[q_side], real[k_side]
-            tokens = np.asarray(keys_tokens[group])
-            pos = key_pos[group]
+            tokens = task.side_tokens(batch, k_side, cfg)
+            pos = batch.get(task.side(k_side).position)
             first = (pos == 0) if pos is not None else (np.arange(tokens.shape[1])[None, :] == 0)
             is_special = np.isin(tokens, list(special)) & k_real
             for layer, s in enumerate(layers):
@@ -490,7 +415,7 @@ def diagnose(
                 rows = np.asarray(s.valid) & q_real[:, None, :]
                 pad_w = np.where(rows[..., None] & ~k_real[:, None, None, :], w, 0.0)
                 acc.add_max(("padding_weight", group, layer), pad_w.max(initial=0.0))
-                if group == "decoder_self":
+                if group in CAUSAL_GROUPS:
                     later = np.arange(w.shape[3])[None, :] > np.arange(w.shape[2])[:, None]  # [Tq, Tk]
                     acc.add_max(("causal_weight", group, layer),
                                 np.where(rows[..., None] & later[None, None], w, 0.0).max(initial=0.0))
@@ -517,11 +442,11 @@ def diagnose(
         fail = th.invariance_fail if check != "head_permutation" else th.exact_fail
         findings.append(make_finding(check, None, None, None, value, rule, status_above(value, warn, fail), key, detail))
 
-    modules = _attention_modules(model)
+    modules = task.attention_modules(model)
     order = {g: i for i, g in enumerate(GROUPS)}
     for (group, layer), m in sorted(modules.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         for check, causal in (("two_token_padding", False), ("two_token_causal", True)):
-            if causal and group != "decoder_self":
+            if causal and group not in CAUSAL_GROUPS:
                 continue
             err = _two_token(m, causal, int(th.seed) + layer)
             findings.append(make_finding(check, group, layer, None, err, rule_above(th.exact_warn, th.exact_fail),
@@ -579,7 +504,7 @@ def run_diagnosis(
     batches: Iterable[Mapping[str, Any]],
     out_dir: str,
     *,
-    task: Optional[str] = None,
+    task: Union[Task, str, None] = None,
     special_ids: Sequence[int] = (),
     piece_labels: Optional[Sequence[str]] = None,
     thresholds: Optional[ml_collections.ConfigDict] = None,

@@ -120,42 +120,39 @@ def example_view(stats_by_group: Mapping[str, Sequence[Any]], row: int,
 
 def write_batch_explorers(model, batch: Mapping[str, Any], out_dir: str, *, rows: Sequence[int],
                           source_piece: Callable[[int], str], target_piece: Callable[[int], str],
-                          prefix: str = "example", title: str = "") -> dict[int, str]:
+                          prefix: str = "example", title: str = "", task=None) -> dict[int, str]:
     """Explorer pages for ``rows`` of a training-pipeline batch, teacher-forced on the reference backend.
 
-    model: ``models.EncoderDecoder`` or ``models.DecoderOnly``; batch: as the data pipeline gives it (the first
-    example of each row is shown). source_piece / target_piece: token id -> piece (the tokenizers'
-    ``id_to_piece``; for a decoder-only model only target_piece is used). Writes ``<out_dir>/<prefix><row>.html``;
-    returns row -> path.
+    model: a model of any task (``engine.tasks``); task: its ``Task`` or name (default: the task that trains the
+    model's class). batch: as the data pipeline gives it (the first example of each row is shown).
+    source_piece / target_piece: token id -> piece for the task's "source" / "target" side (the tokenizers'
+    ``id_to_piece``). Writes ``<out_dir>/<prefix><row>.html``; returns row -> path.
     """
     from engine import doctor
 
-    task = doctor.task_of(model)
-    full = doctor.complete_batch(batch, task, model.cfg, rows=len(np.asarray(batch["inputs"])))
+    task = doctor.resolve_task(model, task)
+    full = doctor.complete_batch(batch, task, model.cfg, rows=len(np.asarray(batch[task.sides[0].tokens])))
     picked = {k: np.asarray(v)[list(rows)] for k, v in full.items()}
     maps = doctor.attention_maps(model, picked, task)
-    real = doctor.real_positions(picked, task, model.cfg)
-    dec = doctor.decoder_inputs(picked, task, model.cfg)
+    real = task.real_positions(picked, model.cfg)
+    piece = {"source": source_piece, "target": target_piece}
+    tokens = {s.name: task.side_tokens(picked, s.name, model.cfg) for s in task.sides}
     paths = {}
     for i, row in enumerate(rows):
-        def first(side: str) -> int:  # tokens of the row's first example
-            seg = picked.get({"source": "inputs_segmentation", "target": "targets_segmentation"}[side]
-                             if task == "translation" else "segmentation")
+        lengths, labels = {}, {}
+        for side in real:  # the row's first example: its length and token labels per side
+            seg = picked.get(task.side(side).segmentation) if side in tokens else None
             if seg is None:
-                return int(real[side][i].sum())
-            return int(np.sum(seg[i] == seg[i][0])) if seg[i][0] > 0 else 0
-        t = first("target")
-        dec_labels = [target_piece(int(x)) for x in dec[i, :t]]
-        if task == "translation":
-            s = first("source")
-            src_labels = [source_piece(int(x)) for x in picked["inputs"][i, :s]]
-            lengths = {"encoder_self": (s, s), "decoder_self": (t, t), "cross": (t, s)}
-            labels = {"encoder_self": (src_labels, src_labels), "decoder_self": (dec_labels, dec_labels),
-                      "cross": (dec_labels, src_labels)}
-        else:
-            lengths, labels = {"decoder_self": (t, t)}, {"decoder_self": (dec_labels, dec_labels)}
-        weights, stats = example_view(maps, i, lengths)
-        paths[row] = write_explorer(os.path.join(out_dir, f"{prefix}{row}.html"), weights, labels, stats,
+                n = int(real[side][i].sum())
+            else:
+                n = int(np.sum(seg[i] == seg[i][0])) if seg[i][0] > 0 else 0
+            lengths[side] = n
+            labels[side] = ([piece[side](int(x)) for x in tokens[side][i, :n]] if side in tokens
+                            else [f"<{side}>"] * n)
+        group_lengths = {g: (lengths[q], lengths[k]) for g, (q, k) in task.group_sides.items() if g in maps}
+        group_labels = {g: (labels[q], labels[k]) for g, (q, k) in task.group_sides.items() if g in maps}
+        weights, stats = example_view(maps, i, group_lengths)
+        paths[row] = write_explorer(os.path.join(out_dir, f"{prefix}{row}.html"), weights, group_labels, stats,
                                     title=f"{title}, row {row}" if title else f"row {row}")
     return paths
 

@@ -9,10 +9,17 @@ positions count in the loss, its batch layout and its evaluators; the loop never
 - ``classification``: ``EncoderClassifier`` on Bible verses (``data.build_classification``); evaluators: loss
   and accuracy.
 
-Adding a task: subclass ``Task``, fill in the methods, register it in ``TASKS``, and give it a config file.
+Besides training, a task describes its batches to the tools that take a model apart (the doctor, the explorer,
+eval.py): its token ``sides`` (which batch keys hold tokens, segment ids and positions), which side each
+attention group's queries and keys come from, which side the logits follow, which side (if any) is causal,
+the splits it evaluates and what it prints at the end. Nothing outside this module asks which task it runs.
+
+Adding a task: subclass ``Task``, fill in the methods and the batch description, register it in ``TASKS``,
+and give it a config file (docs/extending.md walks through one).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import flax.nnx as nnx
@@ -25,11 +32,29 @@ import attention as attn
 import models
 from engine import metrics as metrics_lib
 from engine.errors import ConfigError
+from engine.sharding import segment_positions
 
 if TYPE_CHECKING:
     from engine import evaluation
 
 Batch = Mapping[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One token sequence of a task's batch: the keys of its token ids, segment ids (0 = padding) and
+    positions, all [B, T]. ``aligned_tokens`` / ``aligned``: other [B, T] keys that follow its columns (padded
+    with ``pad_id`` / 0).
+    ``needs_segmentation``: False when a batch without segment ids has no padding the model must mask (a
+    causal decoder: right padding comes after every real token)."""
+
+    name: str
+    tokens: str
+    segmentation: str
+    position: str
+    aligned_tokens: tuple[str, ...] = ()
+    aligned: tuple[str, ...] = ()
+    needs_segmentation: bool = True
 
 
 class Task:
@@ -38,6 +63,15 @@ class Task:
     name = ""
     groups: tuple[str, ...] = ()  # attention groups the model reports statistics for
     can_shard_sequence = False  # one sequence per example, splittable over config.mesh.context (ring attention)
+    model_class: type = nnx.Module  # the model the task trains (``task_of`` finds a model's task by it)
+    # The batch, as the doctor and the explorer read it:
+    sides: tuple[Side, ...] = ()
+    group_sides: Mapping[str, tuple[str, str]] = {}  # group -> (side of its queries, side of its keys)
+    logits_side = "target"  # the side whose positions the logits' rows follow
+    causal_side: Optional[str] = None  # the side a causal decoder reads, or None
+    causal_shift = 0  # 1: the logits at column c read that side's tokens before c (teacher forcing); 0: up to c
+    splits: tuple[str, ...] = ("validation",)  # the splits eval.py can evaluate
+    decodes = False  # evaluation decodes sequences (greedy or beam search, ``config.eval.decode``)
 
     def __init__(self, config: ml_collections.ConfigDict):
         self.config = config
@@ -107,7 +141,87 @@ class Task:
         logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
         return -jnp.take_along_axis(logp, self.targets(batch)[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
+    # ------------------------------------------------------------------------------------ batch description
+    def side(self, name: str) -> Side:
+        return next(s for s in self.sides if s.name == name)
+
+    def complete_batch(self, batch: Mapping[str, Any], cfg: models.TransformerConfig, rows: int
+                       ) -> dict[str, np.ndarray]:
+        """The first ``rows`` rows of ``batch`` as numpy, with segment ids (token != pad) and positions filled
+        in where missing; ValueError naming the missing token keys."""
+        need = [s.tokens for s in self.sides]
+        missing = [k for k in need if k not in batch]
+        if missing:
+            raise ValueError(f"a {self.name} batch needs {need}; missing {missing} (got {sorted(batch)})")
+        out = {k: np.asarray(v)[:rows] for k, v in batch.items()}
+        for s in self.sides:
+            if s.segmentation not in out:
+                if not s.needs_segmentation:
+                    continue
+                out[s.segmentation] = (out[s.tokens] != cfg.pad_id).astype(np.int32)
+            if s.position not in out:
+                out[s.position] = segment_positions(out[s.segmentation])
+        return out
+
+    def real_positions(self, batch: Mapping[str, np.ndarray], cfg: models.TransformerConfig
+                       ) -> dict[str, np.ndarray]:
+        """Real (non-padding) positions per side: side name -> [B, T] bool."""
+        out = {}
+        for s in self.sides:
+            if s.segmentation in batch:
+                out[s.name] = np.asarray(batch[s.segmentation]) > 0
+            else:
+                out[s.name] = np.asarray(batch[s.tokens]) != cfg.pad_id
+        return out
+
+    def side_tokens(self, batch: Mapping[str, np.ndarray], side: str, cfg: models.TransformerConfig
+                    ) -> np.ndarray:
+        """Token ids the positions of ``side`` read: [B, T] (default: the side's tokens)."""
+        return np.asarray(batch[self.side(side).tokens])
+
+    def pad_batch(self, batch: Mapping[str, np.ndarray], extra: int, cfg: models.TransformerConfig
+                  ) -> dict[str, np.ndarray]:
+        """``extra`` more padding columns on every side: token ``pad_id``; segment, position and aligned keys 0
+        (a side without segment ids gets its positions, so the model sees where the padding is)."""
+        out = dict(batch)
+        for s in self.sides:
+            B = batch[s.tokens].shape[0]
+            out[s.tokens] = np.concatenate([batch[s.tokens], np.full((B, extra), cfg.pad_id, np.int32)], axis=1)
+            for name in (s.segmentation, s.position) + s.aligned_tokens + s.aligned:
+                if name in batch:
+                    fill = cfg.pad_id if name in s.aligned_tokens else 0
+                    out[name] = np.concatenate([batch[name], np.full((B, extra), fill, batch[name].dtype)], axis=1)
+            if s.position not in batch:
+                out[s.position] = np.broadcast_to(np.arange(out[s.tokens].shape[1], dtype=np.int32),
+                                                  out[s.tokens].shape).copy()
+        return out
+
+    def attention_modules(self, model: nnx.Module) -> dict[tuple[str, int], models.MultiHeadAttention]:
+        """(group, layer) -> the model's attention module (encoder and decoder stacks; override for others)."""
+        out = {}
+        encoder = getattr(model, "encoder", None)
+        for i, layer in enumerate(encoder.layers if encoder is not None else ()):
+            out[("encoder_self", i)] = layer.self_attention
+        decoder = getattr(model, "decoder", None)
+        for i, layer in enumerate(decoder.layers if decoder is not None else ()):
+            out[("decoder_self", i)] = layer.self_attention
+            if layer.cross_attention is not None:
+                out[("cross", i)] = layer.cross_attention
+        return out
+
     # ------------------------------------------------------------------------------------------ evaluation
+    def default_split(self) -> str:
+        """The split eval.py evaluates without --split."""
+        return "validation"
+
+    def evaluate_checkpoint(self, ev: "evaluation.Evaluator", params, split: str, step: int) -> dict[str, Any]:
+        """eval.py's results for ``split`` beyond the loss metrics (decoding, scores), logged by ``ev``."""
+        return {}
+
+    def final_lines(self, final: Mapping[str, Any]) -> list[str]:
+        """Lines train.py prints after a run, beyond its summary (e.g. the test BLEU with its signature)."""
+        return []
+
     def eval_split(self, final: bool) -> str:
         """The split the loss evaluators use."""
         return "validation"
@@ -125,6 +239,41 @@ class Task:
 class TranslationTask(Task):
     name = "translation"
     groups = ("encoder_self", "decoder_self", "cross")
+    model_class = models.EncoderDecoder
+    sides = (Side("source", "inputs", "inputs_segmentation", "inputs_position"),
+             Side("target", "targets", "targets_segmentation", "targets_position"))
+    group_sides = {"encoder_self": ("source", "source"), "decoder_self": ("target", "target"),
+                   "cross": ("target", "source")}
+    causal_side, causal_shift = "target", 1
+    splits = ("train", "validation", "test")
+    decodes = True
+
+    def side_tokens(self, batch, side, cfg):
+        """The target side reads the decoder inputs: targets shifted right, BOS at each segment start."""
+        if side != "target":
+            return super().side_tokens(batch, side, cfg)
+        targets, seg = np.asarray(batch["targets"]), np.asarray(batch["targets_segmentation"])
+        shifted = np.concatenate([np.full((targets.shape[0], 1), cfg.bos_id), targets[:, :-1]], axis=1)
+        starts = (np.asarray(batch["targets_position"]) == 0 if "targets_position" in batch
+                  else segment_positions(seg) == 0)
+        shifted = np.where(starts, cfg.bos_id, shifted)
+        return np.where(seg == 0, cfg.pad_id, shifted).astype(np.int32)
+
+    def default_split(self):
+        return self.config.eval.split
+
+    def evaluate_checkpoint(self, ev, params, split, step):
+        r = ev.bleu(params, split, step)
+        ev.logger.log_table(step, f"{split}/samples", ["source", "reference", "hypothesis"], r["samples"])
+        return {f"{split}/bleu": r["bleu"], f"{split}/chrf": r["chrf"], "bleu_signature": r["bleu_signature"],
+                "chrf_signature": r["chrf_signature"], "hypotheses_path": r.get("hypotheses_path"),
+                "sentences": r["num_sentences"]}
+
+    def final_lines(self, final):
+        split = self.config.eval.split
+        if f"{split}/bleu" not in final:
+            return []
+        return [f"{split} BLEU = {final[f'{split}/bleu']:.2f} ({final.get('bleu_signature', '')})"]
 
     def build_data(self, workdir, process_index, process_count):
         import data as data_lib
@@ -207,6 +356,11 @@ class LanguageModelTask(Task):
     name = "lm"
     groups = ("decoder_self",)
     can_shard_sequence = True
+    model_class = models.DecoderOnly
+    sides = (Side("target", "inputs", "segmentation", "position", aligned_tokens=("targets",),
+                  aligned=("loss_mask",), needs_segmentation=False),)
+    group_sides = {"decoder_self": ("target", "target")}
+    causal_side, causal_shift = "target", 0
 
     def build_data(self, workdir, process_index, process_count):
         import data as data_lib
@@ -259,6 +413,18 @@ class ClassificationTask(Task):
 
     name = "classification"
     groups = ("encoder_self", "pool")
+    model_class = models.EncoderClassifier
+    sides = (Side("source", "inputs", "inputs_segmentation", "inputs_position"),)
+    group_sides = {"encoder_self": ("source", "source"), "pool": ("pooled", "source")}
+    logits_side = "pooled"  # one prediction per sequence, from the pooling query
+    splits = ("train", "validation", "test")
+
+    def real_positions(self, batch, cfg):
+        real = super().real_positions(batch, cfg)
+        return dict(real, pooled=real["source"].any(axis=1, keepdims=True))
+
+    def attention_modules(self, model):
+        return {**super().attention_modules(model), ("pool", 0): model.pool}
 
     def build_data(self, workdir, process_index, process_count):
         import data as data_lib
@@ -304,6 +470,16 @@ class ClassificationTask(Task):
 
 
 TASKS: dict[str, type[Task]] = {t.name: t for t in (TranslationTask, LanguageModelTask, ClassificationTask)}
+
+
+def task_of(model: nnx.Module, config: Optional[ml_collections.ConfigDict] = None) -> Task:
+    """The task that trains ``model`` (found by its class), with ``config`` (None: tools that only read the
+    task's batch description)."""
+    for t in TASKS.values():
+        if isinstance(model, t.model_class):
+            return t(config)
+    raise ValueError(f"no task trains a {type(model).__name__}; the tasks train "
+                     f"{', '.join(t.model_class.__name__ for t in TASKS.values())}")
 
 
 def get_task(config: ml_collections.ConfigDict) -> Task:

@@ -20,6 +20,7 @@ from flax import nnx
 import attention
 import models
 from engine import doctor, sharding
+from engine.tasks import TASKS
 
 VOCAB, LENGTH, BATCH = 24, 12, 16
 FAULT_CHECKS = {
@@ -63,7 +64,10 @@ def train_tiny(kind: str = "translation", steps: int = 60, **overrides) -> nnx.M
     fields = dict(vocab_size=VOCAB, d_model=32, num_heads=4, d_ff=64, num_encoder_layers=1, num_decoder_layers=1,
                   dropout_rate=0.0, max_len=2 * LENGTH, attention_impl="reference", position="learned")
     cfg = models.TransformerConfig(**(fields | overrides))
-    model = (models.EncoderDecoder if kind == "translation" else models.DecoderOnly)(cfg, rngs=nnx.Rngs(0))
+    if kind == "classification":
+        model = models.EncoderClassifier(cfg, 2, rngs=nnx.Rngs(0))
+    else:
+        model = (models.EncoderDecoder if kind == "translation" else models.DecoderOnly)(cfg, rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     tx = optax.adam(3e-3)
 
@@ -71,6 +75,9 @@ def train_tiny(kind: str = "translation", steps: int = 60, **overrides) -> nnx.M
         m = nnx.merge(graphdef, params)
         if kind == "translation":
             logits, labels = m(inputs, targets), targets
+        elif kind == "classification":  # the class: is the first token in the upper half of the vocabulary
+            logits, labels = m(inputs)[:, None], (inputs[:, :1] >= (VOCAB + 5) // 2).astype(jnp.int32) + 1
+            return models.cross_entropy(logits, labels - 1, jnp.ones(labels.shape, jnp.float32))[0] / len(inputs)
         else:
             logits, labels = m(inputs)[:, :-1], inputs[:, 1:]
         loss, weight = models.cross_entropy(logits, labels, (labels != 0).astype(jnp.float32))
@@ -85,14 +92,14 @@ def train_tiny(kind: str = "translation", steps: int = 60, **overrides) -> nnx.M
     opt_state = tx.init(params)
     rng = np.random.default_rng(0)
     for _ in range(steps):
-        b = reverse_batch(rng) if kind == "translation" else lm_batch(rng)
+        b = lm_batch(rng) if kind == "lm" else reverse_batch(rng)
         params, opt_state = step(params, opt_state, b["inputs"], b.get("targets", b["inputs"]))
     return nnx.merge(graphdef, params)
 
 
 def eval_batches(kind: str = "translation") -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(1)
-    return [reverse_batch(rng) if kind == "translation" else lm_batch(rng)]
+    return [lm_batch(rng) if kind == "lm" else reverse_batch(rng)]
 
 
 @pytest.fixture
@@ -149,6 +156,19 @@ def test_healthy_model_is_quiet_and_report_is_written(healthy, tmp_path):
     assert set(report["findings"][0]) >= {"check", "group", "layer", "head", "value", "status"}
     md = (tmp_path / "report.md").read_text()
     assert summary in md and "| check | layer/head | value | threshold | status | what to try |" in md
+
+
+def test_classifier_is_quiet_when_healthy_and_flagged_without_its_padding_mask(planted_mask_fault):
+    """The doctor reads the classification task's batches too: encoder and pooling attention, no causal side."""
+    model = train_tiny("classification")
+    findings = doctor.diagnose(model, eval_batches("classification"))
+    fails, _ = problems(findings)
+    assert not fails, [(f.check, f.where, f.value) for f in findings if f.status == "fail"]
+    assert {f.group for f in findings if f.check == "padding_weight"} == {"encoder_self", "pool"}
+    assert not {"causal_weight", "causal_leakage", "two_token_causal"} & {f.check for f in findings}
+    planted_mask_fault("padding")
+    fails, _ = problems(doctor.diagnose(model, eval_batches("classification"), task="classification"))
+    assert {"padding_weight", "padding_invariance", "two_token_padding"} <= fails
 
 
 def test_missing_scale_is_flagged():
@@ -249,9 +269,10 @@ def test_numpy_positions_and_decoder_inputs_match_the_models():
     targets = np.array([[7, 8, 1, 9, 1, 0, 0], [5, 6, 7, 8, 9, 10, 1]], np.int32)
     assert np.array_equal(sharding.segment_positions(seg), np.asarray(models.positions_from_segmentation(seg)))
     cfg = models.TransformerConfig(vocab_size=VOCAB, d_model=8, num_heads=2, d_ff=8)
-    batch = doctor.complete_batch({"inputs": targets, "targets": targets, "targets_segmentation": seg}, "translation",
-                             cfg, rows=2)
-    assert np.array_equal(doctor.decoder_inputs(batch, "translation", cfg),
+    task = TASKS["translation"](None)
+    batch = doctor.complete_batch({"inputs": targets, "targets": targets, "targets_segmentation": seg}, task, cfg,
+                                  rows=2)
+    assert np.array_equal(task.side_tokens(batch, "target", cfg),
                           np.asarray(models.shift_right(targets, seg, cfg.bos_id, cfg.pad_id)))
 
 
@@ -271,3 +292,25 @@ def test_explorer_pages_for_batch_rows(healthy, tmp_path):
     assert groups["cross"]["q_labels"][0] == "t2"  # BOS starts the decoder inputs
     assert np.asarray(groups["encoder_self"]["weights"]).shape == (1, 4, n, n)
     assert set(groups["cross"]["stats"]) >= {"entropy", "max_logit", "sink"}
+
+
+@pytest.mark.parametrize("kind", ["lm", "classification"])
+def test_explorer_pages_for_the_other_tasks(kind, tmp_path):
+    from engine import explorer
+
+    model = train_tiny(kind, steps=2)
+    batch = eval_batches(kind)[0]
+    pieces = [f"t{i}" for i in range(VOCAB)]
+    paths = explorer.write_batch_explorers(model, batch, str(tmp_path), rows=[1], source_piece=pieces.__getitem__,
+                                           target_piece=pieces.__getitem__)
+    page = open(paths[1], encoding="utf-8").read()
+    data = json.loads(page.split("const DATA = ")[1].split(";\n")[0].replace("<\\/", "</"))
+    groups = {g["name"]: g for g in data["groups"]}
+    n = int(np.sum(batch["inputs"][1] != 0))
+    if kind == "lm":
+        assert set(groups) == {"decoder_self"} and groups["decoder_self"]["k_labels"] == [
+            pieces[i] for i in batch["inputs"][1, :n]]
+    else:
+        assert set(groups) == {"encoder_self", "pool"}
+        assert groups["pool"]["q_labels"] == ["<pooled>"] and len(groups["pool"]["k_labels"]) == n
+        assert np.asarray(groups["pool"]["weights"]).shape == (1, 1, 1, n)

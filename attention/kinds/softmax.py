@@ -1,10 +1,12 @@
 """``softmax``: scaled dot-product attention through ``attention.attention`` and its backends."""
-from attention.api import Kind, KindCall, attention, register_kind
+import attention
+from attention.api import Kind, KindCall, register_kind
 
 
 def softmax_kind(q, k, v, mask, call: KindCall):
-    """q [B, Tq, H, Dk], k [B, Tk, Hkv, Dk], v [B, Tk, Hkv, Dv] -> ([B, Tq, H, Dv], stats or None)."""
-    result = attention(
+    """q [B, Tq, H, Dk], k [B, Tk, Hkv, Dk], v [B, Tk, Hkv, Dv] -> ([B, Tq, H, Dv], stats or None).
+    Calls the package's ``attention.attention`` (looked up per call, so a test may substitute it)."""
+    result = attention.attention(
         q, k, v, mask, implementation=call.implementation, scale=call.scale, dropout_rate=call.dropout_rate,
         dropout_rng=call.rng if call.dropout_rate > 0 else None, return_stats=call.return_stats,
         backend_options=dict(call.backend_options or {}) or None,
