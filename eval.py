@@ -1,10 +1,13 @@
 """Evaluate a checkpoint of a training run.
 
-    python eval.py --config=configs/translation.py --workdir=runs/my-run [--step=3000] [--split=test]
-        [--examples=0,5,9] [--config.eval.beam_size=8]
+    python eval.py --workdir=runs/my-run [--step=3000] [--split=test] [--examples=0,5,9]
+    python eval.py --workdir=runs/my-run --config=configs/translation.py --config.eval.beam_size=8
 
-Restores the latest (or --step) checkpoint of --workdir, decodes --split with the config's decoder (beam
-search by default), writes hypotheses, and reports sacreBLEU/chrF with their signatures, perplexity, and
+Evaluates with the config the run recorded (<workdir>/config.json) unless --config is given; a --config that
+differs from it in a model or data field is refused, naming the fields; other differences (eval.*) are listed
+and --config's values used. Restores the latest (or --step) checkpoint of --workdir, decodes --split with the
+config's decoder (``config.eval.decode``: greedy or beam search; the output says which), writes hypotheses,
+and reports sacreBLEU/chrF with their signatures, perplexity, and
 per-layer, per-head attention entropy / max-logit / sink / logit mean and std tables; attention heatmaps and
 interactive explorer pages for --examples. Results go to <workdir>/eval/<split>_step<N>/ (results.json,
 attention.txt, hypotheses, heatmaps/). With --diagnose it runs the attention doctor instead and writes
@@ -15,8 +18,8 @@ from ml_collections import config_flags
 
 from engine import cli
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config file (configs/*.py[:args]).",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file("config", None, "A config file (configs/*.py[:args]) to evaluate with "
+                                          "instead of the run's recorded <workdir>/config.json.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory holding checkpoints/ and the tokenizer.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
 _SPLIT = flags.DEFINE_string("split", None, "Split to evaluate (default: config.eval.split).")
@@ -26,7 +29,7 @@ _DIAGNOSE = flags.DEFINE_bool("diagnose", False, "Run the attention doctor (engi
                               "<workdir>/eval/diagnose_step<N>/report.md and report.json.")
 _DISTRIBUTED = flags.DEFINE_enum("distributed", "auto", ["auto", "yes", "no"],
                                  "Call jax.distributed.initialize() (auto: when launched on several hosts).")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv):
@@ -34,14 +37,11 @@ def main(argv):
     import os
 
     from engine import checkpoint as ckpt_lib
-    from engine import runtime
+    from engine import restore, runtime
     from engine.errors import CheckpointError
+    from engine.tasks import get_task
 
     # Every argument is checked before anything is built or written (the workdir is not created).
-    splits = ("validation",) if _CONFIG.value.task == "lm" else ("train", "validation", "test")
-    if _SPLIT.value is not None and _SPLIT.value not in splits:
-        raise cli.UsageError(f"--split={_SPLIT.value}: expected one of {splits}"
-                             f"{cli.did_you_mean(_SPLIT.value, splits)}")
     try:
         examples = tuple(int(x) for x in _EXAMPLES.value if x.strip())
     except ValueError:
@@ -57,18 +57,24 @@ def main(argv):
         if _STEP.value in damaged:
             what = f"checkpoint step {_STEP.value} is damaged"
         raise CheckpointError(f"{what} in {ckpt_dir}; {ckpt_lib.describe_inventory(ckpt_dir)}")
+    config, notes = restore.eval_config(_WORKDIR.value, _CONFIG.value)
+    splits = get_task(config).splits
+    if _SPLIT.value is not None and _SPLIT.value not in splits:
+        raise cli.UsageError(f"--split={_SPLIT.value}: expected one of {splits}"
+                             f"{cli.did_you_mean(_SPLIT.value, splits)}")
 
     runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
     runtime.enable_compilation_cache()
-    runtime.setup_logging(runtime.process_logfile(os.path.join(_WORKDIR.value, "eval.log")))
-    from engine import restore
+    log = runtime.setup_logging(runtime.process_logfile(os.path.join(_WORKDIR.value, "eval.log")))
+    for line in notes:
+        log.info("%s", line)
 
     if _DIAGNOSE.value:
-        d = restore.diagnose_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value)
+        d = restore.diagnose_checkpoint(config, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value)
         print(f"attention doctor, checkpoint step {d['step']}: {d['summary']}\nreport: "
               f"{os.path.join(d['out_dir'], 'report.md')}")
         return
-    r = restore.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value,
+    r = restore.evaluate_checkpoint(config, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value,
                                     heatmap_examples=examples)
     split = r["split"]
     lines = [f"checkpoint step {r['step']}, split {split}"]
@@ -76,7 +82,7 @@ def main(argv):
                 f"{split}/bleu", f"{split}/chrf"):
         if key in r:
             lines.append(f"  {key:24s} {r[key]:.4f}")
-    for key in ("bleu_signature", "chrf_signature", "hypotheses_path"):
+    for key in ("decoding", "bleu_signature", "chrf_signature", "hypotheses_path"):
         if r.get(key):
             lines.append(f"  {key:24s} {r[key]}")
     lines.append(r["tables"])

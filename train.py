@@ -41,9 +41,10 @@ def main(argv):
     summary = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in final.items()
                         if isinstance(v, (int, float, str)) and not k.endswith("signature"))
     log.info("done: %s", summary)
-    if config.task == "translation" and f"{config.eval.split}/bleu" in final:
-        log.info("%s BLEU = %.2f (%s)", config.eval.split, final[f"{config.eval.split}/bleu"],
-                 final.get("bleu_signature", ""))
+    from engine.tasks import get_task
+
+    for line in get_task(config).final_lines(final):
+        log.info("%s", line)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,15 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any
             "chrf_signature": str(chrf.get_signature()), "bleu_text": str(b)}
 
 
+def describe_decoding(e, decode: Optional[str] = None) -> str:
+    """What decoding ``config.eval`` (``e``) asks for, in words: "greedy search" or "beam search (beam 4,
+    length penalty 0.6)"; ``decode`` overrides ``e.decode``."""
+    decode = decode or e.decode
+    if decode == "beam":
+        return f"beam search (beam {int(e.beam_size)}, length penalty {float(e.length_penalty):g})"
+    return "greedy search"
+
+
 def cut_at_eos(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
     out = []
     for i in ids:
@@ -226,8 +235,11 @@ class Evaluator:
             examples = examples[:limit]
         sources = [s for s, _ in examples]
         refs = [r for _, r in examples]
+        decoding = describe_decoding(self.config.eval, decode)
+        log.info("decoding %d %s sentences with %s (config.eval.decode)", len(sources), split, decoding)
         hyps = self.translate(params, sources, decode=decode, interventions=interventions)
         result = score(hyps, refs)
+        result["decoding"] = decoding
         if write and self.workdir is not None and jax.process_index() == 0:
             outdir = os.path.join(self.workdir, "outputs")
             os.makedirs(outdir, exist_ok=True)

@@ -18,9 +18,56 @@ from engine import sharding as sharding_lib
 from engine import writer as writer_lib
 from engine.state import abstract_state, build
 from engine.steps import make_stats_step, to_device
+from engine.errors import ConfigError
 from engine.tasks import get_task
 
 log = logging.getLogger("attnlab")
+
+# Config fields that change the model or the data it reads: a --config that differs from the run's in one of
+# these cannot evaluate the run's checkpoints meaningfully.
+MODEL_FIELDS = ("task", "seed", "model.", "data.")
+
+
+def recorded_config(workdir: str) -> ml_collections.ConfigDict:
+    """The config a run recorded in ``<workdir>/config.json`` when it started; ConfigError when it has none."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise ConfigError(f"--workdir={workdir} has no config.json (every run records its config there when it "
+                          f"starts); pass the run's config file with --config")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def config_differences(recorded: ml_collections.ConfigDict, given: ml_collections.ConfigDict
+                       ) -> tuple[list[str], list[str]]:
+    """Fields where ``given`` differs from ``recorded``, as "field: X in the run, Y in --config": (those of
+    ``MODEL_FIELDS``, the others)."""
+    def flat(c):
+        return ckpt_lib.flatten_config(json.loads(c.to_json_best_effort()))
+
+    a, b = flat(recorded), flat(given)
+    diffs = [(k, f"{k}: {a.get(k)!r} in the run, {b.get(k)!r} in --config") for k in sorted(set(a) | set(b))
+             if a.get(k) != b.get(k) and not k.startswith("wandb.")]
+    return ([d for k, d in diffs if k.startswith(MODEL_FIELDS)],
+            [d for k, d in diffs if not k.startswith(MODEL_FIELDS)])
+
+
+def eval_config(workdir: str, given: Optional[ml_collections.ConfigDict]
+                ) -> tuple[ml_collections.ConfigDict, list[str]]:
+    """(config, lines to log): the config eval.py evaluates ``workdir`` with: the run's recorded one, or
+    ``given`` (--config) when it matches the run in every model and data field; ConfigError naming the fields
+    that differ otherwise. Other differences (eval.*, train.*) come back as lines, one per field, and
+    ``given``'s values are used."""
+    recorded = recorded_config(workdir)
+    if given is None:
+        return recorded, [f"config: the run's own, {os.path.join(workdir, 'config.json')}"]
+    model, other = config_differences(recorded, given)
+    if model:
+        shown = "; ".join(model[:4]) + (f"; +{len(model) - 4} more" if len(model) > 4 else "")
+        raise ConfigError(f"--config differs from the config the run trained with "
+                          f"({os.path.join(workdir, 'config.json')}) in {len(model)} model/data field(s): {shown}. "
+                          f"Leave out --config to use the run's own")
+    return given, [f"config: {line} (using --config's)" for line in other]
 
 
 def restore_run(config: ml_collections.ConfigDict, workdir: str, *, step: Optional[int] = None):
@@ -45,15 +92,17 @@ def restore_run(config: ml_collections.ConfigDict, workdir: str, *, step: Option
 def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step: Optional[int] = None,
                         split: Optional[str] = None, heatmap_examples: tuple[int, ...] = (),
                         stats_batches: int = 8) -> dict:
-    """Restore a checkpoint of ``workdir`` and evaluate it on ``split`` (default: ``config.eval.split`` for
-    translation; synthetic tasks have one evaluation set, reported as "validation").
+    """Restore a checkpoint of ``workdir`` and evaluate it on ``split`` (default: the task's
+    ``default_split()``: ``config.eval.split`` for translation; synthetic tasks have one evaluation set,
+    reported as "validation").
 
     Writes ``<workdir>/eval/<split>_step<N>/`` (hypotheses, results.json, attention tables, heatmaps) and
-    returns the results: loss/perplexity/accuracy, BLEU/chrF with signatures (translation), and per-layer,
-    per-head attention summaries averaged over ``stats_batches`` batches of the split.
+    returns the results: loss/perplexity/accuracy, what the task adds (``Task.evaluate_checkpoint``: BLEU/chrF
+    with signatures for translation), and per-layer, per-head attention summaries averaged over
+    ``stats_batches`` batches of the split.
     """
     task, data, setup, state, step = restore_run(config, workdir, step=step)
-    split = split or (config.eval.split if config.task == "translation" else "validation")
+    split = split or task.default_split()
     params = state["params"]
     out_dir = os.path.join(workdir, "eval", f"{split}_step{step}")
     os.makedirs(out_dir, exist_ok=True)
@@ -63,12 +112,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
         ev = evaluation.Evaluator(setup, data, logger, out_dir)
         results: dict[str, Any] = {"step": step, "split": split}
         results.update(ev.loss_metrics(params, split))
-        if config.task == "translation":
-            r = ev.bleu(params, split, step)
-            results.update({f"{split}/bleu": r["bleu"], f"{split}/chrf": r["chrf"],
-                            "bleu_signature": r["bleu_signature"], "chrf_signature": r["chrf_signature"],
-                            "hypotheses_path": r.get("hypotheses_path"), "sentences": r["num_sentences"]})
-            logger.log_table(step, f"{split}/samples", ["source", "reference", "hypothesis"], r["samples"])
+        results.update(task.evaluate_checkpoint(ev, params, split, step))
         stats_step = make_stats_step(setup, deterministic=True)
         batches = ev.batches(split)[:stats_batches]
         summaries = [jax.tree.map(np.asarray, jax.device_get(stats_step(state, to_device(b, setup.mesh, setup.layout))))
@@ -81,7 +125,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
         results["attention"] = jax.tree.map(lambda a: np.round(a, 5).tolist(), summary)
         logger.log(step, {k: v for k, v in results.items() if isinstance(v, float)}
                    | metrics_lib.flatten_summary(summary))
-        if config.task == "translation" and heatmap_examples:
+        if task.draws_heatmaps and heatmap_examples:
             images = ev.heatmaps(params, step, split, indices=heatmap_examples)
             logger.log_images(step, images)
             results["heatmaps"] = sorted(images.values())
@@ -103,11 +147,11 @@ def diagnose_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
     from engine import doctor
 
     task, data, setup, state, step = restore_run(config, workdir, step=step)
-    split = split or (config.eval.split if config.task == "translation" else "validation")
+    split = split or task.default_split()
     tok = getattr(data, "tokenizer", None)
     out_dir = os.path.join(workdir, "eval", f"diagnose_step{step}")
     findings, summary = doctor.run_diagnosis(
-        setup.model(state["params"]), task.eval_batches(data, split), out_dir,
+        setup.model(state["params"]), task.eval_batches(data, split), out_dir, task=task,
         piece_labels=[tok.id_to_piece(i) for i in range(tok.vocab_size)] if tok is not None else None,
         thresholds=config.doctor, title=f"Attention doctor: {os.path.basename(os.path.abspath(workdir))}, step {step}",
         meta={"workdir": workdir, "split": split, "step": step},

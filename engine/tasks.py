@@ -72,6 +72,7 @@ class Task:
     causal_shift = 0  # 1: the logits at column c read that side's tokens before c (teacher forcing); 0: up to c
     splits: tuple[str, ...] = ("validation",)  # the splits eval.py can evaluate
     decodes = False  # evaluation decodes sequences (greedy or beam search, ``config.eval.decode``)
+    draws_heatmaps = False  # eval.py --examples draws attention heatmaps of split examples
 
     def __init__(self, config: ml_collections.ConfigDict):
         self.config = config
@@ -247,6 +248,7 @@ class TranslationTask(Task):
     causal_side, causal_shift = "target", 1
     splits = ("train", "validation", "test")
     decodes = True
+    draws_heatmaps = True
 
     def side_tokens(self, batch, side, cfg):
         """The target side reads the decoder inputs: targets shifted right, BOS at each segment start."""
@@ -267,7 +269,7 @@ class TranslationTask(Task):
         ev.logger.log_table(step, f"{split}/samples", ["source", "reference", "hypothesis"], r["samples"])
         return {f"{split}/bleu": r["bleu"], f"{split}/chrf": r["chrf"], "bleu_signature": r["bleu_signature"],
                 "chrf_signature": r["chrf_signature"], "hypotheses_path": r.get("hypotheses_path"),
-                "sentences": r["num_sentences"]}
+                "sentences": r["num_sentences"], "decoding": r["decoding"]}
 
     def final_lines(self, final):
         split = self.config.eval.split

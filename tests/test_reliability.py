@@ -188,8 +188,8 @@ def mistakes(root, corpus, baseline) -> dict[str, tuple[str, list, tuple[str, ..
         "eval missing workdir": ("eval.py", [LM[0], f"--workdir={root / 'nowhere'}"], (
             f"ERROR no checkpoints/ in --workdir={root / 'nowhere'}",)),
         "eval another config": ("eval.py", ["--config=configs/lm_copy.py:runlocal,heads=2", f"--workdir={baseline}"], (
-            "ERROR checkpoint step 30 in", "was written by another model config",
-            "params/decoder/layers/0/self_attention/key/bias: [4, 8] float32 in the checkpoint, [2, 16] float32 now")),
+            "ERROR --config differs from the config the run trained with", "model/data field(s): ",
+            "model.num_heads: 4 in the run, 2 in --config", "Leave out --config to use the run's own")),
     }
 
 

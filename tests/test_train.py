@@ -235,6 +235,25 @@ def test_eval_restores_and_decodes(baseline):
     assert os.path.exists(os.path.join(r["out_dir"], "results.json"))
 
 
+def test_eval_takes_the_runs_recorded_config_and_explains_a_differing_one(baseline):
+    c, workdir, _ = baseline
+    config, notes = restore.eval_config(workdir, None)
+    assert config.model.d_model == 32 and notes == [f"config: the run's own, {os.path.join(workdir, 'config.json')}"]
+    r = restore.evaluate_checkpoint(config, workdir, step=8, split="validation")
+    assert r["decoding"] == "greedy search" and 0 <= r["validation/bleu"] <= 100
+    other = tiny_translation_config(c.data.train_files, c.data.cache_dir)
+    other.model.d_model = 64
+    other.eval.beam_size = 8
+    with pytest.raises(config_lib.ConfigError) as e:
+        restore.eval_config(workdir, other)
+    message = str(e.value)
+    assert "1 model/data field(s): model.d_model: 32 in the run, 64 in --config" in message
+    assert "\n" not in message and "eval.beam_size" not in message
+    other.model.d_model = 32
+    _, notes = restore.eval_config(workdir, other)
+    assert "config: eval.beam_size: 4 in the run, 8 in --config (using --config's)" in notes
+
+
 def test_synthetic_decoder_only_task_reports_masked_accuracy(tmp_path):
     c = config_lib.base_config()
     c.task = "lm"
