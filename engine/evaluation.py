@@ -1,8 +1,13 @@
-"""The evaluators tasks compose (``Task.evaluate``), shared by training and eval.py.
+"""The evaluators tasks compose, shared by training and eval.py.
 
-- Every task: teacher-forced loss, perplexity, token accuracy and sequence accuracy on the positions the task
-  scores, over a split's evaluation batches; optionally the loss per sequence position.
-- Translation: decoding (greedy or beam search) of a split's sources, scored with sacreBLEU's BLEU and chrF
+A task lists its evaluators (``Task.evaluators(final)``: ``(name, arguments)`` entries of ``EVALUATORS``, as
+big_vision configs list theirs); ``Evaluator.evaluate`` builds and runs them in order, logs their scalars once
+and returns them. ``Evaluator`` itself is what they share: the run's setup, data, logger, compiled eval step and
+host-local parameters.
+
+- ``loss`` (every task): teacher-forced loss, perplexity, token accuracy and sequence accuracy on the positions
+  the task scores, over a split's evaluation batches; optionally the loss per sequence position.
+- ``bleu`` and ``heatmaps`` (translation): decoding (greedy or beam search) of a split's sources, scored with sacreBLEU's BLEU and chrF
   against the raw references (signatures logged); sample translations; attention heatmaps (``reference``
   backend weights) for a few fixed examples, as PNG files in ``<workdir>/heatmaps/`` and W&B images.
 
@@ -330,13 +335,84 @@ class Evaluator:
         return paths
 
     # ---------------------------------------------------------------------------------------- all
-    def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
-        """One evaluation round of the task's evaluators; returns the scalar results."""
+    def run(self, specs, params, step: int) -> dict[str, Any]:
+        """The evaluators ``specs`` ((name, arguments) of ``EVALUATORS``) in order: scalars are logged once, after
+        every evaluator that scores and before those that draw (``artifacts``); returns the merged results."""
+        evaluators = [make_evaluator(name, args) for name, args in specs]
+        results: dict[str, Any] = {}
         try:
-            results = self.task.evaluate(self, params, step, final=final)
+            for e in (e for e in evaluators if not e.artifacts):
+                results.update(e(self, params, step))
+            self.logger.log(step, {k: v for k, v in results.items() if not isinstance(v, str) and v is not None})
+            for e in (e for e in evaluators if e.artifacts):
+                results.update(e(self, params, step))
         finally:
             self._local = (None, None)
+        return results
+
+    def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
+        """One evaluation round of the task's evaluators (``Task.evaluators(final)``); returns the results."""
+        results = self.run(self.task.evaluators(final), params, step)
         log.info("eval step %d: %s", step, _fmt(results))
         return results
+
+
+class LossMetrics:
+    """Loss, perplexity, accuracy and sequence accuracy of ``split`` (``Evaluator.loss_metrics``)."""
+
+    artifacts = False
+
+    def __init__(self, split: str):
+        self.split = split
+
+    def __call__(self, ev: Evaluator, params, step: int) -> dict[str, Any]:
+        return ev.loss_metrics(params, self.split)
+
+
+class Bleu:
+    """Decode (the first ``limit`` sentences of) ``split`` and score BLEU/chrF as ``<prefix>/bleu``,
+    ``<prefix>/chrf`` with their signatures. ``detail`` (eval.py): also the hypotheses file, sentence count and
+    decoding, and the samples table without the log lines of a training round."""
+
+    artifacts = False
+
+    def __init__(self, split: str, prefix: str, limit: int = 0, detail: bool = False):
+        self.split, self.prefix, self.limit, self.detail = split, prefix, int(limit), bool(detail)
+
+    def __call__(self, ev: Evaluator, params, step: int) -> dict[str, Any]:
+        if not self.detail:
+            return ev.bleu_round(params, self.split, step, limit=self.limit, prefix=self.prefix)
+        r = ev.bleu(params, self.split, step, limit=self.limit)
+        ev.logger.log_table(step, f"{self.split}/samples", ["source", "reference", "hypothesis"], r["samples"])
+        return {f"{self.prefix}/bleu": r["bleu"], f"{self.prefix}/chrf": r["chrf"],
+                "bleu_signature": r["bleu_signature"], "chrf_signature": r["chrf_signature"],
+                "hypotheses_path": r.get("hypotheses_path"), "sentences": r["num_sentences"],
+                "decoding": r["decoding"]}
+
+
+class Heatmaps:
+    """Attention heatmaps and explorer pages of ``config.eval.heatmap_examples`` fixed examples of ``split``
+    (logged as images and pages; no scalars)."""
+
+    artifacts = True
+
+    def __init__(self, split: str):
+        self.split = split
+
+    def __call__(self, ev: Evaluator, params, step: int) -> dict[str, Any]:
+        images = ev.heatmaps(params, step, self.split)
+        if images:
+            ev.logger.log_images(step, images)
+        return {}
+
+
+EVALUATORS = {"loss": LossMetrics, "bleu": Bleu, "heatmaps": Heatmaps}
+
+
+def make_evaluator(name: str, args: Mapping[str, Any]):
+    """The evaluator ``name`` of ``EVALUATORS`` built with ``args``; ValueError naming the known ones."""
+    if name not in EVALUATORS:
+        raise ValueError(f"evaluator {name!r} is unknown; expected one of {tuple(EVALUATORS)}")
+    return EVALUATORS[name](**args)
 def _fmt(results: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in results.items() if isinstance(v, float))

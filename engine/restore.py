@@ -112,7 +112,8 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
         ev = evaluation.Evaluator(setup, data, logger, out_dir)
         results: dict[str, Any] = {"step": step, "split": split}
         results.update(ev.loss_metrics(params, split))
-        results.update(task.evaluate_checkpoint(ev, params, split, step))
+        for name, args in task.checkpoint_evaluators(split):
+            results.update(evaluation.make_evaluator(name, args)(ev, params, step))
         stats_step = make_stats_step(setup, deterministic=True)
         batches = ev.batches(split)[:stats_batches]
         summaries = [jax.tree.map(np.asarray, jax.device_get(stats_step(state, to_device(b, setup.mesh, setup.layout))))

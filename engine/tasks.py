@@ -3,6 +3,9 @@ positions count in the loss, its batch layout and its evaluators; the loop never
 
 - ``translation``: ``EncoderDecoder`` on a parallel corpus (``data.build_translation``); evaluators: loss and
   perplexity, BLEU/chrF of decoded sentences, attention heatmaps.
+
+A task lists its evaluators as ``(name, arguments)`` entries of ``engine.evaluation.EVALUATORS`` (as big_vision
+configs list theirs); ``Evaluator.evaluate`` runs them in order and logs their results once.
 - ``lm``: ``DecoderOnly`` on a synthetic task (``data.build_synthetic``); loss on the task's answer positions
   (``train.loss_on="answers"``) or on every real target (``"all"``); evaluators: loss, token and sequence
   accuracy on the answers, and optionally the loss per position (``eval.position_loss``).
@@ -20,7 +23,7 @@ and give it a config file (docs/extending.md walks through one).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import flax.nnx as nnx
 import jax
@@ -34,10 +37,8 @@ from engine import metrics as metrics_lib
 from engine.errors import ConfigError
 from engine.sharding import segment_positions
 
-if TYPE_CHECKING:
-    from engine import evaluation
-
 Batch = Mapping[str, jax.Array]
+EvaluatorSpec = tuple[str, dict]  # (a name of engine.evaluation.EVALUATORS, its keyword arguments)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,9 +216,9 @@ class Task:
         """The split eval.py evaluates without --split."""
         return "validation"
 
-    def evaluate_checkpoint(self, ev: "evaluation.Evaluator", params, split: str, step: int) -> dict[str, Any]:
-        """eval.py's results for ``split`` beyond the loss metrics (decoding, scores), logged by ``ev``."""
-        return {}
+    def checkpoint_evaluators(self, split: str) -> list[EvaluatorSpec]:
+        """What eval.py runs on ``split`` beyond the loss metrics and attention tables (decoding, scores)."""
+        return []
 
     def final_lines(self, final: Mapping[str, Any]) -> list[str]:
         """Lines train.py prints after a run, beyond its summary (e.g. the test BLEU with its signature)."""
@@ -230,11 +231,9 @@ class Task:
     def eval_batches(self, data: Any, split: str) -> list[dict[str, np.ndarray]]:
         return list(data.eval_batches(split))
 
-    def evaluate(self, ev: "evaluation.Evaluator", params, step: int, *, final: bool) -> dict[str, Any]:
-        """One evaluation round (logged by ``ev``); returns the scalar results."""
-        results = ev.loss_metrics(params, self.eval_split(final))
-        ev.logger.log(step, results)
-        return results
+    def evaluators(self, final: bool) -> list[EvaluatorSpec]:
+        """The evaluators of one evaluation round during training (``final``: the one after training)."""
+        return [("loss", {"split": self.eval_split(final)})]
 
 
 class TranslationTask(Task):
@@ -264,12 +263,8 @@ class TranslationTask(Task):
     def default_split(self):
         return self.config.eval.split
 
-    def evaluate_checkpoint(self, ev, params, split, step):
-        r = ev.bleu(params, split, step)
-        ev.logger.log_table(step, f"{split}/samples", ["source", "reference", "hypothesis"], r["samples"])
-        return {f"{split}/bleu": r["bleu"], f"{split}/chrf": r["chrf"], "bleu_signature": r["bleu_signature"],
-                "chrf_signature": r["chrf_signature"], "hypotheses_path": r.get("hypotheses_path"),
-                "sentences": r["num_sentences"], "decoding": r["decoding"]}
+    def checkpoint_evaluators(self, split):
+        return [("bleu", {"split": split, "prefix": split, "detail": True})]
 
     def final_lines(self, final):
         split = self.config.eval.split
@@ -339,19 +334,15 @@ class TranslationTask(Task):
     def eval_split(self, final):
         return "validation"
 
-    def evaluate(self, ev, params, step, *, final):
+    def evaluators(self, final):
         e = self.config.eval
-        split = e.split if final else e.bleu_split
-        results = ev.loss_metrics(params, "validation")
+        out = [("loss", {"split": "validation"})]
         limit = int(e.split_examples) if final else int(e.bleu_examples)
         if final or limit > 0:
-            prefix = split if final else f"{split}_subset"
-            results.update(ev.bleu_round(params, split, step, limit=limit, prefix=prefix))
-        ev.logger.log(step, {k: v for k, v in results.items() if not isinstance(v, str)})
-        images = ev.heatmaps(params, step, e.bleu_split)
-        if images:
-            ev.logger.log_images(step, images)
-        return results
+            split = e.split if final else e.bleu_split
+            out.append(("bleu", {"split": split, "limit": limit, "prefix": split if final else f"{split}_subset"}))
+        out.append(("heatmaps", {"split": e.bleu_split}))
+        return out
 
 
 class LanguageModelTask(Task):
@@ -463,12 +454,10 @@ class ClassificationTask(Task):
             return "config.model.num_encoder_layers=0; the classification task needs an encoder (>= 1 layer)"
         return None
 
-    def evaluate(self, ev, params, step, *, final):
-        results = ev.loss_metrics(params, "test" if final else "validation")
+    def evaluators(self, final):
         if final:
-            results.update(ev.loss_metrics(params, "validation"))
-        ev.logger.log(step, results)
-        return results
+            return [("loss", {"split": "test"}), ("loss", {"split": "validation"})]
+        return [("loss", {"split": "validation"})]
 
 
 TASKS: dict[str, type[Task]] = {t.name: t for t in (TranslationTask, LanguageModelTask, ClassificationTask)}
