@@ -6,6 +6,12 @@
 This is ``engine.run`` with a workdir and the default hooks (engine/loop.py, engine/hooks.py). A rerun with the
 same --workdir resumes from its latest checkpoint that restores (damaged steps are moved to
 <workdir>/checkpoints_damaged/). Mistakes are one ERROR line and exit code 1 (engine/cli.py).
+
+One run per workdir (a lock); a rerun with a config that changes training is refused unless
+--allow_config_change (then the change is recorded in <workdir>/config_history.jsonl); a rerun of a finished
+run says so and exits 0. After SIGTERM / SIGINT the run saves, stops and exits with 143 / 130; a hang (a step,
+evaluation or save past train.watchdog_seconds) exits 1 with every thread's stack dumped
+(docs/reliability.md).
 """
 from absl import flags
 from ml_collections import config_flags
@@ -17,6 +23,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config>-<name or timestamp>).")
 _DISTRIBUTED = flags.DEFINE_enum("distributed", "auto", ["auto", "yes", "no"],
                                  "Call jax.distributed.initialize() (auto: when launched on several hosts).")
+_ALLOW_CHANGE = flags.DEFINE_bool("allow_config_change", False,
+                                  "Continue a run whose recorded config differs in fields that change training; "
+                                  "the change is recorded with its step in <workdir>/config_history.jsonl.")
 flags.mark_flags_as_required(["config"])
 
 
@@ -32,12 +41,18 @@ def main(argv):
     config = _CONFIG.value
     workdir = _WORKDIR.value or config_lib.default_workdir(config_flags.get_config_filename(flags.FLAGS["config"]),
                                                            config)
-    log = runtime.setup_logging(runtime.process_logfile(os.path.join(workdir, "train.log")))
-    log.info("workdir: %s", os.path.abspath(workdir))
+    log = runtime.setup_logging()  # train.log is opened once the workdir checks passed (engine/workdir.py)
 
     from engine import loop
+    from engine import watchdog
+    from engine import workdir as workdir_lib
 
-    final = loop.run(config, workdir)
+    try:
+        final = loop.run(config, workdir, allow_config_change=_ALLOW_CHANGE.value,
+                         logfile=runtime.process_logfile(os.path.join(workdir, "train.log")))
+    except workdir_lib.RunFinished as e:
+        log.info("%s", e)
+        return 0
     summary = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in final.items()
                         if isinstance(v, (int, float, str)) and not k.endswith("signature"))
     log.info("done: %s", summary)
@@ -45,6 +60,7 @@ def main(argv):
 
     for line in get_task(config).final_lines(final):
         log.info("%s", line)
+    return watchdog.signal_exit_code(final.get("stop_reason")) or 0
 
 
 if __name__ == "__main__":

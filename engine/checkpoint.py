@@ -24,9 +24,7 @@ import json
 import logging
 import os
 import re
-import signal
 import sys
-import time
 from typing import Any, Callable, Mapping, Optional
 
 import jax
@@ -134,6 +132,24 @@ def _shapes(tree: Any) -> dict[str, tuple[tuple[int, ...], str]]:
             for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+# Fields named first when configs differ: what the run is, then the model's shape, then data and optimizer.
+_FIRST_FIELDS = ("task", "model.d_model", "model.num_heads", "model.num_kv_heads", "model.num_layers",
+                 "model.num_encoder_layers", "model.num_decoder_layers", "model.d_ff", "model.qk_dim", "model.v_dim",
+                 "model.vocab_size", "model.max_len")
+_SECTION_ORDER = ("model.", "data.", "seed", "train.", "mesh.", "eval.")
+
+
+def field_rank(key: str) -> tuple[int, int, str]:
+    """Sort key of a dotted config field for messages: ``task`` and the model's shape first, then the rest of
+    ``model``, ``data``, ``seed``, ``train``, ``mesh``, ``eval`` and everything else, alphabetically within."""
+    if key in _FIRST_FIELDS:
+        return 0, _FIRST_FIELDS.index(key), key
+    for i, prefix in enumerate(_SECTION_ORDER):
+        if key.startswith(prefix):
+            return 1 + i, 0, key
+    return 1 + len(_SECTION_ORDER), 0, key
+
+
 def flatten_config(config: Any) -> dict[str, Any]:
     """{"model.num_heads": 4, ...}: the JSON-able leaves of a (Config)Dict, keyed by dotted path."""
     config = config.to_dict() if hasattr(config, "to_dict") else config
@@ -150,11 +166,32 @@ def flatten_config(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(out, default=str))
 
 
+class _SaveFailures(logging.Filter):
+    """On absl's logger: drops Orbax's error records (a failed background save is logged there, with its
+    traceback, and then carried on from) and keeps the first one's cause for ``Checkpointer.check``."""
+
+    def __init__(self):
+        super().__init__()
+        self.cause: Optional[str] = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or "orbax" not in record.pathname:
+            return True
+        if self.cause is None:
+            exc = record.exc_info[1] if record.exc_info else None
+            self.cause = _one_line(exc) if exc is not None else " ".join(record.getMessage().split())[:300]
+        return False
+
+
 class Checkpointer:
     """Periodic and final checkpoints of (train state, data iterator state) under ``directory``.
 
     config: the run's config (a ConfigDict or dict), recorded with every step so a mismatching checkpoint is
     named with the config fields that differ.
+
+    A save that fails (disk full, a read-only or vanished directory), in the call or in Orbax's background
+    thread, is reported by ``check`` (called by the train loop's hook every step) as one CheckpointError naming
+    the step, the path, the cause and the last good step; Orbax's own error logs of it are silenced.
     """
 
     def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True,
@@ -165,6 +202,10 @@ class Checkpointer:
             max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save
         )
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data"))
+        self._failures = _SaveFailures()
+        logging.getLogger("absl").addFilter(self._failures)
+        self._saving: Optional[int] = None
+        self._reported = False
 
     def step_dir(self, step: int) -> str:
         return os.path.join(self.directory, str(int(step)))
@@ -189,14 +230,33 @@ class Checkpointer:
             moved = self._set_aside(step)
             log.warning("checkpoint step %d at %s is damaged (%s); moved it to %s and saving step %d again",
                         step, self.step_dir(step), problem, moved, step)
-        self.manager.save(
-            int(step),
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state),
-                data=ocp.args.JsonSave(_encode_data_state(data_state)),
-            ),
-            custom_metadata={"config": self.config} if self.config is not None else None,
-        )
+        self.check()
+        self._saving = int(step)
+        _filter_abandoned_read_noise()  # a failed write leaves the same abandoned-coroutine noise as a read
+        try:
+            self.manager.save(
+                int(step),
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state),
+                    data=ocp.args.JsonSave(_encode_data_state(data_state)),
+                ),
+                custom_metadata={"config": self.config} if self.config is not None else None,
+            )
+        except Exception as e:  # noqa: BLE001  any failure to write is the one line of check()
+            self._failures.cause = self._failures.cause or _one_line(e)
+        self.check()
+
+    def check(self) -> None:
+        """Raise CheckpointError (once) when a save failed, naming the step, the path, the cause and the last
+        good step."""
+        if self._failures.cause is None or self._reported:
+            return
+        self._reported = True
+        good = self.latest_step()
+        last = f"last good checkpoint: step {good}" if good is not None else "no good checkpoint yet"
+        raise CheckpointError(f"saving checkpoint step {self._saving} to {self.step_dir(self._saving)} failed: "
+                              f"{self._failures.cause}; {last} in {self.directory}. Training stopped; free the "
+                              f"space (or fix the directory) and rerun to resume")
 
     def restore(self, abstract_state: Any, step: Optional[int] = None) -> tuple[Any, Any, int]:
         """(state, data_state, step) at ``step`` onto the shardings of ``abstract_state``.
@@ -306,7 +366,7 @@ class Checkpointer:
         saved = self.saved_config(step)
         if saved is None or self.config is None:
             return []
-        keys = sorted(k for k in set(saved) | set(self.config) if k.startswith(_CONFIG_SECTIONS))
+        keys = sorted((k for k in set(saved) | set(self.config) if k.startswith(_CONFIG_SECTIONS)), key=field_rank)
         return [f"{k}={saved.get(k)!r} in the checkpoint, {self.config.get(k)!r} now" for k in keys
                 if saved.get(k) != self.config.get(k)]
 
@@ -329,11 +389,26 @@ class Checkpointer:
         return target
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        """Wait for the background save; raise CheckpointError when it failed (see ``check``)."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001
+            self._failures.cause = self._failures.cause or _one_line(e)
+        if self._saving is not None and self._failures.cause is None:
+            self.manager.reload()
+            if self._saving not in self.manager.all_steps():
+                self._failures.cause = "the step was not finalized"
+        self.check()
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        """Finish the background work and let go of Orbax; a failure was already reported by ``check``."""
+        try:
+            self.manager.wait_until_finished()
+            self.manager.close()
+        except Exception as e:  # noqa: BLE001
+            self._failures.cause = self._failures.cause or _one_line(e)
+        finally:
+            logging.getLogger("absl").removeFilter(self._failures)
 
 
 def _filter_abandoned_read_noise() -> Callable[[], None]:
@@ -368,52 +443,3 @@ def _fmt(entry: Optional[tuple[tuple[int, ...], str]]) -> str:
         return "absent"
     shape, dtype = entry
     return f"{list(shape)} {dtype}"
-
-
-class StopRequest:
-    """Turns SIGTERM / SIGINT into a flag the train loop polls, so it can checkpoint and exit cleanly.
-
-    A second SIGINT while a stop is pending raises KeyboardInterrupt at once. Use as a context manager; the
-    previous handlers come back on exit.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.signal_name: Optional[str] = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum, frame):
-        if self.signal_name is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signal_name = signal.Signals(signum).name
-        log.warning("%s received: saving a checkpoint and stopping at the end of this step", self.signal_name)
-
-    def __enter__(self) -> "StopRequest":
-        for sig in self.SIGNALS:
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not in the main thread: signals stay with their owner.
-                pass
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
-
-    def requested(self) -> bool:
-        """True once this process received a stop signal."""
-        return self.signal_name is not None
-
-    def check(self, deadline: Optional[float] = None) -> Optional[str]:
-        """Why to stop now: the signal's name, ``"max_minutes"`` once ``time.time()`` passed ``deadline``, or
-        None. With several hosts every host gets the same answer (one small all-gather), so call it at the same
-        steps on every host."""
-        code = 1 if self.signal_name is not None else 2 if deadline is not None and time.time() > deadline else 0
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
-            codes = np.asarray(multihost_utils.process_allgather(np.asarray([code], np.int32))).reshape(-1)
-            code = 1 if np.any(codes == 1) else int(codes.max())
-        return {0: None, 1: self.signal_name or "SIGTERM", 2: "max_minutes"}[code]

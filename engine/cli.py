@@ -34,14 +34,17 @@ class UsageError(Exception):
 
 
 def fail(message: str) -> NoReturn:
-    """Report ``message`` as one ``ERROR`` line (through the run's log when it is set up) and exit with 1."""
+    """Report ``message`` as one ``ERROR`` line (through the run's log when it is set up) and exit with 1 (with
+    128 + the signal number when a stop signal came first: 143 after SIGTERM, 130 after SIGINT)."""
+    from engine.watchdog import StopRequest, signal_exit_code
+
     line = " ".join(str(message).split())
     log = logging.getLogger("attnlab")
     if log.handlers:
         log.error("%s", line)
     else:
         sys.stderr.write(f"ERROR {line}\n")
-    sys.exit(1)
+    sys.exit(signal_exit_code(StopRequest.received) or 1)
 
 
 def run(main: Callable[[list[str]], Any]) -> None:

@@ -168,6 +168,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
     _one_of("train.loss_on", t.loss_on, LOSS_ON)
     _one_of("train.on_non_finite", t.on_non_finite, ON_NON_FINITE)
     _one_of("train.early_stop_mode", t.early_stop_mode, EARLY_STOP_MODES)
+    for name in ("watchdog_seconds", "stop_grace_seconds"):  # faults (engine/watchdog.py)
+        _need(t.get(name, 0.0) >= 0, f"config.train.{name}={t.get(name)}; expected >= 0 (0 = off)")
     if t.freeze:
         try:
             re.compile(t.freeze)
@@ -279,6 +281,12 @@ def base_config() -> ml_collections.ConfigDict:
     t.early_stop_metric = ""  # an evaluation metric (e.g. "validation/accuracy"); "" = no early stop.
     t.early_stop_value = 0.0  # ... stop once it reaches this value
     t.early_stop_mode = "max"  # "max": stop when metric >= value; "min": when metric <= value.
+    # --- faults (engine/watchdog.py, docs/reliability.md) ---
+    t.watchdog_seconds = 1800.0  # a train step (the first one compiles), an evaluation or a save running longer
+    # is a hang: stacks dumped, exit code 1 on every host (0 = no watchdog).
+    t.stop_grace_seconds = 60.0  # after SIGTERM/SIGINT the run saves and stops at the next step; past this many
+    # seconds (or on a second signal) it dumps stacks and exits at once (0 = wait as long as it takes).
+    # --- end of faults ---
 
     e = c.eval = ml_collections.ConfigDict()
     e.decode = "beam"  # "greedy" or "beam".

@@ -89,6 +89,7 @@ class Checkpointing(Hook):
         self.ckpt.save(run.step, run.state, run.train_iter.get_state())
 
     def after_step(self, run):
+        self.ckpt.check()  # a failed background save stops the run at the next step
         if _every(run.step, self.every):
             self.save(run)
 

@@ -29,6 +29,8 @@ from engine import evaluation
 from engine import metrics as metrics_lib
 from engine import runtime
 from engine import sharding as sharding_lib
+from engine import watchdog as watchdog_lib
+from engine import workdir as workdir_lib
 from engine import writer as writer_lib
 from engine.hooks import Hook, default_hooks
 from engine.state import Setup, admin_params, build, flops_forward
@@ -162,7 +164,8 @@ class Run:
 
 
 def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks: Sequence[Hook] = (), *,
-        use_default_hooks: bool = True) -> dict[str, Any]:
+        use_default_hooks: bool = True, allow_config_change: bool = False,
+        logfile: Optional[str] = None) -> dict[str, Any]:
     """Train ``config``'s task (resuming from ``workdir`` when it holds checkpoints), evaluate, and return
     the final metrics.
 
@@ -173,6 +176,13 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     ``stop_reason``, ``wall_minutes``, ``params``, ``peak_flops``, ``diverged_step`` when a non-finite loss
     stopped a ``train.on_non_finite="stop"`` run) plus ``history`` (every logged record), ``attention``
     ((step, {group: {field: [L, H]}}) pairs) and ``health_warnings``.
+
+    With a workdir (``engine.workdir``): the workdir must be writable and free of another live run (its lock is
+    held until the end); a config that differs from the run's record in a field that changes training is
+    refused unless ``allow_config_change`` (then the change is recorded with its step); a run that already
+    finished raises ``engine.workdir.RunFinished``. All of this before anything is written; ``logfile``
+    (train.py's train.log) is opened only then. ``train.watchdog_seconds`` and ``train.stop_grace_seconds``
+    bound every step, evaluation and save, and the time from a stop signal to the exit (``engine.watchdog``).
     """
     from attention import available_backends
 
@@ -181,8 +191,19 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     config_lib.validate(config, jax.device_count(), available_backends(), task)
     mesh = sharding_lib.make_mesh(config.mesh)
     lead = runtime.is_lead()
-    if workdir is not None and lead:
-        os.makedirs(workdir, exist_ok=True)
+    session = workdir_lib.open_run(config, workdir, allow_change=allow_config_change) if workdir else None
+    try:
+        if logfile:
+            runtime.setup_logging(logfile)
+        if workdir is not None:
+            log.info("workdir: %s", os.path.abspath(workdir))
+        return _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t_start)
+    finally:
+        if session is not None:
+            session.close()
+
+
+def _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t_start) -> dict[str, Any]:
     data = build_data(task, workdir)
     if hasattr(data, "describe"):
         log.info("%s", data.describe())
@@ -196,6 +217,8 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
             hooks=all_hooks, num_steps=int(t.num_steps),
             deadline=t_start + 60.0 * float(t.max_minutes) if t.max_minutes > 0 else None,
             peak_flops=float(t.peak_flops) or _peak_flops(mesh, config.model.dtype), lead=lead)
+    ckpt = next((h.ckpt for h in all_hooks if isinstance(h, Checkpointing)), None)
+    watchdog = watchdog_lib.Watchdog(float(t.watchdog_seconds), describe=lambda: _last_good(ckpt))
     try:
         for h in all_hooks:
             h.start(r)
@@ -204,8 +227,10 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
             r.state = init()
             if setup.model_cfg.norm == "admin":
                 r.state = _admin_init(setup, r.state, data)
-        if workdir is not None:  # after a restore, so a run refused for another config keeps its config.json
-            _save_config(config, workdir)
+        if workdir is not None and lead:  # after a restore, so a run refused for another config leaves no record
+            workdir_lib.write_record(config, workdir, session.changes, r.step)
+            workdir_lib.check_free_space(workdir, sum(x.nbytes for x in jax.tree.leaves(r.state)),
+                                         int(t.keep_checkpoints))
         n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(r.state["params"])))
         log.info("model: %s, %.2fM parameters; mesh %s", type(setup.model(r.state["params"])).__name__,
                  n_params / 1e6, dict(mesh.shape))
@@ -216,18 +241,20 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
                 data_stats=_jsonable(getattr(data, "stats", {})))
         logger.summary({"params": n_params})
         train_step = make_train_step(setup)
-        with ckpt_lib.StopRequest() as stop:
+        with watchdog_lib.StopRequest(float(t.stop_grace_seconds), describe=lambda: _last_good(ckpt)) as stop:
             while r.step < r.num_steps and r.stop_reason is None:
-                r._train_one(train_step)
-                if jax.process_count() == 1 or r.step % t.log_every == 0:  # multi-host: agree at log steps
-                    r.stop_reason = r.stop_reason or stop.check(r.deadline)
+                with watchdog.phase(f"train step {r.step + 1}"):
+                    r._train_one(train_step)
+                    if jax.process_count() == 1 or r.step % t.log_every == 0:  # multi-host: agree at log steps
+                        r.stop_reason = r.stop_reason or stop.check(r.deadline)
             r.stop_reason = r.stop_reason or "num_steps"
             r.flush()
             minutes = (time.time() - t_start) / 60
             log.info("training stopped at step %d (%s) after %.1f min", r.step, r.stop_reason, minutes)
             r.event("train_end", reason=r.stop_reason, minutes=minutes)
             for h in all_hooks:  # the final checkpoint and evaluation
-                h.end(r)
+                with watchdog.phase(f"{type(h).__name__}.end at step {r.step}"):
+                    h.end(r)
         r.final.update({"step": r.step, "stop_reason": r.stop_reason, "wall_minutes": (time.time() - t_start) / 60,
                         "params": n_params, "peak_flops": r.peak_flops})
         scalars = {k: v for k, v in r.final.items() if isinstance(v, (int, float, str))}
@@ -236,9 +263,20 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
         return dict(r.final, history=logger.history, attention=list(r.attention),
                     health_warnings=list(r.health_warnings))
     finally:
-        for h in all_hooks:
-            h.close(r)
-        logger.close()
+        with watchdog.phase("closing the run (checkpoint writes, W&B)"):
+            for h in all_hooks:
+                h.close(r)
+            logger.close()
+        watchdog.close()
+
+
+def _last_good(ckpt: Optional[ckpt_lib.Checkpointer]) -> str:
+    """"; last good checkpoint: step 20 in <dir>" for fault messages ("" without checkpoints)."""
+    if ckpt is None:
+        return ""
+    step = ckpt.latest_step()
+    return f"; last good checkpoint: step {step} in {ckpt.directory}" if step is not None else \
+        f"; no checkpoint in {ckpt.directory} yet"
 
 
 def _admin_init(setup, state: dict, data: Any) -> dict:
@@ -287,7 +325,3 @@ def _jsonable(x: Any) -> Any:
         return x.item()
     return x if isinstance(x, (int, float, str, bool)) or x is None else str(x)
 
-
-def _save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=1, sort_keys=True))

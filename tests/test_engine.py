@@ -331,7 +331,9 @@ def test_checkpointer_round_trip_with_bytes_data_state(tmp_path):
 
 def test_stop_request_turns_sigterm_into_a_flag():
     before = signal.getsignal(signal.SIGTERM)
-    with ckpt_lib.StopRequest() as stop:
+    from engine import watchdog
+
+    with watchdog.StopRequest() as stop:
         assert stop.check(deadline=time.time() + 60) is None
         assert stop.check(deadline=time.time() - 1) == "max_minutes"
         os.kill(os.getpid(), signal.SIGTERM)

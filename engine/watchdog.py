@@ -1,0 +1,229 @@
+"""Runs that never hang: stop signals with a grace period, and a watchdog over steps, evaluations and saves.
+
+``StopRequest`` (a context manager around the train loop): the first SIGTERM / SIGINT asks the loop to save
+and stop at the next step (``check``); the process then exits with 128 + the signal number (143 after
+SIGTERM, 130 after SIGINT). When the loop does not get there within ``grace_seconds`` (blocked in a collective
+that never returns, say) or a second signal arrives, every thread's stack is dumped (``faulthandler``) and the
+process exits at once with that code. The signal is noticed by a thread that reads the signal wakeup file
+descriptor, so a main thread blocked in C code cannot keep the process alive.
+
+``Watchdog``: ``with watchdog.phase("train step 12"):`` around a piece of work; one that runs longer than
+``seconds`` is a hang: one ERROR line (what hung, for how long, the last good checkpoint), every thread's stack
+dumped, and exit code ``HUNG_EXIT_CODE`` on this host; the other hosts, blocked in the same collective, do the
+same when their own deadline passes. A hang never leaves a half-written checkpoint as the latest: Orbax only
+makes a step visible once it is complete.
+"""
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+
+log = logging.getLogger("attnlab")
+
+HUNG_EXIT_CODE = 1
+
+
+def signal_exit_code(name: Optional[str]) -> Optional[int]:
+    """128 + the signal number for a stop reason named after a signal ("SIGTERM" -> 143), else None."""
+    if name in ("SIGTERM", "SIGINT"):
+        return 128 + int(getattr(signal, name))
+    return None
+
+
+def dump_stacks(header: str) -> None:
+    """``header`` and every thread's Python stack to stderr and to the run's log files (``faulthandler``)."""
+    streams = [sys.stderr] + [h.stream for h in logging.getLogger("attnlab").handlers
+                              if isinstance(h, logging.FileHandler) and h.stream is not None]
+    for stream in streams:
+        try:
+            stream.write(f"{header}\n")
+            stream.flush()
+            faulthandler.dump_traceback(file=stream, all_threads=True)
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # a closed or unusable stream: the others still get it
+            continue
+
+
+def _exit_now(code: int, message: str) -> None:
+    log.error("%s", message)
+    dump_stacks(f"--- stacks of every thread of pid {os.getpid()} ({message[:80]}...)")
+    for h in logging.getLogger("attnlab").handlers:
+        try:
+            h.flush()
+        except Exception:  # noqa: BLE001  exiting anyway
+            pass
+    os._exit(code)
+
+
+class StopRequest:
+    """Turns SIGTERM / SIGINT into a flag the train loop polls (see the module docstring). Use as a context
+    manager in the main thread; the previous handlers and wakeup fd come back on exit.
+
+    grace_seconds: after the first signal, how long the loop has to stop by itself before the process dumps its
+    stacks and exits (0 = no limit). describe: called for the line shown when the grace period ends (e.g. the
+    last good checkpoint).
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    received: Optional[str] = None  # the first stop signal this process received (for the exit code)
+
+    def __init__(self, grace_seconds: float = 60.0, describe: Callable[[], str] = lambda: ""):
+        self.grace_seconds = float(grace_seconds)
+        self.describe = describe
+        self.signal_name: Optional[str] = None
+        self._previous: dict[int, Any] = {}
+        self._previous_fd: Optional[int] = None
+        self._pipe: Optional[tuple[int, int]] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def _handle(self, signum, frame):
+        self.signal_name = self.signal_name or signal.Signals(signum).name
+        StopRequest.received = StopRequest.received or self.signal_name
+
+    def _watch(self, read_fd: int) -> None:
+        """Reads signal numbers from the wakeup pipe: logs the first, exits on a second or when the grace ends."""
+        import select
+
+        first, first_time = None, None
+        while True:
+            timeout = None
+            if first is not None and self.grace_seconds > 0:
+                timeout = max(first_time + self.grace_seconds - time.monotonic(), 0.0)
+            ready, _, _ = select.select([read_fd], [], [], timeout)
+            if not ready:  # the grace period passed
+                name = signal.Signals(first).name
+                _exit_now(128 + first, f"{name}: the run did not stop within the grace period of "
+                          f"{self.grace_seconds:g} s (train.stop_grace_seconds); exiting now{self.describe()}")
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum not in [int(s) for s in self.SIGNALS]:
+                    continue
+                name = signal.Signals(signum).name
+                if first is None:
+                    first, first_time = signum, time.monotonic()
+                    self.signal_name = self.signal_name or name
+                    StopRequest.received = StopRequest.received or name
+                    log.warning("%s received: saving a checkpoint and stopping at the end of this step (a second "
+                                "signal, or %g s without stopping, exits at once)", name, self.grace_seconds)
+                else:
+                    _exit_now(128 + first, f"{name} received again while stopping: exiting now{self.describe()}")
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # not in the main thread: signals stay with their owner.
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self._pipe = (read_fd, write_fd)
+        self._previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, args=(read_fd,), name="attnlab-stop-signals",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._previous_fd if self._previous_fd is not None else -1)
+            read_fd, write_fd = self._pipe
+            os.close(write_fd)  # the watcher reads EOF and ends; a stop that is pending keeps its grace timer
+            self._thread.join(timeout=1.0)
+            if not self._thread.is_alive():
+                os.close(read_fd)
+            self._pipe = None
+
+    def requested(self) -> bool:
+        """True once this process received a stop signal."""
+        return self.signal_name is not None
+
+    def check(self, deadline: Optional[float] = None) -> Optional[str]:
+        """Why to stop now: the signal's name, ``"max_minutes"`` once ``time.time()`` passed ``deadline``, or
+        None. With several hosts every host gets the same answer (one small all-gather), so call it at the same
+        steps on every host."""
+        import jax
+
+        code = 1 if self.signal_name is not None else 2 if deadline is not None and time.time() > deadline else 0
+        name = self.signal_name
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            mine = int(getattr(signal, self.signal_name)) if self.signal_name else 0
+            got = np.asarray(multihost_utils.process_allgather(np.asarray([code, mine], np.int32))).reshape(-1, 2)
+            code = 1 if np.any(got[:, 0] == 1) else int(got[:, 0].max())
+            if code == 1 and name is None:
+                name = signal.Signals(int(got[got[:, 0] == 1][0, 1])).name
+        return {0: None, 1: name or "SIGTERM", 2: "max_minutes"}[code]
+
+
+class Watchdog:
+    """Exits the process (stacks dumped, one ERROR line, ``HUNG_EXIT_CODE``) when a ``phase`` outlasts
+    ``seconds`` (0 = off). describe: called for the end of the line (e.g. the last good checkpoint)."""
+
+    def __init__(self, seconds: float, describe: Callable[[], str] = lambda: ""):
+        self.seconds = float(seconds)
+        self.describe = describe
+        self._phase: Optional[tuple[str, float, int]] = None
+        self._count = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: Optional[threading.Thread] = None
+        if self.seconds > 0:
+            self._thread = threading.Thread(target=self._watch, name="attnlab-watchdog", daemon=True)
+            self._thread.start()
+
+    @contextmanager
+    def phase(self, name: str, seconds: Optional[float] = None) -> Iterator[None]:
+        """Watch the work inside the block: longer than ``seconds`` (default: the watchdog's) is a hang."""
+        limit = self.seconds if seconds is None else float(seconds)
+        if self._thread is None or limit <= 0:
+            yield
+            return
+        with self._cond:
+            self._count += 1
+            token = self._count
+            outer = self._phase
+            self._phase = (name, time.monotonic() + limit, token)
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._phase = outer
+                self._cond.notify_all()
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._phase is None:
+                    self._cond.wait()
+                    continue
+                name, deadline, token = self._phase
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(timeout=left)
+                    continue
+                _exit_now(HUNG_EXIT_CODE, f"{name} did not finish within {self.seconds:g} s "
+                          f"(train.watchdog_seconds): a hang; stacks of every thread dumped to stderr and the "
+                          f"log{self.describe()}")
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
