@@ -45,8 +45,7 @@ from engine.doctor_report import (Finding, default_thresholds, make_finding, rul
                                   write_report)
 from engine.tasks import Task, task_of
 
-GROUPS = ("encoder_self", "decoder_self", "cross", "pool")
-CAUSAL_GROUPS = ("decoder_self",)
+GROUPS = ("encoder_self", "decoder_self", "cross", "pool")  # the report's order
 
 # ------------------------------------------------------------------------------------------------ batches
 def resolve_task(model: nnx.Module, task: Union[Task, str, None] = None) -> Task:
@@ -415,7 +414,7 @@ def diagnose(
                 rows = np.asarray(s.valid) & q_real[:, None, :]
                 pad_w = np.where(rows[..., None] & ~k_real[:, None, None, :], w, 0.0)
                 acc.add_max(("padding_weight", group, layer), pad_w.max(initial=0.0))
-                if group in CAUSAL_GROUPS:
+                if group in task.causal_groups():
                     later = np.arange(w.shape[3])[None, :] > np.arange(w.shape[2])[:, None]  # [Tq, Tk]
                     acc.add_max(("causal_weight", group, layer),
                                 np.where(rows[..., None] & later[None, None], w, 0.0).max(initial=0.0))
@@ -446,7 +445,7 @@ def diagnose(
     order = {g: i for i, g in enumerate(GROUPS)}
     for (group, layer), m in sorted(modules.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         for check, causal in (("two_token_padding", False), ("two_token_causal", True)):
-            if causal and group not in CAUSAL_GROUPS:
+            if causal and group not in task.causal_groups():
                 continue
             err = _two_token(m, causal, int(th.seed) + layer)
             findings.append(make_finding(check, group, layer, None, err, rule_above(th.exact_warn, th.exact_fail),
