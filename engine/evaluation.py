@@ -71,6 +71,12 @@ def describe_decoding(e, decode: Optional[str] = None) -> str:
     return "greedy search"
 
 
+def log_decoding(e, split: str, limit: int) -> None:
+    """One log line saying what an evaluation round decodes and how."""
+    what = f"the first {limit} {split} sentences" if limit else f"the {split} split"
+    log.info("decoding %s with %s (config.eval.decode)", what, describe_decoding(e))
+
+
 def cut_at_eos(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
     out = []
     for i in ids:
@@ -234,17 +240,16 @@ class Evaluator:
              write: bool = True, interventions: Optional[models.Interventions] = None) -> dict[str, Any]:
         """Decode (the first ``limit`` of) ``split`` (with ``interventions``) and score it: sacreBLEU's scores
         and signatures, ``hypotheses`` (one per sentence, in order), ``samples`` and ``num_sentences``; with
-        ``write``, the hypotheses also go to ``outputs/<split>_step<step>.txt`` (``hypotheses_path``)."""
+        ``write``, the hypotheses also go to ``outputs/<split>_step<step>.txt`` (``hypotheses_path``); ``decoding``
+        says how (``describe_decoding``)."""
         examples = list(self.data.examples(split))
         if limit:
             examples = examples[:limit]
         sources = [s for s, _ in examples]
         refs = [r for _, r in examples]
-        decoding = describe_decoding(self.config.eval, decode)
-        log.info("decoding %d %s sentences with %s (config.eval.decode)", len(sources), split, decoding)
         hyps = self.translate(params, sources, decode=decode, interventions=interventions)
         result = score(hyps, refs)
-        result["decoding"] = decoding
+        result["decoding"] = describe_decoding(self.config.eval, decode)
         if write and self.workdir is not None and jax.process_index() == 0:
             outdir = os.path.join(self.workdir, "outputs")
             os.makedirs(outdir, exist_ok=True)
@@ -259,6 +264,7 @@ class Evaluator:
     def bleu_round(self, params, split: str, step: int, *, limit: int, prefix: str) -> dict[str, Any]:
         """``bleu`` plus its logging (event, samples table, log lines); returns ``<prefix>/bleu``, chrF and the
         signatures."""
+        log_decoding(self.config.eval, split, limit)
         r = self.bleu(params, split, step, limit=limit)
         self.logger.log_event(step, "bleu", split=split, sentences=r["num_sentences"], bleu=r["bleu"],
                               chrf=r["chrf"], bleu_signature=r["bleu_signature"],
@@ -382,6 +388,7 @@ class Bleu:
     def __call__(self, ev: Evaluator, params, step: int) -> dict[str, Any]:
         if not self.detail:
             return ev.bleu_round(params, self.split, step, limit=self.limit, prefix=self.prefix)
+        log_decoding(ev.config.eval, self.split, self.limit)
         r = ev.bleu(params, self.split, step, limit=self.limit)
         ev.logger.log_table(step, f"{self.split}/samples", ["source", "reference", "hypothesis"], r["samples"])
         return {f"{self.prefix}/bleu": r["bleu"], f"{self.prefix}/chrf": r["chrf"],
