@@ -3,7 +3,8 @@
 A task lists its evaluators (``Task.evaluators(final)``: ``(name, arguments)`` entries of ``EVALUATORS``, as
 big_vision configs list theirs); ``Evaluator.evaluate`` builds and runs them in order, logs their scalars once
 and returns them. ``Evaluator`` itself is what they share: the run's setup, data, logger, compiled eval step and
-host-local parameters.
+host-local parameters; a task that decodes gets a ``TranslationEvaluator`` (``for_task``), which adds
+decoding, BLEU and heatmaps, so the other tasks never build translation code.
 
 - ``loss`` (every task): teacher-forced loss, perplexity, token accuracy and sequence accuracy on the positions
   the task scores, over a split's evaluation batches; optionally the loss per sequence position.
@@ -105,8 +106,9 @@ def host_local(tree):
 
 
 class Evaluator:
-    """The evaluators of one run (or of eval.py): loss metrics for every task, decoding, BLEU and attention
-    maps for translation. Tasks call these from ``Task.evaluate``; results are logged through ``logger``."""
+    """What the evaluators of one run (or of eval.py) share: the setup, data, logger, compiled eval step and
+    host-local parameters, and the loss metrics every task has. ``for_task`` builds the right one
+    (``TranslationEvaluator`` for a task that decodes)."""
 
     def __init__(self, setup, data, logger, workdir: Optional[str]):
         from engine.steps import make_eval_step
@@ -174,6 +176,41 @@ class Evaluator:
                 per_pos = per_pos[np.argsort(attn.ring.zigzag_indices(len(per_pos), context))]
             out[f"{split}/position_loss"] = [float(x) for x in per_pos]
         return out
+
+    def reference_model(self, params) -> nnx.Module:
+        """The model with the ``reference`` attention backend (full weights), sharing ``params``."""
+        from engine.state import reference_graphdef
+
+        if self._ref_graphdef is None:
+            self._ref_graphdef = reference_graphdef(self.setup)
+        return nnx.merge(self._ref_graphdef, self.local_params(params), self.local_rest)
+
+    # ---------------------------------------------------------------------------------------- all
+    def run(self, specs, params, step: int) -> dict[str, Any]:
+        """The evaluators ``specs`` ((name, arguments) of ``EVALUATORS``) in order: scalars are logged once, after
+        every evaluator that scores and before those that draw (``artifacts``); returns the merged results."""
+        evaluators = [make_evaluator(name, args) for name, args in specs]
+        results: dict[str, Any] = {}
+        try:
+            for e in (e for e in evaluators if not e.artifacts):
+                results.update(e(self, params, step))
+            self.logger.log(step, {k: v for k, v in results.items() if not isinstance(v, str) and v is not None})
+            for e in (e for e in evaluators if e.artifacts):
+                results.update(e(self, params, step))
+        finally:
+            self._local = (None, None)
+        return results
+
+    def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
+        """One evaluation round of the task's evaluators (``Task.evaluators(final)``); returns the results."""
+        results = self.run(self.task.evaluators(final), params, step)
+        log.info("eval step %d: %s", step, _fmt(results))
+        return results
+
+
+class TranslationEvaluator(Evaluator):
+    """The evaluators' shared state for a task that decodes (``Task.decodes``): besides the loss, decoding
+    (greedy or beam search), BLEU/chrF and attention heatmaps of fixed examples."""
 
     # ------------------------------------------------------------------------------------ decoding
     def encode_sources(self, sources: Sequence[str]) -> list[list[int]]:
@@ -278,14 +315,6 @@ class Evaluator:
                 "chrf_signature": r["chrf_signature"]}
 
     # ------------------------------------------------------------------------------------ heatmaps
-    def reference_model(self, params) -> nnx.Module:
-        """The model with the ``reference`` attention backend (full weights), sharing ``params``."""
-        from engine.state import reference_graphdef
-
-        if self._ref_graphdef is None:
-            self._ref_graphdef = reference_graphdef(self.setup)
-        return nnx.merge(self._ref_graphdef, self.local_params(params), self.local_rest)
-
     def attention_stats(self, params, pairs: Sequence[tuple[str, str]]) -> tuple[dict, list, list]:
         """Teacher-forced attention statistics with weights for (source, reference) pairs.
 
@@ -340,29 +369,6 @@ class Evaluator:
         self.logger.log_html(step, pages)
         return paths
 
-    # ---------------------------------------------------------------------------------------- all
-    def run(self, specs, params, step: int) -> dict[str, Any]:
-        """The evaluators ``specs`` ((name, arguments) of ``EVALUATORS``) in order: scalars are logged once, after
-        every evaluator that scores and before those that draw (``artifacts``); returns the merged results."""
-        evaluators = [make_evaluator(name, args) for name, args in specs]
-        results: dict[str, Any] = {}
-        try:
-            for e in (e for e in evaluators if not e.artifacts):
-                results.update(e(self, params, step))
-            self.logger.log(step, {k: v for k, v in results.items() if not isinstance(v, str) and v is not None})
-            for e in (e for e in evaluators if e.artifacts):
-                results.update(e(self, params, step))
-        finally:
-            self._local = (None, None)
-        return results
-
-    def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
-        """One evaluation round of the task's evaluators (``Task.evaluators(final)``); returns the results."""
-        results = self.run(self.task.evaluators(final), params, step)
-        log.info("eval step %d: %s", step, _fmt(results))
-        return results
-
-
 class LossMetrics:
     """Loss, perplexity, accuracy and sequence accuracy of ``split`` (``Evaluator.loss_metrics``)."""
 
@@ -414,6 +420,12 @@ class Heatmaps:
 
 
 EVALUATORS = {"loss": LossMetrics, "bleu": Bleu, "heatmaps": Heatmaps}
+
+
+def for_task(setup, data, logger, workdir: Optional[str]) -> Evaluator:
+    """The evaluators' shared state for ``setup.task``: a ``TranslationEvaluator`` when the task decodes."""
+    cls = TranslationEvaluator if setup.task.decodes else Evaluator
+    return cls(setup, data, logger, workdir)
 
 
 def make_evaluator(name: str, args: Mapping[str, Any]):

@@ -192,7 +192,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     logger = writer_lib.MetricLogger(workdir, config, process_index=jax.process_index(),
                                      run_name=os.path.basename(os.path.abspath(workdir)) if workdir else None)
     r = Run(config=config, workdir=workdir, task=task, data=data, setup=setup, init=init, logger=logger,
-            evaluator=evaluation.Evaluator(setup, data, logger, workdir), train_iter=data.train_iter(),
+            evaluator=evaluation.for_task(setup, data, logger, workdir), train_iter=data.train_iter(),
             hooks=all_hooks, num_steps=int(t.num_steps),
             deadline=t_start + 60.0 * float(t.max_minutes) if t.max_minutes > 0 else None,
             peak_flops=float(t.peak_flops) or _peak_flops(mesh, config.model.dtype), lead=lead)

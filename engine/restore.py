@@ -109,7 +109,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
     logger = writer_lib.MetricLogger(out_dir, config, process_index=jax.process_index(),
                                      run_name=os.path.basename(os.path.abspath(workdir)) + "-eval", job_type="eval")
     try:
-        ev = evaluation.Evaluator(setup, data, logger, out_dir)
+        ev = evaluation.for_task(setup, data, logger, out_dir)
         results: dict[str, Any] = {"step": step, "split": split}
         results.update(ev.loss_metrics(params, split))
         for name, args in task.checkpoint_evaluators(split):
