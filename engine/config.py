@@ -123,11 +123,14 @@ def sharding_tasks() -> tuple[str, ...]:
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int, available_backends: tuple[str, ...] = (),
-             task=None) -> None:
-    """Raise ConfigError naming the field for impossible or unknown settings, before anything is built.
+             task=None):
+    """Raise ConfigError naming the field for impossible or unknown settings, before anything is built; the
+    one place a run checks its config.
 
     num_devices: total devices the mesh is built over. available_backends: registered attention backends
     (checked when given). task: the run's ``engine.tasks.Task`` (its own checks; default: from config.task).
+    Returns the run's ``models.TransformerConfig``, built (and so validated) here once; ``engine.state.build``
+    binds the data's vocabulary size to it (``TransformerConfig.bind``) rather than building another.
     """
     import models  # the model config checks every architecture field (widths, head divisibility, enums)
     from engine import sharding
@@ -136,8 +139,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
     task = task or get_task(config)
     m = config.model
 
-    try:
-        models.TransformerConfig.from_dict(dict(m.to_dict(), vocab_size=max(m.get("pad_id", 0), 3) + 1))
+    try:  # the vocabulary comes from the data later (bind); until then the smallest one the token ids allow
+        model_cfg = models.TransformerConfig.from_dict(dict(m.to_dict(), vocab_size=max(m.get("pad_id", 0), 3) + 1))
     except ValueError as e:
         raise ConfigError(f"config.model: {e}") from None
     num_kv = m.get("num_kv_heads") or m.num_heads
@@ -238,6 +241,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
     for field in ("bleu_examples", "split_examples", "max_batches"):
         _positive(f"eval.{field}", e[field], allow_zero=True)
     _one_of("wandb.mode", config.wandb.mode, WANDB_MODES)
+    return model_cfg
 
 
 def base_config() -> ml_collections.ConfigDict:

@@ -178,7 +178,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
 
     t_start = time.time()
     task = get_task(config)
-    config_lib.validate(config, jax.device_count(), available_backends(), task)
+    model_cfg = config_lib.validate(config, jax.device_count(), available_backends(), task)
     mesh = sharding_lib.make_mesh(config.mesh)
     lead = runtime.is_lead()
     if workdir is not None and lead:
@@ -186,7 +186,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     data = build_data(task, workdir)
     if hasattr(data, "describe"):
         log.info("%s", data.describe())
-    setup, init = build(config, task, mesh, data.vocab_size)
+    setup, init = build(config, task, mesh, data.vocab_size, model_cfg)
     t = config.train
     all_hooks = (default_hooks(config, workdir) if use_default_hooks else []) + list(hooks)
     logger = writer_lib.MetricLogger(workdir, config, process_index=jax.process_index(),
