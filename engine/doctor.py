@@ -43,7 +43,7 @@ import attention as attn
 import models
 from engine.doctor_report import (Finding, default_thresholds, make_finding, rule_above, status_above, summary_line,
                                   write_report)
-from engine.tasks import Task, task_of
+from engine.tasks import TASKS, Task, task_of
 
 GROUPS = ("encoder_self", "decoder_self", "cross", "pool")  # the report's order
 
@@ -51,9 +51,11 @@ GROUPS = ("encoder_self", "decoder_self", "cross", "pool")  # the report's order
 def resolve_task(model: nnx.Module, task: Union[Task, str, None] = None) -> Task:
     """The ``Task`` whose batches ``model`` reads: ``task`` (a task or a task name, checked against the model's
     class) or, when None, the task that trains the model's class."""
-    inferred = task_of(model) if not isinstance(task, Task) else task
-    if isinstance(task, str) and task != inferred.name:
-        raise ValueError(f"diagnose: task={task!r} does not match a {type(model).__name__} (task {inferred.name!r})")
+    if isinstance(task, str):  # by name: two tasks may train the same model class
+        if task not in TASKS:
+            raise ValueError(f"diagnose: task={task!r}; expected one of {tuple(TASKS)}")
+        task = TASKS[task](None)
+    inferred = task_of(model) if task is None else task
     if not isinstance(model, inferred.model_class):
         raise ValueError(f"diagnose: task {inferred.name!r} trains a {inferred.model_class.__name__}; got a "
                          f"{type(model).__name__}")
