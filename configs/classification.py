@@ -12,7 +12,9 @@ Evaluation: accuracy on the validation split during training, on test and valida
 (``test/accuracy``). Arguments: label, language, heads, layers, d_model, steps, quick.
 """
 import data
-from engine.config import base_config, model_section, parse_arg
+from engine.config import base_config, parse_arg, sibling_config
+
+model_section = sibling_config(__file__, "_presets").model_section
 
 
 def get_config(arg=None):

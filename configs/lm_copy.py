@@ -7,8 +7,9 @@ Evaluation: token accuracy and sequence accuracy on the answer positions (``vali
 ``validation/sequence_accuracy``) of a fixed held-out set. Arguments: task (copy | reverse | sort), heads,
 qk_dim, layers, d_model, steps, runlocal.
 """
-from engine.config import parse_arg
-from engine.config import synthetic_config
+from engine.config import parse_arg, sibling_config
+
+synthetic_config = sibling_config(__file__, "_presets").synthetic_config
 
 
 def get_config(arg=None):

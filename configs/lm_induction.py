@@ -8,8 +8,9 @@ Evaluation: accuracy on the repeated segment's positions (``validation/accuracy`
 layout (``segment``: one repeat among random tokens; ``repeat``: a block of segment/2..segment tokens tiled),
 seq_len, vocab, heads, layers, d_model, steps, runlocal.
 """
-from engine.config import parse_arg
-from engine.config import synthetic_config
+from engine.config import parse_arg, sibling_config
+
+synthetic_config = sibling_config(__file__, "_presets").synthetic_config
 
 
 def get_config(arg=None):

@@ -18,7 +18,9 @@ Arguments: seq_len, context (devices on the sequence axis; the rest of the devic
 (a 1-layer width-32 model at 256 tokens, a few steps: a smoke test for CPUs with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8``).
 """
-from engine.config import parse_arg, small_decoder_config
+from engine.config import parse_arg, sibling_config
+
+small_decoder_config = sibling_config(__file__, "_presets").small_decoder_config
 
 
 def get_config(arg=None):

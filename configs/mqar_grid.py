@@ -12,7 +12,9 @@ train.py points with W&B.
 Arguments: heads, qk_dim, seed (the point train.py trains), seeds (the sweep runs seeds 0..seeds-1), steps,
 pairs, quick (tiny sizes: a 1-layer d_model 16 model on 2 pairs, a few steps, the grid cut to 2 x 1).
 """
-from engine.config import parse_arg, small_decoder_config
+from engine.config import parse_arg, sibling_config
+
+small_decoder_config = sibling_config(__file__, "_presets").small_decoder_config
 
 HEADS = (1, 2, 4)
 QK_DIMS = (2, 8, 32)

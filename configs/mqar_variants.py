@@ -32,7 +32,9 @@ LEARNING_RATES); queries (answers per batch); vocab; eval_batches; quick (a 1-la
 4 pairs, a few steps; the sweep is every kind x pairs {2, 4} at d_model 16, one seed).
 """
 import attention
-from engine.config import parse_arg, small_decoder_config
+from engine.config import parse_arg, sibling_config
+
+small_decoder_config = sibling_config(__file__, "_presets").small_decoder_config
 
 KINDS = ("softmax", "linear", "additive", "hard")  # the registered kinds the sweep compares (the study's choice)
 PAIRS = (4, 8, 16)

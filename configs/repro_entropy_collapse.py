@@ -16,7 +16,9 @@ Arguments: lr, qk_layernorm, seed (the point train.py trains); seeds and first_s
 first_seed .. first_seed + seeds - 1; ``scripts/health_calibration.py`` trains seeds 3-5 as fresh runs for the
 health monitor's calibration); steps; quick (tiny sizes, a few steps, one seed).
 """
-from engine.config import parse_arg, small_decoder_config
+from engine.config import parse_arg, sibling_config
+
+small_decoder_config = sibling_config(__file__, "_presets").small_decoder_config
 
 # 1e-2: the lowest rate at which QK-LayerNorm learned in 1,500 steps in the pilots (seed 0, accuracy 0.994; at
 # 3e-3 it reached 0.72), so the remedy has a learning baseline of its own.

@@ -13,7 +13,9 @@ previous-token and prefix-matching scores at the same steps (a hook of its own) 
 
 Arguments: layers, seed, seeds (sweep: seeds 0..seeds-1), steps, quick (tiny sizes, seconds).
 """
-from engine.config import parse_arg, small_decoder_config
+from engine.config import parse_arg, sibling_config
+
+small_decoder_config = sibling_config(__file__, "_presets").small_decoder_config
 
 LR = 3e-3
 HEADS = 4

@@ -14,7 +14,9 @@ Arguments: lr, d_model, qk_layernorm, seed (the point train.py trains); seeds (t
 0..seeds-1); steps; quick (tiny sizes, a few steps; the sweep is 2 learning rates x QK-LayerNorm off/on at
 d_model 16, one seed).
 """
-from engine.config import parse_arg, small_decoder_config
+from engine.config import parse_arg, sibling_config
+
+small_decoder_config = sibling_config(__file__, "_presets").small_decoder_config
 
 LEARNING_RATES = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
 WIDTHS = (64, 128)

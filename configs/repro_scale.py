@@ -15,7 +15,9 @@ initialization part of the reproduction needs no training (``scripts/repro_scale
 Arguments: scale ("1", "sqrt" or "dk"), seed (the point train.py trains), seeds (the sweep runs seeds
 0..seeds-1), steps, lr, quick (tiny sizes, a few steps, one seed).
 """
-from engine.config import parse_arg, small_decoder_config
+from engine.config import parse_arg, sibling_config
+
+small_decoder_config = sibling_config(__file__, "_presets").small_decoder_config
 
 SCALES = {"1": lambda d_k: 1.0, "sqrt": lambda d_k: d_k ** -0.5, "dk": lambda d_k: 1.0 / d_k}
 

@@ -9,7 +9,9 @@ Arguments (``:key=value,...``): heads, kv_heads, qk_dim, v_dim, d_model, d_ff, l
 minutes (training budget), steps, reverse (English -> Spanish), runlocal (tiny model, few steps).
 """
 import data
-from engine.config import base_config, model_section, parse_arg
+from engine.config import base_config, parse_arg, sibling_config
+
+model_section = sibling_config(__file__, "_presets").model_section
 
 
 def get_config(arg=None):

@@ -12,7 +12,9 @@ Arguments: heads, kv_heads, qk_dim, v_dim, steps, pair (de-en, fr-en, ...), reve
 """
 
 import data
-from engine.config import base_config, model_section, parse_arg
+from engine.config import base_config, parse_arg, sibling_config
+
+model_section = sibling_config(__file__, "_presets").model_section
 
 
 def get_config(arg=None):

@@ -123,11 +123,14 @@ def sharding_tasks() -> tuple[str, ...]:
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int, available_backends: tuple[str, ...] = (),
-             task=None) -> None:
-    """Raise ConfigError naming the field for impossible or unknown settings, before anything is built.
+             task=None):
+    """Raise ConfigError naming the field for impossible or unknown settings, before anything is built; the
+    one place a run checks its config.
 
     num_devices: total devices the mesh is built over. available_backends: registered attention backends
     (checked when given). task: the run's ``engine.tasks.Task`` (its own checks; default: from config.task).
+    Returns the run's ``models.TransformerConfig``, built (and so validated) here once; ``engine.state.build``
+    binds the data's vocabulary size to it (``TransformerConfig.bind``) rather than building another.
     """
     import models  # the model config checks every architecture field (widths, head divisibility, enums)
     from engine import sharding
@@ -136,8 +139,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
     task = task or get_task(config)
     m = config.model
 
-    try:
-        models.TransformerConfig.from_dict(dict(m.to_dict(), vocab_size=max(m.get("pad_id", 0), 3) + 1))
+    try:  # the vocabulary comes from the data later (bind); until then the smallest one the token ids allow
+        model_cfg = models.TransformerConfig.from_dict(dict(m.to_dict(), vocab_size=max(m.get("pad_id", 0), 3) + 1))
     except ValueError as e:
         raise ConfigError(f"config.model: {e}") from None
     num_kv = m.get("num_kv_heads") or m.num_heads
@@ -240,6 +243,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
     for field in ("bleu_examples", "split_examples", "max_batches"):
         _positive(f"eval.{field}", e[field], allow_zero=True)
     _one_of("wandb.mode", config.wandb.mode, WANDB_MODES)
+    return model_cfg
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -343,96 +347,4 @@ def base_config() -> ml_collections.ConfigDict:
     w.notes = ""
     w.job_type = "train"
     w.init_timeout = 60.0
-    return c
-
-
-def model_section(**fields: Any) -> ml_collections.ConfigDict:
-    """``config.model``: ``models.TransformerConfig``'s fields with its defaults (vocab_size comes from the
-    data), overridden by ``fields`` that are not None.
-
-    num_kv_heads / qk_dim / v_dim / attention_scale stay unset (None: derived) unless given; they are typed
-    placeholders so ``--config.model.qk_dim=32`` works on the command line.
-    """
-    import dataclasses
-
-    import models
-
-    typed = {"num_kv_heads": int, "qk_dim": int, "v_dim": int, "attention_scale": float}
-    d = {}
-    for f in dataclasses.fields(models.TransformerConfig):
-        if not f.init or f.name == "vocab_size":
-            continue
-        default = f.default
-        if f.name == "attention_options":
-            default = ml_collections.ConfigDict()
-        d[f.name] = ml_collections.config_dict.placeholder(typed[f.name]) if f.name in typed else default
-    m = ml_collections.ConfigDict(d)
-    for key, value in fields.items():
-        if value is not None:
-            m[key] = value
-    return m
-
-
-def synthetic_config(task: str, *, heads: int, qk_dim: int, layers: int, d_model: int, steps: int,
-                     runlocal: bool) -> ml_collections.ConfigDict:
-    """A decoder-only config for a synthetic task of ``data.build_synthetic`` (CPU-sized)."""
-    import data
-
-    c = base_config()
-    c.task = "lm"
-    c.data = data.default_synthetic_config()
-    c.data.task = task
-    c.data.batch_size = 64
-    c.model = model_section(
-        d_model=d_model, num_heads=heads, d_ff=4 * d_model, num_encoder_layers=0, num_decoder_layers=layers,
-        dropout_rate=0.0, position="learned", max_len=c.data.seq_len, qk_dim=qk_dim or None, v_dim=qk_dim or None,
-    )
-    t = c.train
-    t.optimizer = "adamw"
-    t.schedule = "cosine"
-    t.learning_rate = 1e-3
-    t.warmup_steps = 100
-    t.weight_decay = 0.01
-    t.grad_clip_norm = 1.0
-    t.label_smoothing = 0.0
-    t.num_steps = steps
-    t.log_every = 50
-    t.stats_every = 100
-    t.eval_every = 500
-    t.checkpoint_every = 1000
-    c.wandb.tags = ("synthetic", task)
-    if runlocal:
-        c.model.update(d_model=32, d_ff=64, num_decoder_layers=min(layers, 2))
-        c.data.batch_size = 16
-        t.update(num_steps=min(steps, 20), warmup_steps=5, log_every=5, stats_every=10, eval_every=10,
-                 checkpoint_every=10)
-    return c
-
-
-def small_decoder_config(task: str, *, quick: bool, d_model: int, heads: int, layers: int, learning_rate: float,
-                         steps: int, batch_size: int, seq_len: int, vocab: int, log_every: int,
-                         num_eval_batches: int = 8, schedule: str = "cosine", warmup_steps: int = 0,
-                         qk_dim: int = 0, v_dim: int = 0) -> ml_collections.ConfigDict:
-    """The reproductions' set-up: a small pre-LN decoder without dropout on a synthetic task, AdamW (0.9,
-    0.95, eps 1e-8, no weight decay, no clipping), warmup (default steps // 10) then ``schedule``, attention
-    statistics and the health monitor at every logged step, one device, evaluation at the end.
-    ``quick``: the caller passes tiny sizes; this only shortens logging so a test runs in seconds."""
-    import data
-
-    c = base_config()
-    c.task = "lm"
-    c.data = data.default_synthetic_config()
-    c.data.update(task=task, batch_size=batch_size, seq_len=seq_len, vocab_size=vocab, batch_multiple=1,
-                  num_eval_batches=num_eval_batches, prefetch=0 if quick else 2)
-    c.model = model_section(
-        d_model=d_model, num_heads=heads, d_ff=4 * d_model, num_encoder_layers=0, num_decoder_layers=layers,
-        dropout_rate=0.0, position="learned", max_len=seq_len, qk_dim=qk_dim or None, v_dim=v_dim or None,
-        attention_impl="xla")
-    t = c.train
-    t.update(optimizer="adamw", schedule=schedule, learning_rate=float(learning_rate), b2=0.95, eps=1e-8,
-             weight_decay=0.0, grad_clip_norm=0.0, final_lr_fraction=0.1, label_smoothing=0.0, num_steps=steps,
-             warmup_steps=warmup_steps or max(1, steps // 10), log_every=log_every, stats_every=log_every,
-             eval_every=0, checkpoint_every=0, peak_flops=1e12 if quick else 0.0)
-    c.mesh.data = 1
-    c.wandb.tags = ("reproduction", task)
     return c

@@ -43,18 +43,19 @@ import attention as attn
 import models
 from engine.doctor_report import (Finding, default_thresholds, make_finding, rule_above, status_above, summary_line,
                                   write_report)
-from engine.tasks import Task, task_of
+from engine.tasks import TASKS, Task, task_of
 
-GROUPS = ("encoder_self", "decoder_self", "cross", "pool")
-CAUSAL_GROUPS = ("decoder_self",)
+GROUPS = ("encoder_self", "decoder_self", "cross", "pool")  # the report's order
 
 # ------------------------------------------------------------------------------------------------ batches
 def resolve_task(model: nnx.Module, task: Union[Task, str, None] = None) -> Task:
     """The ``Task`` whose batches ``model`` reads: ``task`` (a task or a task name, checked against the model's
     class) or, when None, the task that trains the model's class."""
-    inferred = task_of(model) if not isinstance(task, Task) else task
-    if isinstance(task, str) and task != inferred.name:
-        raise ValueError(f"diagnose: task={task!r} does not match a {type(model).__name__} (task {inferred.name!r})")
+    if isinstance(task, str):  # by name: two tasks may train the same model class
+        if task not in TASKS:
+            raise ValueError(f"diagnose: task={task!r}; expected one of {tuple(TASKS)}")
+        task = TASKS[task](None)
+    inferred = task_of(model) if task is None else task
     if not isinstance(model, inferred.model_class):
         raise ValueError(f"diagnose: task {inferred.name!r} trains a {inferred.model_class.__name__}; got a "
                          f"{type(model).__name__}")
@@ -415,7 +416,7 @@ def diagnose(
                 rows = np.asarray(s.valid) & q_real[:, None, :]
                 pad_w = np.where(rows[..., None] & ~k_real[:, None, None, :], w, 0.0)
                 acc.add_max(("padding_weight", group, layer), pad_w.max(initial=0.0))
-                if group in CAUSAL_GROUPS:
+                if group in task.causal_groups():
                     later = np.arange(w.shape[3])[None, :] > np.arange(w.shape[2])[:, None]  # [Tq, Tk]
                     acc.add_max(("causal_weight", group, layer),
                                 np.where(rows[..., None] & later[None, None], w, 0.0).max(initial=0.0))
@@ -446,7 +447,7 @@ def diagnose(
     order = {g: i for i, g in enumerate(GROUPS)}
     for (group, layer), m in sorted(modules.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         for check, causal in (("two_token_padding", False), ("two_token_causal", True)):
-            if causal and group not in CAUSAL_GROUPS:
+            if causal and group not in task.causal_groups():
                 continue
             err = _two_token(m, causal, int(th.seed) + layer)
             findings.append(make_finding(check, group, layer, None, err, rule_above(th.exact_warn, th.exact_fail),

@@ -3,7 +3,8 @@
 A task lists its evaluators (``Task.evaluators(final)``: ``(name, arguments)`` entries of ``EVALUATORS``, as
 big_vision configs list theirs); ``Evaluator.evaluate`` builds and runs them in order, logs their scalars once
 and returns them. ``Evaluator`` itself is what they share: the run's setup, data, logger, compiled eval step and
-host-local parameters.
+host-local parameters; a task that decodes gets a ``TranslationEvaluator`` (``for_task``), which adds
+decoding, BLEU and heatmaps, so the other tasks never build translation code.
 
 - ``loss`` (every task): teacher-forced loss, perplexity, token accuracy and sequence accuracy on the positions
   the task scores, over a split's evaluation batches; optionally the loss per sequence position.
@@ -71,6 +72,12 @@ def describe_decoding(e, decode: Optional[str] = None) -> str:
     return "greedy search"
 
 
+def log_decoding(e, split: str, limit: int) -> None:
+    """One log line saying what an evaluation round decodes and how."""
+    what = f"the first {limit} {split} sentences" if limit else f"the {split} split"
+    log.info("decoding %s with %s (config.eval.decode)", what, describe_decoding(e))
+
+
 def cut_at_eos(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
     out = []
     for i in ids:
@@ -99,8 +106,9 @@ def host_local(tree):
 
 
 class Evaluator:
-    """The evaluators of one run (or of eval.py): loss metrics for every task, decoding, BLEU and attention
-    maps for translation. Tasks call these from ``Task.evaluate``; results are logged through ``logger``."""
+    """What the evaluators of one run (or of eval.py) share: the setup, data, logger, compiled eval step and
+    host-local parameters, and the loss metrics every task has. ``for_task`` builds the right one
+    (``TranslationEvaluator`` for a task that decodes)."""
 
     def __init__(self, setup, data, logger, workdir: Optional[str]):
         from engine.steps import make_eval_step
@@ -169,6 +177,41 @@ class Evaluator:
             out[f"{split}/position_loss"] = [float(x) for x in per_pos]
         return out
 
+    def reference_model(self, params) -> nnx.Module:
+        """The model with the ``reference`` attention backend (full weights), sharing ``params``."""
+        from engine.state import reference_graphdef
+
+        if self._ref_graphdef is None:
+            self._ref_graphdef = reference_graphdef(self.setup)
+        return nnx.merge(self._ref_graphdef, self.local_params(params), self.local_rest)
+
+    # ---------------------------------------------------------------------------------------- all
+    def run(self, specs, params, step: int) -> dict[str, Any]:
+        """The evaluators ``specs`` ((name, arguments) of ``EVALUATORS``) in order: scalars are logged once, after
+        every evaluator that scores and before those that draw (``artifacts``); returns the merged results."""
+        evaluators = [make_evaluator(name, args) for name, args in specs]
+        results: dict[str, Any] = {}
+        try:
+            for e in (e for e in evaluators if not e.artifacts):
+                results.update(e(self, params, step))
+            self.logger.log(step, {k: v for k, v in results.items() if not isinstance(v, str) and v is not None})
+            for e in (e for e in evaluators if e.artifacts):
+                results.update(e(self, params, step))
+        finally:
+            self._local = (None, None)
+        return results
+
+    def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
+        """One evaluation round of the task's evaluators (``Task.evaluators(final)``); returns the results."""
+        results = self.run(self.task.evaluators(final), params, step)
+        log.info("eval step %d: %s", step, _fmt(results))
+        return results
+
+
+class TranslationEvaluator(Evaluator):
+    """The evaluators' shared state for a task that decodes (``Task.decodes``): besides the loss, decoding
+    (greedy or beam search), BLEU/chrF and attention heatmaps of fixed examples."""
+
     # ------------------------------------------------------------------------------------ decoding
     def encode_sources(self, sources: Sequence[str]) -> list[list[int]]:
         """Source token ids as the training pipeline feeds them (piece ids + EOS, truncated)."""
@@ -234,17 +277,16 @@ class Evaluator:
              write: bool = True, interventions: Optional[models.Interventions] = None) -> dict[str, Any]:
         """Decode (the first ``limit`` of) ``split`` (with ``interventions``) and score it: sacreBLEU's scores
         and signatures, ``hypotheses`` (one per sentence, in order), ``samples`` and ``num_sentences``; with
-        ``write``, the hypotheses also go to ``outputs/<split>_step<step>.txt`` (``hypotheses_path``)."""
+        ``write``, the hypotheses also go to ``outputs/<split>_step<step>.txt`` (``hypotheses_path``); ``decoding``
+        says how (``describe_decoding``)."""
         examples = list(self.data.examples(split))
         if limit:
             examples = examples[:limit]
         sources = [s for s, _ in examples]
         refs = [r for _, r in examples]
-        decoding = describe_decoding(self.config.eval, decode)
-        log.info("decoding %d %s sentences with %s (config.eval.decode)", len(sources), split, decoding)
         hyps = self.translate(params, sources, decode=decode, interventions=interventions)
         result = score(hyps, refs)
-        result["decoding"] = decoding
+        result["decoding"] = describe_decoding(self.config.eval, decode)
         if write and self.workdir is not None and jax.process_index() == 0:
             outdir = os.path.join(self.workdir, "outputs")
             os.makedirs(outdir, exist_ok=True)
@@ -259,6 +301,7 @@ class Evaluator:
     def bleu_round(self, params, split: str, step: int, *, limit: int, prefix: str) -> dict[str, Any]:
         """``bleu`` plus its logging (event, samples table, log lines); returns ``<prefix>/bleu``, chrF and the
         signatures."""
+        log_decoding(self.config.eval, split, limit)
         r = self.bleu(params, split, step, limit=limit)
         self.logger.log_event(step, "bleu", split=split, sentences=r["num_sentences"], bleu=r["bleu"],
                               chrf=r["chrf"], bleu_signature=r["bleu_signature"],
@@ -272,14 +315,6 @@ class Evaluator:
                 "chrf_signature": r["chrf_signature"]}
 
     # ------------------------------------------------------------------------------------ heatmaps
-    def reference_model(self, params) -> nnx.Module:
-        """The model with the ``reference`` attention backend (full weights), sharing ``params``."""
-        from engine.state import reference_graphdef
-
-        if self._ref_graphdef is None:
-            self._ref_graphdef = reference_graphdef(self.setup)
-        return nnx.merge(self._ref_graphdef, self.local_params(params), self.local_rest)
-
     def attention_stats(self, params, pairs: Sequence[tuple[str, str]]) -> tuple[dict, list, list]:
         """Teacher-forced attention statistics with weights for (source, reference) pairs.
 
@@ -334,29 +369,6 @@ class Evaluator:
         self.logger.log_html(step, pages)
         return paths
 
-    # ---------------------------------------------------------------------------------------- all
-    def run(self, specs, params, step: int) -> dict[str, Any]:
-        """The evaluators ``specs`` ((name, arguments) of ``EVALUATORS``) in order: scalars are logged once, after
-        every evaluator that scores and before those that draw (``artifacts``); returns the merged results."""
-        evaluators = [make_evaluator(name, args) for name, args in specs]
-        results: dict[str, Any] = {}
-        try:
-            for e in (e for e in evaluators if not e.artifacts):
-                results.update(e(self, params, step))
-            self.logger.log(step, {k: v for k, v in results.items() if not isinstance(v, str) and v is not None})
-            for e in (e for e in evaluators if e.artifacts):
-                results.update(e(self, params, step))
-        finally:
-            self._local = (None, None)
-        return results
-
-    def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
-        """One evaluation round of the task's evaluators (``Task.evaluators(final)``); returns the results."""
-        results = self.run(self.task.evaluators(final), params, step)
-        log.info("eval step %d: %s", step, _fmt(results))
-        return results
-
-
 class LossMetrics:
     """Loss, perplexity, accuracy and sequence accuracy of ``split`` (``Evaluator.loss_metrics``)."""
 
@@ -382,6 +394,7 @@ class Bleu:
     def __call__(self, ev: Evaluator, params, step: int) -> dict[str, Any]:
         if not self.detail:
             return ev.bleu_round(params, self.split, step, limit=self.limit, prefix=self.prefix)
+        log_decoding(ev.config.eval, self.split, self.limit)
         r = ev.bleu(params, self.split, step, limit=self.limit)
         ev.logger.log_table(step, f"{self.split}/samples", ["source", "reference", "hypothesis"], r["samples"])
         return {f"{self.prefix}/bleu": r["bleu"], f"{self.prefix}/chrf": r["chrf"],
@@ -407,6 +420,12 @@ class Heatmaps:
 
 
 EVALUATORS = {"loss": LossMetrics, "bleu": Bleu, "heatmaps": Heatmaps}
+
+
+def for_task(setup, data, logger, workdir: Optional[str]) -> Evaluator:
+    """The evaluators' shared state for ``setup.task``: a ``TranslationEvaluator`` when the task decodes."""
+    cls = TranslationEvaluator if setup.task.decodes else Evaluator
+    return cls(setup, data, logger, workdir)
 
 
 def make_evaluator(name: str, args: Mapping[str, Any]):

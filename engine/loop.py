@@ -188,7 +188,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
 
     t_start = time.time()
     task = get_task(config)
-    config_lib.validate(config, jax.device_count(), available_backends(), task)
+    model_cfg = config_lib.validate(config, jax.device_count(), available_backends(), task)
     mesh = sharding_lib.make_mesh(config.mesh)
     lead = runtime.is_lead()
     session = workdir_lib.open_run(config, workdir, allow_change=allow_config_change) if workdir else None
@@ -207,13 +207,13 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t
     data = build_data(task, workdir)
     if hasattr(data, "describe"):
         log.info("%s", data.describe())
-    setup, init = build(config, task, mesh, data.vocab_size)
+    setup, init = build(config, task, mesh, data.vocab_size, model_cfg)
     t = config.train
     all_hooks = (default_hooks(config, workdir) if use_default_hooks else []) + list(hooks)
     logger = writer_lib.MetricLogger(workdir, config, process_index=jax.process_index(),
                                      run_name=os.path.basename(os.path.abspath(workdir)) if workdir else None)
     r = Run(config=config, workdir=workdir, task=task, data=data, setup=setup, init=init, logger=logger,
-            evaluator=evaluation.Evaluator(setup, data, logger, workdir), train_iter=data.train_iter(),
+            evaluator=evaluation.for_task(setup, data, logger, workdir), train_iter=data.train_iter(),
             hooks=all_hooks, num_steps=int(t.num_steps),
             deadline=t_start + 60.0 * float(t.max_minutes) if t.max_minutes > 0 else None,
             peak_flops=float(t.peak_flops) or _peak_flops(mesh, config.model.dtype), lead=lead)

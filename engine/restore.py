@@ -75,12 +75,12 @@ def restore_run(config: ml_collections.ConfigDict, workdir: str, *, step: Option
     from attention import available_backends
 
     task = get_task(config)
-    config_lib.validate(config, jax.device_count(), available_backends(), task)
+    model_cfg = config_lib.validate(config, jax.device_count(), available_backends(), task)
     mesh = sharding_lib.make_mesh(config.mesh)
     data = task.build_data(workdir, jax.process_index(), jax.process_count())
     if hasattr(data, "describe"):
         log.info("%s", data.describe())
-    setup, init = build(config, task, mesh, data.vocab_size)
+    setup, init = build(config, task, mesh, data.vocab_size, model_cfg)
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False, config=config)
     try:
         state, _, step = ckpt.restore(abstract_state(setup, init), step)
@@ -109,7 +109,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str, *, step
     logger = writer_lib.MetricLogger(out_dir, config, process_index=jax.process_index(),
                                      run_name=os.path.basename(os.path.abspath(workdir)) + "-eval", job_type="eval")
     try:
-        ev = evaluation.Evaluator(setup, data, logger, out_dir)
+        ev = evaluation.for_task(setup, data, logger, out_dir)
         results: dict[str, Any] = {"step": step, "split": split}
         results.update(ev.loss_metrics(params, split))
         for name, args in task.checkpoint_evaluators(split):

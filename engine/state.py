@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import flax.nnx as nnx
 import jax
@@ -35,12 +35,16 @@ DEFAULT_RULES = (
 )
 
 
-def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> models.TransformerConfig:
-    """``config.model`` plus the vocabulary size from the data, as a ``TransformerConfig``."""
-    d = config.model.to_dict()
-    d["vocab_size"] = int(vocab_size)
+def model_config(config: ml_collections.ConfigDict, vocab_size: int,
+                 validated: Optional[models.TransformerConfig] = None) -> models.TransformerConfig:
+    """``config.model`` plus the vocabulary size from the data, as a ``TransformerConfig``.
+
+    validated: the config ``engine.config.validate`` built from ``config.model``; given, it gets the vocabulary
+    size bound (``TransformerConfig.bind``) instead of a second construction and validation."""
     try:
-        return models.TransformerConfig.from_dict(d)
+        if validated is not None:
+            return validated.bind(vocab_size=int(vocab_size))
+        return models.TransformerConfig.from_dict(dict(config.model.to_dict(), vocab_size=int(vocab_size)))
     except ValueError as e:
         raise ConfigError(f"config.model: {e}") from None
 
@@ -99,12 +103,14 @@ class Setup:
         return self.config.mesh.get("context_layout", "natural")
 
 
-def build(config: ml_collections.ConfigDict, task, mesh: Mesh, vocab_size: int) -> tuple[Setup, Callable[[], dict]]:
+def build(config: ml_collections.ConfigDict, task, mesh: Mesh, vocab_size: int,
+          model_cfg: Optional[models.TransformerConfig] = None) -> tuple[Setup, Callable[[], dict]]:
     """Model, optimizer and state shardings; returns (setup, init) where ``init()`` makes the initial
-    (sharded) train state."""
-    cfg = model_config(config, vocab_size)
+    (sharded) train state. model_cfg: what ``engine.config.validate`` returned for ``config`` (default: built
+    from ``config.model`` here)."""
+    cfg = model_config(config, vocab_size, model_cfg)
     if cfg.attention_impl == "ring" and sharding_lib.context_size(mesh) > 1:
-        cfg = cfg.replace(attention_options=dict(cfg.attention_options, **ring_options(mesh)))
+        cfg = cfg.bind(attention_options=dict(cfg.attention_options, **ring_options(mesh)))
     seed = int(config.seed)
 
     def init_model():
@@ -167,7 +173,7 @@ def abstract_state(setup: Setup, init: Callable[[], dict]) -> dict:
 def reference_graphdef(setup: Setup, implementation: str = "reference") -> Any:
     """The graph of the same model on another attention backend (default ``reference``: full weights in its
     statistics), to merge with the run's parameters for heatmaps, the explorer and the doctor."""
-    cfg = setup.model_cfg.replace(attention_impl=implementation, attention_options={})
+    cfg = setup.model_cfg.bind(attention_impl=implementation, attention_options={})
     abstract = nnx.eval_shape(lambda: setup.task.create_model(cfg, nnx.Rngs(params=0, dropout=1)))
     return nnx.split(abstract, nnx.Param, ...)[0]
 

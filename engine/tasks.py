@@ -147,6 +147,10 @@ class Task:
     def side(self, name: str) -> Side:
         return next(s for s in self.sides if s.name == name)
 
+    def causal_groups(self) -> tuple[str, ...]:
+        """Attention groups whose queries and keys are both the causal side (masked to earlier keys)."""
+        return tuple(g for g, (q, k) in self.group_sides.items() if q == k == self.causal_side is not None)
+
     def complete_batch(self, batch: Mapping[str, Any], cfg: models.TransformerConfig, rows: int
                        ) -> dict[str, np.ndarray]:
         """The first ``rows`` rows of ``batch`` as numpy, with segment ids (token != pad) and positions filled

@@ -49,6 +49,20 @@ def check_backend(implementation: str, *, num_heads: int, num_kv_heads: int, qk_
         raise ValueError(f"attention_impl={implementation!r} cannot serve this model{hint}: {e}") from None
 
 
+def check_widths(d_model: int, num_heads: int, num_kv_heads: int, qk_dim: int, v_dim: int,
+                 rope_base: Optional[float], dropout_rate: float) -> None:
+    """ValueError naming the first of a standalone layer's widths, RoPE width or dropout rate that is invalid."""
+    for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads),
+                        ("qk_dim", qk_dim), ("v_dim", v_dim)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"MultiHeadAttention: {name} must be a positive int; got {value!r}")
+    check_head_groups("MultiHeadAttention", num_heads, num_kv_heads)
+    if rope_base is not None and qk_dim % 2 != 0:
+        raise ValueError(f"MultiHeadAttention: RoPE needs an even qk_dim; got qk_dim={qk_dim}")
+    if not 0.0 <= dropout_rate < 1.0:
+        raise ValueError(f"MultiHeadAttention: dropout_rate must be in [0, 1); got {dropout_rate!r}")
+
+
 class MultiHeadAttention(nnx.Module):
     """Multi-head attention with independent head counts and widths.
 
@@ -61,6 +75,8 @@ class MultiHeadAttention(nnx.Module):
     kinds draw from the dropout stream when training); a combination the kind cannot serve is refused here.
     ``uniform``: the weights are frozen to uniform over the visible keys (Wiegreffe & Pinter's baseline); the
     query/key projections then get no gradient.
+    ``checked``: the widths, RoPE and dropout rate come from a ``TransformerConfig``, which validated them when
+    it was made (the models pass True), so they are not checked again here; the kind and backend still are.
     """
 
     def __init__(
@@ -83,18 +99,12 @@ class MultiHeadAttention(nnx.Module):
         norm_epsilon: float = 1e-6,
         kind: str = "softmax",
         uniform: bool = False,
+        checked: bool = False,
         rngs: nnx.Rngs,
     ):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads),
-                            ("qk_dim", qk_dim), ("v_dim", v_dim)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"MultiHeadAttention: {name} must be a positive int; got {value!r}")
-        check_head_groups("MultiHeadAttention", num_heads, num_kv_heads)
-        if rope_base is not None and qk_dim % 2 != 0:
-            raise ValueError(f"MultiHeadAttention: RoPE needs an even qk_dim; got qk_dim={qk_dim}")
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(f"MultiHeadAttention: dropout_rate must be in [0, 1); got {dropout_rate!r}")
+        if not checked:
+            check_widths(d_model, num_heads, num_kv_heads, qk_dim, v_dim, rope_base, dropout_rate)
         try:
             spec = attn.check_kind(kind, *(("dropout",) if dropout_rate > 0 else ()))
         except ValueError as e:

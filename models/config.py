@@ -1,6 +1,7 @@
 """``TransformerConfig``: every architecture knob of the models, validated when the config is made."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Mapping
@@ -31,6 +32,25 @@ def check_head_groups(owner: str, num_heads: int, num_kv_heads: int) -> None:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_impl(implementation: Any) -> None:
+    if not isinstance(implementation, str) or not implementation:
+        raise ValueError(f"TransformerConfig.attention_impl must be a backend name or 'auto'; got {implementation!r}")
+
+
+def _options_tuple(options: Any) -> tuple:
+    """``attention_options`` (a dict or pairs) as sorted, hashable ``(name, value)`` pairs."""
+    given = options
+    if isinstance(options, Mapping):
+        options = tuple(sorted(options.items()))
+    if not isinstance(options, (tuple, list)) or not all(
+        isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) for item in options
+    ):
+        raise ValueError(
+            f"TransformerConfig.attention_options must be a dict of backend keyword arguments; got {given!r}"
+        )
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,18 +175,8 @@ class TransformerConfig:
             not _is_number(self.attention_scale) or not math.isfinite(self.attention_scale) or self.attention_scale <= 0
         ):
             raise ValueError(f"TransformerConfig.attention_scale must be None or a positive float; got {self.attention_scale!r}")
-        if not isinstance(self.attention_impl, str) or not self.attention_impl:
-            raise ValueError(f"TransformerConfig.attention_impl must be a backend name or 'auto'; got {self.attention_impl!r}")
-        options = self.attention_options
-        if isinstance(options, Mapping):
-            options = tuple(sorted(options.items()))
-        if not isinstance(options, (tuple, list)) or not all(
-            isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) for item in options
-        ):
-            raise ValueError(
-                f"TransformerConfig.attention_options must be a dict of backend keyword arguments; got {self.attention_options!r}"
-            )
-        set_("attention_options", tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in options))
+        _check_impl(self.attention_impl)
+        set_("attention_options", _options_tuple(self.attention_options))
         groups = self.uniform_attention_groups
         if isinstance(groups, str) or not isinstance(groups, (tuple, list)) or any(
                 g not in ATTENTION_GROUPS for g in groups):
@@ -177,10 +187,33 @@ class TransformerConfig:
                      "attention_only"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TransformerConfig.{name} must be a bool; got {getattr(self, name)!r}")
+        self._check_token_ids()
+
+    def _check_token_ids(self) -> None:
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
             if not _is_int(value) or not 0 <= value < self.vocab_size:
                 raise ValueError(f"TransformerConfig.{name} must be a token id in [0, vocab_size={self.vocab_size}); got {value!r}")
+
+    def bind(self, *, vocab_size: Optional[int] = None, attention_impl: Optional[str] = None,
+             attention_options: Optional[Mapping[str, Any]] = None) -> "TransformerConfig":
+        """A copy of this (validated) config with a run's settings that come after validation: the data's
+        ``vocab_size``, another ``attention_impl`` (a reference model for heatmaps), ``attention_options``
+        (the ring's mesh). Only the given values are checked; the other fields were validated when this
+        config was made and are not checked again, so a run builds and validates its config once."""
+        new = copy.copy(self)
+        set_ = lambda name, value: object.__setattr__(new, name, value)  # noqa: E731
+        if attention_impl is not None:
+            _check_impl(attention_impl)
+            set_("attention_impl", attention_impl)
+        if attention_options is not None:
+            set_("attention_options", _options_tuple(attention_options))
+        if vocab_size is not None:
+            if not _is_int(vocab_size) or vocab_size <= 0:
+                raise ValueError(f"TransformerConfig.vocab_size must be a positive int; got {vocab_size!r}")
+            set_("vocab_size", vocab_size)
+            new._check_token_ids()
+        return new
 
     # ---------------------------------------------------------------------------------------------- builders
     @classmethod

@@ -79,7 +79,7 @@ def _attention(cfg: TransformerConfig, rngs: nnx.Rngs, *, rope: bool, group: str
         rope_base=cfg.rope_base if rope else None, dropout_rate=cfg.attention_dropout_rate,
         implementation=cfg.attention_impl, backend_options=cfg.attention_options, dtype=cfg.jnp_dtype,
         param_dtype=cfg.jnp_param_dtype, norm_epsilon=cfg.norm_epsilon, kind=cfg.attention_kind,
-        uniform=group in cfg.uniform_attention_groups, rngs=rngs,
+        uniform=group in cfg.uniform_attention_groups, checked=True, rngs=rngs,
     )
 
 

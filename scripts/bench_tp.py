@@ -79,9 +79,9 @@ def measure(args: argparse.Namespace, model_axis: int) -> dict:
     c.mesh.update(data=-1, model=model_axis)
     c.data.batch_size = args.batch
     task = tasks.get_task(c)
-    config_lib.validate(c, jax.device_count(), available_backends(), task)
+    model_cfg = config_lib.validate(c, jax.device_count(), available_backends(), task)
     mesh = sharding_lib.make_mesh(c.mesh)
-    setup, init = state_lib.build(c, task, mesh, args.vocab)
+    setup, init = state_lib.build(c, task, mesh, args.vocab, model_cfg)
     state = init()
     params_mb, opt_mb = device0_mb(state["params"]), device0_mb(state["opt_state"])
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))

@@ -232,8 +232,10 @@ def test_head_permutation_and_two_token_catch_a_head_mixing_backend(healthy, mon
 
 def test_bad_arguments_are_one_clear_error(healthy):
     model = healthy
-    with pytest.raises(ValueError, match="does not match"):
+    with pytest.raises(ValueError, match="task 'lm' trains a DecoderOnly; got a EncoderDecoder"):
         doctor.diagnose(model, eval_batches(), task="lm")
+    with pytest.raises(ValueError, match="task='parsing'; expected one of"):
+        doctor.diagnose(model, eval_batches(), task="parsing")
     with pytest.raises(ValueError, match="no batches"):
         doctor.diagnose(model, [])
     with pytest.raises(ValueError, match="unknown threshold fields"):

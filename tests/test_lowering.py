@@ -284,7 +284,7 @@ def lower_train_step(task: str, attention_impl: str) -> jax.export.Exported:
     The only code here that knows the engine's layout (engine.state.build / abstract_state,
     engine.steps.make_train_step, engine.tasks.get_task, engine.sharding.make_mesh)."""
     from engine import sharding, state, steps, tasks
-    from engine.config import synthetic_config
+    from engine.config import sibling_config
 
     if task == "translation":
         spec = importlib.util.spec_from_file_location("translation_config",
@@ -295,7 +295,8 @@ def lower_train_step(task: str, attention_impl: str) -> jax.export.Exported:
         keys = ("inputs", "targets", "inputs_segmentation", "targets_segmentation", "inputs_position",
                 "targets_position")
     else:
-        config = synthetic_config("copy", heads=4, qk_dim=0, layers=2, d_model=64, steps=10, runlocal=True)
+        presets = sibling_config(os.path.join(REPO, "configs", "_presets.py"), "_presets")
+        config = presets.synthetic_config("copy", heads=4, qk_dim=0, layers=2, d_model=64, steps=10, runlocal=True)
         keys = ("inputs", "targets", "loss_mask", "segmentation", "position")
     config.model.update(attention_impl=attention_impl, dtype="bfloat16", max_len=64)
     config.mesh.update(data=1, model=1)

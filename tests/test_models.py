@@ -363,6 +363,23 @@ def test_config_from_dict_and_replace():
     assert dataclasses.is_dataclass(cfg) and hash(cfg) == hash(tiny(num_heads=8))
 
 
+def test_bind_checks_only_what_it_changes(monkeypatch):
+    cfg = tiny(num_heads=8)
+    post_init = models.TransformerConfig.__post_init__
+    monkeypatch.setattr(models.TransformerConfig, "__post_init__", lambda self: pytest.fail("validated again"))
+    bound = cfg.bind(vocab_size=3 * V, attention_impl="reference", attention_options={"block": [2, 2]})
+    assert (bound.vocab_size, bound.attention_impl, bound.attention_options) == (3 * V, "reference", (("block", (2, 2)),))
+    assert cfg.vocab_size == V and bound.qk_dim == 4 and bound.to_dict()["qk_dim"] is None  # derived stays derived
+    with pytest.raises(ValueError, match="bos_id must be a token id in \\[0, vocab_size=1\\); got 2"):
+        cfg.bind(vocab_size=1)
+    with pytest.raises(ValueError, match="vocab_size must be a positive int; got 0"):
+        cfg.bind(vocab_size=0)
+    with pytest.raises(ValueError, match="attention_options must be a dict"):
+        cfg.bind(attention_options=[1])
+    monkeypatch.setattr(models.TransformerConfig, "__post_init__", post_init)
+    assert models.TransformerConfig.from_dict(bound.to_dict()) == bound
+
+
 @pytest.mark.parametrize("kind, attention_only", [("additive", False), ("softmax", True), ("hard", True)])
 def test_variant_and_attention_only_param_counts_match_the_formula(kind, attention_only):
     cfg = models.TransformerConfig(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import data
+import models
 from data.builders import bible_es_en
 from engine import checkpoint as ckpt_lib
 from engine import config as config_lib
@@ -254,7 +255,7 @@ def test_eval_takes_the_runs_recorded_config_and_explains_a_differing_one(baseli
     assert "config: eval.beam_size: 4 in the run, 8 in --config (using --config's)" in notes
 
 
-def test_synthetic_decoder_only_task_reports_masked_accuracy(tmp_path):
+def test_synthetic_decoder_only_task_reports_masked_accuracy(tmp_path, monkeypatch):
     c = config_lib.base_config()
     c.task = "lm"
     c.data = data.default_synthetic_config()
@@ -268,7 +269,11 @@ def test_synthetic_decoder_only_task_reports_masked_accuracy(tmp_path):
     c.train.update(learning_rate=3e-3, warmup_steps=2, num_steps=4, log_every=2, stats_every=2,
                    checkpoint_every=0, async_checkpoint=False, peak_flops=1e12)
     c.wandb.mode = "disabled"
+    built = []  # every TransformerConfig made (validated) during the run
+    post_init = models.TransformerConfig.__post_init__
+    monkeypatch.setattr(models.TransformerConfig, "__post_init__", lambda self: (built.append(1), post_init(self)))
     final = loop.run(c, str(tmp_path / "run"))
+    assert len(built) == 1  # by engine.config.validate; the data's vocabulary and other backends are bound to it
     assert 0.0 <= final["validation/accuracy"] <= 1.0 and np.isfinite(final["validation/perplexity"])
     records = logging_lib.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
     assert any("attn/decoder_self/entropy/L0H1" in r for r in records)
@@ -281,7 +286,9 @@ def test_train_py_reports_config_errors_clearly(tmp_path):
            f"--workdir={tmp_path / 'run'}", "--config.model.num_heads=3"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert proc.returncode == 1
-    assert "d_model=128 is not divisible by num_heads=3" in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "num_heads" in line]  # validated once: one line
+    assert len(errors) == 1 and "ERROR" in errors[0], proc.stderr
+    assert "d_model=128 is not divisible by num_heads=3" in errors[0]
     assert "Traceback" not in proc.stderr
 
 
