@@ -123,6 +123,7 @@ class StopRequest:
                     _exit_now(128 + first, f"{name} received again while stopping: exiting now{self.describe()}")
 
     def __enter__(self) -> "StopRequest":
+        StopRequest.received = None
         if threading.current_thread() is not threading.main_thread():
             return self  # not in the main thread: signals stay with their owner.
         for sig in self.SIGNALS:

@@ -13,8 +13,8 @@
   data (``training_fields``) is refused in one line naming the fields, most important first (task, model shape,
   data, optimizer), unless the caller allows it (``train.py --allow_config_change``). Fields that only change
   what is logged, evaluated or saved, the time budget and the mesh are recorded without asking.
-- ``finished``: a run that trained to its ``train.num_steps`` (or stopped early on its metric) and wrote its
-  final record; ``train.py`` says so and exits 0 instead of training or decoding again.
+- ``finished``: a run that trained to its ``train.num_steps`` (or stopped early on its metric), wrote its
+  final record and still has that step's checkpoint; ``train.py`` says so and exits 0 instead of training or decoding again.
 
 Every refusal happens before the workdir is touched, so a refused run leaves it exactly as it was. With several
 hosts the lead decides and every process gets the same answer (``runtime.agree``).
@@ -30,8 +30,8 @@ import sys
 import tempfile
 from typing import Any, Mapping, Optional
 
-from engine.checkpoint import field_rank, flatten_config
-from engine.errors import AttnlabError
+from engine.checkpoint import field_rank, flatten_config, step_problem
+from engine.errors import WorkdirError
 
 log = logging.getLogger("attnlab")
 
@@ -47,10 +47,6 @@ NOT_TRAINING = ("name", "wandb.", "eval.", "health.", "doctor.", "mesh.", "train
                 "train.max_minutes", "train.peak_flops", "train.on_non_finite", "train.watchdog_seconds",
                 "train.stop_grace_seconds")
 _SHOWN = 4  # fields named in a refusal before "(+N more)"
-
-
-class WorkdirError(AttnlabError):
-    """The workdir cannot hold this run (not writable, in use by another run, a record of another config)."""
 
 
 class RunFinished(Exception):
@@ -288,6 +284,8 @@ def finished(config: Any, workdir: str) -> Optional[str]:
     step, reason = int(end["step"]), end.get("reason")
     if not (reason == "early_stop" or (reason == "num_steps" and step >= int(config.train.num_steps))):
         return None
+    if step_problem(os.path.join(workdir, "checkpoints", str(step))) is not None:
+        return None  # its last checkpoint is gone or damaged: a rerun restores what is left and trains on
     shown = ", ".join(f"{k}={v:.4g}" for k, v in final.items()
                       if isinstance(v, float) and k.split("/")[0] in ("validation", "test") and k.count("/") == 1
                       and k.split("/")[1] in ("loss", "accuracy", "bleu"))

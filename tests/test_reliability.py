@@ -151,8 +151,8 @@ def mistakes(root, corpus, baseline) -> dict[str, tuple[str, list, tuple[str, ..
     garble(damaged / "checkpoints" / "20" / "state" / "_METADATA")
     (root / "empty" / "checkpoints").mkdir(parents=True)
     pairs, bad = corpus
-    w = f"--workdir={root / 'mistakes'}"
-    return {
+    w = f"--workdir={root / 'mistakes'}"  # one workdir per case (below): concurrent runs of one workdir are refused
+    cases = {
         "missing validation file": ("train.py", [*TR, f"--config.data.train_files={pairs}",
                                                  f"--config.data.validation_files={root / 'missing.tsv'}",
                                                  f"--workdir={root / 'no-validation'}"], (
@@ -191,6 +191,8 @@ def mistakes(root, corpus, baseline) -> dict[str, tuple[str, list, tuple[str, ..
             "ERROR checkpoint step 30 in", "was written by another model config",
             "params/decoder/layers/0/self_attention/key/bias: [4, 8] float32 in the checkpoint, [2, 16] float32 now")),
     }
+    return {name: (script, [f"{w}-{i}" if a == w else a for a in args], texts)
+            for i, (name, (script, args, texts)) in enumerate(cases.items())}
 
 
 @pytest.fixture(scope="module")
