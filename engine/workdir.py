@@ -298,13 +298,22 @@ class Session:
     """A run's hold on its workdir (from ``open_run``): the lock (lead process) and the config changes to
     record once the run starts (``write_record``)."""
 
-    def __init__(self, lock: Optional[Lock], changes: Mapping[str, list]):
+    def __init__(self, lock: Optional[Lock], changes: Mapping[str, list], workdir: str, created: bool):
         self.lock = lock
         self.changes = dict(changes)
+        self.workdir = workdir
+        self.created = created  # the workdir did not exist before this run
+        self.started = False  # set by the loop once the run writes its record (right before the first step)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Release the lock; a run that failed before it started, in a workdir it created, removes the workdir
+        again (a refused run leaves no trace)."""
         if self.lock is not None:
             self.lock.release()
+            if failed and self.created and not self.started:
+                import shutil
+
+                shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def open_run(config: Any, workdir: str, *, allow_change: bool = False) -> Session:
@@ -341,4 +350,4 @@ def open_run(config: Any, workdir: str, *, allow_change: bool = False) -> Sessio
             if created and not os.listdir(workdir):
                 os.rmdir(workdir)
         raise (WorkdirError if kind == "error" else RunFinished)(message)
-    return Session(lock, changes)
+    return Session(lock, changes, workdir, created)

@@ -342,6 +342,7 @@ def test_an_empty_training_file_is_one_line_naming_field_and_file(runs, tmp):
     code, out, _ = runs["empty_tsv"]
     line = one_error(out, code)
     assert f"data.train_files: {tmp / 'empty.tsv'} holds no usable sentence pair (0 lines)" in line, line
+    assert not (tmp / "empty").exists()  # the refused run's new workdir is gone again (no train.log, no lock)
 
 
 def test_a_damaged_tokenizer_is_rebuilt_from_the_cache_or_refused(runs, tmp):
