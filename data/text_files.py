@@ -8,7 +8,8 @@ A file spec is either
 
 Bad input never pairs sentences silently wrong:
 
-- a missing file raises DataError naming the path and the config field;
+- a missing file raises DataError naming the path and the config field, and so does a file without one usable
+  pair (empty, or every line skipped);
 - two sides with different line counts raise DataError (no pairing is possible);
 - an empty side, a line that is not valid UTF-8, or a TSV line without exactly two fields is skipped and
   counted (``on_bad_line="skip"``) or raises DataError naming file and line (``on_bad_line="error"``).
@@ -114,6 +115,11 @@ def read_parallel(spec: str, *, source_lang: str, target_lang: str, on_bad_line:
         pairs.append((texts[0], texts[1]))
     for key in ("skipped_empty", "skipped_invalid_utf8", "skipped_bad_fields", "bom_stripped", "crlf_lines"):
         counts.setdefault(key, 0)
+    if not pairs:
+        skipped = ", ".join(f"{counts[k]} {k[len('skipped_'):].replace('_', ' ')}" for k in
+                            ("skipped_empty", "skipped_invalid_utf8", "skipped_bad_fields") if counts[k])
+        raise DataError(f"{field}: {' + '.join(files)} holds no usable sentence pair ({counts['lines']} lines"
+                        + (f"; skipped: {skipped}" if skipped else "") + ")")
     return pairs, dict(counts)
 
 

@@ -124,7 +124,9 @@ def cached_tokenizer(key: str, name: str, texts_fn, *, cache_dir: str, workdir: 
     """The tokenizer `name` for `key`: from `workdir` if the run already has it, else from the cache, else
     trained on `texts_fn()` (only called when training). Copies it into `workdir/tokenizer/`.
 
-    Returns (tokenizer, trained_now). Raises DataError if `workdir` holds a tokenizer with another key.
+    Returns (tokenizer, trained_now). Raises DataError if `workdir` holds a tokenizer with another key. A
+    damaged copy in `workdir` (a model or metadata file that does not load) is rebuilt from the cache with a
+    warning when the cache has this key's model, else refused naming the file.
     """
     cache_path = os.path.join(cache_dir, "tokenizers", key, f"{name}.model")
     if workdir:
@@ -132,13 +134,22 @@ def cached_tokenizer(key: str, name: str, texts_fn, *, cache_dir: str, workdir: 
         run_path = os.path.join(run_dir, f"{name}.model")
         meta_path = os.path.join(run_dir, f"{name}.json")
         if os.path.exists(run_path):
-            with open(meta_path) as f:
-                meta = json.load(f)
-            if meta.get("key") != key:
-                raise DataError(f"{run_path} was trained with other data settings (key {meta.get('key')}, now "
-                                f"{key}: {json.dumps(meta.get('settings'))}); use a fresh --workdir or the "
-                                f"original data config")
-            return Tokenizer(run_path), False
+            try:
+                with open(meta_path) as f:
+                    meta = json.load(f)
+                if not isinstance(meta, dict):
+                    raise ValueError("not a JSON object")
+            except (OSError, ValueError) as e:
+                meta = _damaged(meta_path, f"{type(e).__name__}: {e}", cache_path)
+            if meta is not None:
+                if meta.get("key") != key:
+                    raise DataError(f"{run_path} was trained with other data settings (key {meta.get('key')}, "
+                                    f"now {key}: {json.dumps(meta.get('settings'))}); use a fresh --workdir or "
+                                    f"the original data config")
+                try:
+                    return Tokenizer(run_path), False
+                except (RuntimeError, OSError, ValueError) as e:
+                    _damaged(run_path, " ".join(str(e).split()), cache_path)
     trained = not os.path.exists(cache_path)
     tokenizer = train_tokenizer(texts_fn(), cache_path, **train_kwargs) if trained else Tokenizer(cache_path)
     if workdir:
@@ -150,6 +161,19 @@ def cached_tokenizer(key: str, name: str, texts_fn, *, cache_dir: str, workdir: 
             _atomic_write(run_path, f.read())
         tokenizer = Tokenizer(run_path)
     return tokenizer, trained
+
+
+def _damaged(path: str, why: str, cache_path: str) -> None:
+    """A damaged tokenizer file of a run: a warning when the cache can rebuild it (returns None, so the caller
+    copies the cached model again), else DataError naming the file."""
+    import logging
+
+    if not os.path.exists(cache_path):
+        raise DataError(f"tokenizer file {path} is damaged ({why[:200]}) and the tokenizer cache has no copy "
+                        f"({cache_path}); restore the file, or start a fresh --workdir")
+    logging.getLogger("attnlab").warning("tokenizer file %s is damaged (%s); rebuilding it from the cache %s",
+                                         path, why[:200], cache_path)
+    return None
 
 
 def _atomic_write(path: str, data: bytes) -> None:

@@ -1,4 +1,4 @@
-"""Checkpoints (Orbax ``CheckpointManager``) that survive damage, and clean stops on SIGTERM / SIGINT.
+"""Checkpoints (Orbax ``CheckpointManager``) that survive damage, and saves that fail in one line.
 
 A checkpoint step directory ``<workdir>/checkpoints/<step>/`` holds two items:
 - ``state``: the train state pytree (params, optimizer state, step, RNG key, NaN-guard flags), saved with

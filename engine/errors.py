@@ -6,6 +6,7 @@ any other exception is a bug and keeps its traceback.
 - ``data.DataError``: a missing file or dataset, a bad line, a vocabulary the corpus cannot fill (a
   ValueError, defined in ``data/`` because that package sits below ``engine/``);
 - ``CheckpointError``: no checkpoint, a damaged one, one of another model config (a ValueError);
+- ``WorkdirError``: a workdir that is not writable, full, in use or holds a run of another config;
 - ``NonFiniteError``: the loss or a gradient became NaN/Inf (a RuntimeError).
 """
 from data.errors import DataError
@@ -22,6 +23,11 @@ class ConfigError(AttnlabError, ValueError):
 class CheckpointError(AttnlabError, ValueError):
     """A checkpoint that is missing, damaged, or written by another model config; the message names the step,
     the directory and the steps that exist."""
+
+
+class WorkdirError(AttnlabError):
+    """The workdir cannot hold the run: not writable, full, in use by another run, or its record is of another
+    config (engine/workdir.py); the message names the path and the cause."""
 
 
 class NonFiniteError(AttnlabError, RuntimeError):

@@ -197,10 +197,14 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
             runtime.setup_logging(logfile)
         if workdir is not None:
             log.info("workdir: %s", os.path.abspath(workdir))
-        return _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t_start)
-    finally:
+        out = _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t_start)
+    except BaseException:
         if session is not None:
-            session.close()
+            session.close(failed=True)
+        raise
+    if session is not None:
+        session.close()
+    return out
 
 
 def _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t_start) -> dict[str, Any]:
@@ -228,6 +232,7 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t
             if setup.model_cfg.norm == "admin":
                 r.state = _admin_init(setup, r.state, data)
         if workdir is not None and lead:  # after a restore, so a run refused for another config leaves no record
+            session.started = True
             workdir_lib.write_record(config, workdir, session.changes, r.step)
             workdir_lib.check_free_space(workdir, sum(x.nbytes for x in jax.tree.leaves(r.state)),
                                          int(t.keep_checkpoints))

@@ -33,6 +33,24 @@ def seeded_rest(setup: Setup, params, rest, key: jax.Array):
     return nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[2])
 
 
+def in_order(fn: Callable) -> Callable:
+    """``fn`` (a jitted step over the whole mesh), finished before it returns when several CPU processes run it.
+
+    XLA:CPU runs a program on a device as soon as its inputs are ready, so two programs that do not depend on each
+    other (two evaluation batches with the same parameters, the statistics and the train step of one state) can
+    run at once and in either order; their all-reduces then reach gloo in different orders on different devices
+    and every process waits forever (the multi-host hang of issue 44). Waiting for each step keeps every device's
+    collectives in program order. GPUs and TPUs run one device's programs in order, and a single process needs no
+    cross-process order, so there ``fn`` is returned as it is."""
+    if jax.process_count() == 1 or jax.default_backend() != "cpu":
+        return fn
+
+    def ordered(*args):
+        return jax.block_until_ready(fn(*args))
+
+    return ordered
+
+
 def make_train_step(setup: Setup) -> Callable:
     """jit(train_step)(state, batch) -> (state, metrics); the state is donated."""
     task = setup.task
@@ -71,7 +89,7 @@ def make_train_step(setup: Setup) -> Callable:
         metrics = dict(terms, grad_norm=grad_norm, lr=setup.schedule(step), tokens=task.tokens(batch))
         return new_state, metrics
 
-    jitted = jax.jit(train_step, out_shardings=(setup.state_shardings, None), donate_argnums=(0,))
+    jitted = in_order(jax.jit(train_step, out_shardings=(setup.state_shardings, None), donate_argnums=(0,)))
     return lambda state, batch: jitted(state, batch, setup.rest)
 
 
@@ -91,7 +109,7 @@ def make_stats_step(setup: Setup, *, deterministic: bool) -> Callable:
         _, stats = task.forward(model, batch, deterministic=deterministic, return_stats=True)
         return metrics_lib.attention_summary(stats, task.visible_keys(batch))
 
-    jitted = jax.jit(stats_step)
+    jitted = in_order(jax.jit(stats_step))
     return lambda state, batch: jitted(state, batch, setup.rest)
 
 
@@ -112,7 +130,7 @@ def make_eval_step(setup: Setup, *, per_position: bool = False) -> Callable:
             terms["position_count"] = jnp.sum(real, axis=0)
         return terms
 
-    return jax.jit(eval_step)
+    return in_order(jax.jit(eval_step))
 
 
 def non_finite_message(state_host: Mapping[str, np.ndarray], leaf_paths: list[str], last_good: Optional[int],

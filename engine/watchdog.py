@@ -53,6 +53,14 @@ def dump_stacks(header: str) -> None:
             continue
 
 
+def _said(describe: Callable[[], str]) -> str:
+    """``describe()``, or "" when it fails: a line about the last checkpoint must never keep a hung run alive."""
+    try:
+        return describe()
+    except Exception:  # noqa: BLE001
+        return ""
+
+
 def _exit_now(code: int, message: str) -> None:
     log.error("%s", message)
     dump_stacks(f"--- stacks of every thread of pid {os.getpid()} ({message[:80]}...)")
@@ -102,7 +110,7 @@ class StopRequest:
             if not ready:  # the grace period passed
                 name = signal.Signals(first).name
                 _exit_now(128 + first, f"{name}: the run did not stop within the grace period of "
-                          f"{self.grace_seconds:g} s (train.stop_grace_seconds); exiting now{self.describe()}")
+                          f"{self.grace_seconds:g} s (train.stop_grace_seconds); exiting now{_said(self.describe)}")
             try:
                 data = os.read(read_fd, 64)
             except OSError:
@@ -120,9 +128,10 @@ class StopRequest:
                     log.warning("%s received: saving a checkpoint and stopping at the end of this step (a second "
                                 "signal, or %g s without stopping, exits at once)", name, self.grace_seconds)
                 else:
-                    _exit_now(128 + first, f"{name} received again while stopping: exiting now{self.describe()}")
+                    _exit_now(128 + first, f"{name} received again while stopping: exiting now{_said(self.describe)}")
 
     def __enter__(self) -> "StopRequest":
+        StopRequest.received = None
         if threading.current_thread() is not threading.main_thread():
             return self  # not in the main thread: signals stay with their owner.
         for sig in self.SIGNALS:
@@ -221,7 +230,7 @@ class Watchdog:
                     continue
                 _exit_now(HUNG_EXIT_CODE, f"{name} did not finish within {self.seconds:g} s "
                           f"(train.watchdog_seconds): a hang; stacks of every thread dumped to stderr and the "
-                          f"log{self.describe()}")
+                          f"log{_said(self.describe)}")
 
     def close(self) -> None:
         with self._cond:

@@ -13,8 +13,8 @@
   data (``training_fields``) is refused in one line naming the fields, most important first (task, model shape,
   data, optimizer), unless the caller allows it (``train.py --allow_config_change``). Fields that only change
   what is logged, evaluated or saved, the time budget and the mesh are recorded without asking.
-- ``finished``: a run that trained to its ``train.num_steps`` (or stopped early on its metric) and wrote its
-  final record; ``train.py`` says so and exits 0 instead of training or decoding again.
+- ``finished``: a run that trained to its ``train.num_steps`` (or stopped early on its metric), wrote its
+  final record and still has that step's checkpoint; ``train.py`` says so and exits 0 instead of training or decoding again.
 
 Every refusal happens before the workdir is touched, so a refused run leaves it exactly as it was. With several
 hosts the lead decides and every process gets the same answer (``runtime.agree``).
@@ -30,8 +30,8 @@ import sys
 import tempfile
 from typing import Any, Mapping, Optional
 
-from engine.checkpoint import field_rank, flatten_config
-from engine.errors import AttnlabError
+from engine.checkpoint import field_rank, flatten_config, step_problem
+from engine.errors import WorkdirError
 
 log = logging.getLogger("attnlab")
 
@@ -47,10 +47,6 @@ NOT_TRAINING = ("name", "wandb.", "eval.", "health.", "doctor.", "mesh.", "train
                 "train.max_minutes", "train.peak_flops", "train.on_non_finite", "train.watchdog_seconds",
                 "train.stop_grace_seconds")
 _SHOWN = 4  # fields named in a refusal before "(+N more)"
-
-
-class WorkdirError(AttnlabError):
-    """The workdir cannot hold this run (not writable, in use by another run, a record of another config)."""
 
 
 class RunFinished(Exception):
@@ -288,6 +284,8 @@ def finished(config: Any, workdir: str) -> Optional[str]:
     step, reason = int(end["step"]), end.get("reason")
     if not (reason == "early_stop" or (reason == "num_steps" and step >= int(config.train.num_steps))):
         return None
+    if step_problem(os.path.join(workdir, "checkpoints", str(step))) is not None:
+        return None  # its last checkpoint is gone or damaged: a rerun restores what is left and trains on
     shown = ", ".join(f"{k}={v:.4g}" for k, v in final.items()
                       if isinstance(v, float) and k.split("/")[0] in ("validation", "test") and k.count("/") == 1
                       and k.split("/")[1] in ("loss", "accuracy", "bleu"))
@@ -300,13 +298,22 @@ class Session:
     """A run's hold on its workdir (from ``open_run``): the lock (lead process) and the config changes to
     record once the run starts (``write_record``)."""
 
-    def __init__(self, lock: Optional[Lock], changes: Mapping[str, list]):
+    def __init__(self, lock: Optional[Lock], changes: Mapping[str, list], workdir: str, created: bool):
         self.lock = lock
         self.changes = dict(changes)
+        self.workdir = workdir
+        self.created = created  # the workdir did not exist before this run
+        self.started = False  # set by the loop once the run writes its record (right before the first step)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Release the lock; a run that failed before it started, in a workdir it created, removes the workdir
+        again (a refused run leaves no trace)."""
         if self.lock is not None:
             self.lock.release()
+            if failed and self.created and not self.started:
+                import shutil
+
+                shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def open_run(config: Any, workdir: str, *, allow_change: bool = False) -> Session:
@@ -343,4 +350,4 @@ def open_run(config: Any, workdir: str, *, allow_change: bool = False) -> Sessio
             if created and not os.listdir(workdir):
                 os.rmdir(workdir)
         raise (WorkdirError if kind == "error" else RunFinished)(message)
-    return Session(lock, changes)
+    return Session(lock, changes, workdir, created)

@@ -6,8 +6,10 @@ W&B mode (``config.wandb.mode``):
   (``$WANDB_API_KEY`` or a ``~/.netrc`` entry for the W&B host), else ``offline`` (sync later with
   ``wandb sync <workdir>/wandb/offline-run-*``).
 - ``"online"`` / ``"offline"`` / ``"disabled"``: as named.
-An online start that fails or times out (``config.wandb.init_timeout`` seconds) falls back to offline, so a
-run never waits on the network. The run id is kept in ``<workdir>/wandb_run_id`` (``wandb_run_id_eval`` for eval.py) so a resumed run continues
+An online start first checks that the W&B host answers (a TCP connection within ``PROBE_SECONDS``); when it
+does not (no network, no route, no DNS) the run logs offline at once, in one warning line, and is synced later.
+An online start that still fails or times out (``config.wandb.init_timeout`` seconds) falls back to offline
+too, so a run never waits on the network. The run id is kept in ``<workdir>/wandb_run_id`` (``wandb_run_id_eval`` for eval.py) so a resumed run continues
 the same W&B run.
 """
 from __future__ import annotations
@@ -18,7 +20,9 @@ import math
 import netrc
 import os
 import secrets
+import socket
 import string
+import threading
 import time
 from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import urlparse
@@ -45,6 +49,29 @@ def _has_api_key() -> bool:
         return netrc.netrc().authenticators(host) is not None
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         return False
+
+
+PROBE_SECONDS = 3.0  # how long an online start waits for the W&B host to answer before logging offline
+
+
+def wandb_unreachable(timeout: float = PROBE_SECONDS) -> Optional[str]:
+    """Why the W&B host (``$WANDB_BASE_URL``, default https://api.wandb.ai) cannot be reached (a TCP connection,
+    name lookup included, within ``timeout`` seconds), or None when it answers."""
+    url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+    host, port = url.hostname or "api.wandb.ai", url.port or (80 if url.scheme == "http" else 443)
+    result: list[Optional[str]] = ["no answer within %gs" % timeout]
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result[0] = None
+        except OSError as e:
+            result[0] = " ".join(str(e.strerror or e).split())
+
+    thread = threading.Thread(target=probe, daemon=True)  # a name lookup can outlast the socket's timeout
+    thread.start()
+    thread.join(timeout)
+    return None if result[0] is None else f"{host}:{port}: {result[0]}"
 
 
 def _new_run_id() -> str:
@@ -130,27 +157,46 @@ class MetricLogger:
             config=config.to_dict(), job_type=job_type or None,
         )
         settings = dict(init_timeout=float(w.init_timeout), silent=True, console="off")
+        if self.mode == "online":
+            why = wandb_unreachable()
+            if why is not None:
+                log.warning("W&B is unreachable (%s): logging offline to %s/wandb; sync later with `wandb sync "
+                            "%s/wandb/offline-run-*`", why, self.workdir, self.workdir)
+                self.mode = "offline"
         try:
             return wandb.init(mode=self.mode, settings=wandb.Settings(**settings), **kwargs)
         except Exception as e:  # W&B raises many types (CommError, UsageError, timeouts); never stop training.
             if self.mode != "online":
-                log.warning("W&B (%s) could not start (%s); logging to %s only", self.mode, e, self.workdir)
+                log.warning("W&B (%s) could not start (%s); logging to %s only", self.mode, _line(e), self.workdir)
                 self.mode = "disabled"
                 return None
-            log.warning("W&B online start failed (%s); falling back to offline mode", e)
             self.mode = "offline"
             try:
-                return wandb.init(mode="offline", settings=wandb.Settings(**settings), **kwargs)
-            except Exception as e2:
-                log.warning("W&B offline start failed too (%s); logging to %s only", e2, self.workdir)
+                wandb.teardown()  # the failed online start still holds the run id; offline needs it free
+                run = wandb.init(mode="offline", settings=wandb.Settings(**settings), **kwargs)
+            except Exception as e2:  # noqa: BLE001
+                log.warning("W&B online start failed (%s) and offline too (%s); logging to %s only", _line(e),
+                            _line(e2), self.workdir)
                 self.mode = "disabled"
                 return None
+            log.warning("W&B online start failed (%s): logging offline to %s/wandb; sync later with `wandb sync "
+                        "%s/wandb/offline-run-*`", _line(e), self.workdir, self.workdir)
+            return run
 
     def _write(self, record: dict[str, Any]) -> None:
         self.history.append(record)
         if self._jsonl is not None:
-            self._jsonl.write(json.dumps(record) + "\n")
-            self._jsonl.flush()
+            try:
+                self._jsonl.write(json.dumps(record) + "\n")
+                self._jsonl.flush()
+            except OSError as e:  # a full or vanished disk: one line, not a traceback from deep in the loop
+                from engine.errors import WorkdirError
+
+                path = self._jsonl.name
+                self._jsonl = None  # closing would flush the same bytes again
+                raise WorkdirError(f"writing {path} failed at step {record.get('step')}: {e.strerror or e}; "
+                                   f"free the space (or fix the directory) and rerun to resume from the last "
+                                   f"checkpoint") from None
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Log scalars (numbers, numpy scalars, short strings) and small arrays (JSONL only) at ``step``."""
@@ -210,6 +256,11 @@ class MetricLogger:
         if self.wandb_run is not None:
             self.wandb_run.finish()
             self.wandb_run = None
+
+
+def _line(e: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:limit]}"
 
 
 def read_jsonl(path: str) -> list[dict]:

@@ -60,6 +60,7 @@ LAUNCHER = '''
 import os
 import runpy
 import sys
+import time
 
 sys.path.insert(0, {repo!r})
 sys.path.insert(0, {tests!r})
@@ -83,6 +84,18 @@ if at >= 0:
         return d
 
     tasks.TranslationTask.build_data = build_data
+if os.environ.get("HANG_AT"):  # process HANG_PROCESS hangs after step HANG_AT; the others block in a collective
+    from engine import hooks, loop
+
+    class Hang(hooks.Hook):
+        def after_step(self, run):
+            if run.step == int(os.environ["HANG_AT"]) and os.environ["JAX_PROCESS_ID"] == os.environ["HANG_PROCESS"]:
+                print("HANGING", flush=True)
+                while True:
+                    time.sleep(3600)
+
+    defaults = loop.default_hooks
+    loop.default_hooks = lambda config, workdir: defaults(config, workdir) + [Hang()]
 if os.environ.get("DOCTOR_WRITES"):
     from engine import doctor
 
@@ -164,7 +177,8 @@ def runs(tmp_path_factory):
     assert_ok(single)
     first = launch(tmp, two, processes=2, devices=2, env_extra=dict(SIGTERM_AT=str(KILL_AT_BATCH),
                                                                        SIGTERM_PROCESS="1"))
-    assert_ok(first)
+    for code, text in first:  # every process stopped after SIGTERM: 128 + 15
+        assert code == 143, text[-4000:]
     second = launch(tmp, two, processes=2, devices=2)
     assert_ok(second)
     return one, two, first, second
@@ -244,3 +258,95 @@ def test_admin_scales_are_the_same_on_two_processes(runs):
     assert sorted(a) == sorted(b) == [1, 2, 3]
     for step in a:
         assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), step
+
+
+def test_a_run_hung_on_one_host_exits_on_every_host_after_sigterm(runs):
+    """Process 1 hangs after step 3 (a hook that never returns), so process 0 blocks in the next collective, in C
+    code; SIGTERM to both: each exits 143 at the end of the grace period with every thread's stack dumped."""
+    one, _, _, _ = runs
+    tmp = pathlib.Path(os.path.dirname(one))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count=2 "
+               f"{os.environ['ATTNLAB_TEST_XLA_FLAGS']}", PYTHONPATH=REPO, WANDB_MODE="disabled", OMP_NUM_THREADS="1",
+               JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), JAX_COORDINATOR_ADDRESS=f"localhost:{free_port()}",
+               JAX_NUM_PROCESSES="2", HANG_AT="3", HANG_PROCESS="1", LAUNCH_SCRIPT="train.py")
+    workdir = tmp / "hung"
+    procs, logs = [], []
+    for i in range(2):
+        logs.append(tmp / f"hung-p{i}.out")
+        procs.append(subprocess.Popen(
+            [sys.executable, str(tmp / "launch.py"), f"--config={tmp / 'tiny.py'}", f"--workdir={workdir}",
+             "--config.train.num_steps=50", "--config.train.stop_grace_seconds=5"],
+            env=dict(env, JAX_PROCESS_ID=str(i)), cwd=REPO, stdout=open(logs[-1], "w"), stderr=subprocess.STDOUT,
+            start_new_session=True))
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while "HANGING" not in logs[1].read_text():
+            assert time.monotonic() < deadline and procs[1].poll() is None, logs[1].read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(3)  # process 0 reaches the collective process 1 never joins
+        sent = time.monotonic()
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=60) for p in procs]
+        waited = time.monotonic() - sent
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    texts = [path.read_text() for path in logs]
+    assert codes == [143, 143], [t[-3000:] for t in texts]
+    assert waited < 5 + 20, waited
+    for text in texts:
+        errors = [line for line in text.splitlines() if " ERROR " in line]
+        assert len(errors) == 1 and "SIGTERM: the run did not stop within the grace period of 5 s" in errors[0]
+        assert "Thread 0x" in text and "Traceback" not in text
+    assert "in block_until_ready" in texts[0] or "in process_allgather" in texts[0], texts[0][-3000:]
+
+
+ORDER = """
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from engine import runtime
+from engine.steps import in_order
+
+runtime.maybe_initialize_distributed("yes")
+mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+params = jax.device_put(jnp.ones((16, 16)), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+step = jax.jit(lambda p, x: {k: jnp.sum(jnp.tanh(x @ p) * i) for i, k in enumerate("abcdefg")})
+step = in_order(step) if sys.argv[1] == "ordered" else step
+local = np.random.RandomState(jax.process_index()).randn(4, 16).astype(np.float32)
+sums = None
+for _ in range(200):  # independent programs with an all-reduce each, as an evaluation's batches are
+    terms = step(params, jax.make_array_from_process_local_data(rows, local))
+    sums = terms if sums is None else jax.tree.map(jnp.add, sums, terms)
+print("sum", float(jax.device_get(sums)["b"]), flush=True)
+"""
+
+
+def test_independent_collective_steps_on_two_processes_finish_in_order(tmp_path):
+    """The cause of the multi-host evaluation hang: on XLA:CPU, programs that do not depend on each other run
+    concurrently, so their all-reduces reach gloo in different orders on different devices. ``steps.in_order``
+    (every train, evaluation and statistics step of a multi-process CPU run) keeps the order: 200 evaluation-like
+    steps finish, and both processes agree."""
+    (tmp_path / "order.py").write_text(ORDER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=REPO,
+               JAX_COORDINATOR_ADDRESS=f"localhost:{free_port()}", JAX_NUM_PROCESSES="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "order.py"), "ordered"], env=dict(env, JAX_PROCESS_ID=str(i)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+             for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    sums = [[line for line in out.splitlines() if line.startswith("sum ")] for out in outs]
+    assert [p.returncode for p in procs] == [0, 0] and len(sums[0]) == 1 and sums[0] == sums[1], outs

@@ -151,8 +151,8 @@ def mistakes(root, corpus, baseline) -> dict[str, tuple[str, list, tuple[str, ..
     garble(damaged / "checkpoints" / "20" / "state" / "_METADATA")
     (root / "empty" / "checkpoints").mkdir(parents=True)
     pairs, bad = corpus
-    w = f"--workdir={root / 'mistakes'}"
-    return {
+    w = f"--workdir={root / 'mistakes'}"  # one workdir per case (below): concurrent runs of one workdir are refused
+    cases = {
         "missing validation file": ("train.py", [*TR, f"--config.data.train_files={pairs}",
                                                  f"--config.data.validation_files={root / 'missing.tsv'}",
                                                  f"--workdir={root / 'no-validation'}"], (
@@ -191,6 +191,8 @@ def mistakes(root, corpus, baseline) -> dict[str, tuple[str, list, tuple[str, ..
             "ERROR --config differs from the config the run trained with", "model/data field(s): ",
             "model.num_heads: 4 in the run, 2 in --config", "Leave out --config to use the run's own")),
     }
+    return {name: (script, [f"{w}-{i}" if a == w else a for a in args], texts)
+            for i, (name, (script, args, texts)) in enumerate(cases.items())}
 
 
 @pytest.fixture(scope="module")
