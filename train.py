@@ -35,15 +35,10 @@ def main(argv):
     log = runtime.setup_logging(runtime.process_logfile(os.path.join(workdir, "train.log")))
     log.info("workdir: %s", os.path.abspath(workdir))
 
-    from engine import loop
+    from engine import logs, loop
 
     final = loop.run(config, workdir)
-    summary = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in final.items()
-                        if isinstance(v, (int, float, str)) and not k.endswith("signature"))
-    log.info("done: %s", summary)
-    if config.task == "translation" and f"{config.eval.split}/bleu" in final:
-        log.info("%s BLEU = %.2f (%s)", config.eval.split, final[f"{config.eval.split}/bleu"],
-                 final.get("bleu_signature", ""))
+    log.info("done: %s", logs.summary_line(final))
 
 
 if __name__ == "__main__":
