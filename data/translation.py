@@ -558,8 +558,8 @@ def build_translation(cfg: ml_collections.ConfigDict, *, workdir: str, seed: int
     trained = []
     if cfg.spm_shared:
         key = tokenizer_key(train_id, {**settings, "langs": [cfg.source_lang, cfg.target_lang], "side": "shared"})
-        tok, new = cached_tokenizer(key, "shared", lambda: [s for p in read_train(spm_msg) for s in p], cache_dir=cache_dir,
-                                    workdir=workdir, **settings)
+        tok, new = cached_tokenizer(key, "shared", lambda: [s for p in read_train(spm_msg) for s in p],
+                                    cache_dir=cache_dir, workdir=workdir, **settings)
         src_tok = tgt_tok = tok
         trained.append(new)
     else:

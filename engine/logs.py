@@ -268,6 +268,13 @@ def wandb_folder(run: Any) -> Optional[str]:
     return os.path.dirname(path) if os.path.basename(path) == "files" else path
 
 
+def devices_text(devices: list) -> str:
+    """``"cpu x8"``, ``"gpu NVIDIA H100 80GB HBM3 x8"``: the platform, the device kind when it says more, the count."""
+    first = devices[0]
+    kind = "" if str(first.device_kind).lower() == first.platform else f" {first.device_kind}"
+    return f"{first.platform}{kind} x{len(devices)}"
+
+
 def start_line(*, model: str, params: int, attention: str, mesh_shape: dict, wandb_mode: str,
                wandb_dir: Optional[str], process_index: int, process_count: int, devices: str) -> str:
     """The one line every process logs at start: what runs where, and where its W&B run is."""

@@ -207,7 +207,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
                                           jax.default_backend()),
             mesh_shape=dict(mesh.shape), wandb_mode=logger.mode, wandb_dir=logs.wandb_folder(logger.wandb_run),
             process_index=jax.process_index(), process_count=jax.process_count(),
-            devices=f"{jax.devices()[0].platform} {jax.devices()[0].device_kind} x{jax.device_count()}"))
+            devices=logs.devices_text(jax.devices())))
         r.event("start", params=n_params, mesh=dict(mesh.shape), resumed=resumed, wandb_mode=logger.mode,
                 device=f"{jax.devices()[0].platform} {jax.devices()[0].device_kind} x{jax.device_count()}",
                 matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),

@@ -123,6 +123,15 @@ def test_start_line_names_backend_attention_mesh_and_wandb():
     assert logs.attention_text("softmax", "pallas", "gpu") == "softmax via pallas"
 
 
+def test_devices_text():
+    class Device:
+        def __init__(self, platform, kind):
+            self.platform, self.device_kind = platform, kind
+
+    assert logs.devices_text([Device("cpu", "cpu")] * 8) == "cpu x8"
+    assert logs.devices_text([Device("gpu", "NVIDIA H100")]) == "gpu NVIDIA H100 x1"
+
+
 def test_wandb_folder_and_summary_line():
     class Run:
         dir = "/w/wandb/offline-run-7/files"
@@ -172,7 +181,8 @@ def test_train_py_piped_to_a_file_is_quiet_and_informative(tmp_path):
     assert "first run only" in out  # the corpus preparation is announced in our own words
     start = [line for line in out.splitlines() if " INFO start: " in line]
     assert len(start) == 1, out
-    assert re.search(r"attention softmax via auto \(cpu: .*\); mesh data=\d+ x model=1; W&B offline at "
+    assert re.search(r"start: cpu x1; EncoderDecoder, [\d.]+M parameters; attention softmax via auto \(cpu: .*\); "
+                     r"mesh data=\d+ x model=1; W&B offline at "
                      + re.escape(str(workdir / "wandb")) + r"/offline-run-", start[0]), start[0]
     assert len(re.findall(r"test BLEU|test/bleu", out)) == 1, out  # each result printed once
     assert re.search(r" INFO done: .*step=3, stop_reason=num_steps", out), out
