@@ -13,12 +13,9 @@ carriage-return redraws or ``ESC[A`` cursor moves of a progress bar. Every log l
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import os
 import sys
-import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
@@ -29,7 +26,6 @@ NOISY_LOGGERS = {  # third-party loggers whose INFO lines say nothing a user can
     "jax._src.xla_bridge": logging.WARNING,  # "Unable to initialize backend 'tpu' ... libtpu.so" on every start
     "jax._src.distributed": logging.WARNING,  # coordinator connection chatter
 }
-DROPPED_STDOUT_PREFIXES = (b"[Gloo] ",)  # Gloo prints every new communicator to stdout from C++
 
 log = logging.getLogger(LOGGER)
 
@@ -178,69 +174,6 @@ def progress(items: Iterable[T], desc: str, *, total: Optional[float] = None, un
             p.update(size(item) if size else 1)
     finally:
         p.close()
-
-
-@contextlib.contextmanager
-def quiet_stdout() -> Iterator[io.StringIO]:
-    """Captures what Python code prints to ``sys.stdout`` (e.g. TFDS's preparation banner) instead of showing it."""
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        yield buf
-
-
-def drop_stdout_lines(prefixes: tuple[bytes, ...] = DROPPED_STDOUT_PREFIXES) -> None:
-    """Filters file descriptor 1: lines starting with one of ``prefixes`` (Gloo's connection messages, printed
-    from C++ on every new communicator) are dropped, every other byte passes unchanged. For multi-process runs;
-    idempotent; undone at exit, after the pending lines are written."""
-    global _stdout_filter
-    if _stdout_filter is not None:
-        return
-    sys.stdout.flush()
-    original = os.dup(1)
-    read_end, write_end = os.pipe()
-    os.dup2(write_end, 1)
-    os.close(write_end)
-
-    def pump() -> None:
-        pending = b""
-        with os.fdopen(read_end, "rb", buffering=0) as pipe:
-            while True:
-                chunk = pipe.read(65536)
-                if not chunk:
-                    break
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                out = b"".join(line + b"\n" for line in lines if not line.startswith(prefixes))
-                if out:
-                    os.write(original, out)
-        if pending and not pending.startswith(prefixes):
-            os.write(original, pending)
-
-    thread = threading.Thread(target=pump, name="stdout-filter", daemon=True)
-    thread.start()
-    _stdout_filter = (original, thread)
-
-    import atexit
-
-    atexit.register(_restore_stdout)
-
-
-_stdout_filter: Optional[tuple[int, threading.Thread]] = None
-
-
-def _restore_stdout() -> None:
-    global _stdout_filter
-    if _stdout_filter is None:
-        return
-    original, thread = _stdout_filter
-    _stdout_filter = None
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
-    os.dup2(original, 1)  # closes the pipe's last write end: the pump sees EOF and writes what is left
-    thread.join(timeout=5.0)
-    os.close(original)
 
 
 def attention_text(kind: str, implementation: str, platform: str) -> str:

@@ -62,9 +62,6 @@ def maybe_initialize_distributed(mode: str) -> bool:
     jax.config.update("jax_cpu_collectives_implementation",
                       os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION") or "gloo")
     jax.distributed.initialize(**kwargs)
-    from engine import logs
-
-    logs.drop_stdout_lines()  # Gloo's "[Gloo] Rank i is connected to ..." on every new communicator
     return True
 
 
