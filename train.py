@@ -43,7 +43,7 @@ def main(argv):
                                                            config)
     log = runtime.setup_logging()  # train.log is opened once the workdir checks passed (engine/workdir.py)
 
-    from engine import loop
+    from engine import logs, loop
     from engine import watchdog
     from engine import workdir as workdir_lib
 
@@ -53,13 +53,7 @@ def main(argv):
     except workdir_lib.RunFinished as e:
         log.info("%s", e)
         return 0
-    summary = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in final.items()
-                        if isinstance(v, (int, float, str)) and not k.endswith("signature"))
-    log.info("done: %s", summary)
-    from engine.tasks import get_task
-
-    for line in get_task(config).final_lines(final):
-        log.info("%s", line)
+    log.info("done: %s", logs.summary_line(final))
     return watchdog.signal_exit_code(final.get("stop_reason")) or 0
 
 

@@ -18,13 +18,17 @@ keyed by the corpus and the settings, and the tokenizer is copied into ``workdir
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import io
 import json
+import logging
 import os
+import sys
 import tempfile
 import time
+from typing import Iterator
 
 import ml_collections
 import numpy as np
@@ -32,6 +36,8 @@ import numpy as np
 from data import batching, loader, splits, text_files
 from data.errors import DataError, did_you_mean
 from data.tokenizer import MODEL_TYPES, Tokenizer, cached_tokenizer, tokenizer_key
+
+log = logging.getLogger("attnlab")
 
 SOURCES = ("bible_es_en", "tfds", "text_files")
 OVERLONG_POLICIES = ("truncate", "drop")
@@ -241,12 +247,38 @@ def _open_corpus(cfg, cache_dir: str):
     if cfg.source == "bible_es_en":
         from data.builders import BibleEsEn
 
-        builder = BibleEsEn(data_dir=cfg.tfds_data_dir or os.path.join(cache_dir, "tfds"),
-                            file_format="array_record")
-        if not builder.is_prepared():
-            builder.download_and_prepare()
+        with _quiet_tfds(tfds, banner=False):
+            builder = BibleEsEn(data_dir=cfg.tfds_data_dir or os.path.join(cache_dir, "tfds"),
+                                file_format="array_record")
+            if not builder.is_prepared():
+                start = time.time()
+                log.info("data: writing the embedded %s corpus as a TFDS dataset (first run only) to %s",
+                         builder.name, builder.data_dir)
+                builder.download_and_prepare()
+                log.info("data: %s prepared in %.1f s", builder.name, time.time() - start)
         return _TfdsCorpus(builder, cfg)
-    return _TfdsCorpus(_tfds_builder(cfg, tfds), cfg)
+    with _quiet_tfds(tfds, banner=True):
+        return _TfdsCorpus(_tfds_builder(cfg, tfds), cfg)
+
+
+@contextlib.contextmanager
+def _quiet_tfds(tfds, *, banner: bool) -> Iterator[None]:
+    """TFDS without its noise: no progress bars outside a terminal (their redraws and cursor moves would fill a
+    log file), and, with ``banner=False`` (a corpus generated from a committed file: nothing is downloaded), no
+    "Downloading and preparing dataset Unknown size" banner on stdout nor its absl INFO/WARNING lines."""
+    absl_logger = logging.getLogger("absl")
+    level, bars = absl_logger.level, not sys.stderr.isatty()
+    if bars:
+        tfds.disable_progress_bar()
+    if not banner:
+        absl_logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) if not banner else contextlib.nullcontext():
+            yield
+    finally:
+        absl_logger.setLevel(level)
+        if bars:
+            tfds.enable_progress_bar()
 
 
 def _tfds_builder(cfg, tfds, *, prepare: bool = True):
@@ -509,7 +541,9 @@ def build_translation(cfg: ml_collections.ConfigDict, *, workdir: str, seed: int
 
     train_texts: dict = {}
 
-    def read_train():
+    def read_train(purpose: str = ""):
+        if purpose:  # only called when the cache misses: a phase of several seconds, said before it starts
+            log.info("data: %s (first run only; cached in %s)", purpose, cache_dir)
         if "pairs" not in train_texts:
             t = time.perf_counter()
             train_texts["pairs"], train_texts["counts"] = corpus.read("train")
@@ -519,19 +553,20 @@ def build_translation(cfg: ml_collections.ConfigDict, *, workdir: str, seed: int
     settings = {"vocab_size": cfg.vocab_size, "model_type": cfg.spm_model_type, "max_sentences":
                 cfg.spm_max_sentences, "character_coverage": cfg.spm_character_coverage}
     train_id = corpus.identity("train")
+    spm_msg = f"training the SentencePiece tokenizer ({cfg.spm_model_type}, {cfg.vocab_size} pieces)"
     t = time.perf_counter()
     trained = []
     if cfg.spm_shared:
         key = tokenizer_key(train_id, {**settings, "langs": [cfg.source_lang, cfg.target_lang], "side": "shared"})
-        tok, new = cached_tokenizer(key, "shared", lambda: [s for p in read_train() for s in p], cache_dir=cache_dir,
-                                    workdir=workdir, **settings)
+        tok, new = cached_tokenizer(key, "shared", lambda: [s for p in read_train(spm_msg) for s in p],
+                                    cache_dir=cache_dir, workdir=workdir, **settings)
         src_tok = tgt_tok = tok
         trained.append(new)
     else:
         toks = []
         for side, lang, idx in (("source", cfg.source_lang, 0), ("target", cfg.target_lang, 1)):
             key = tokenizer_key(train_id, {**settings, "lang": lang, "side": side})
-            tok, new = cached_tokenizer(key, side, lambda idx=idx: [p[idx] for p in read_train()],
+            tok, new = cached_tokenizer(key, side, lambda idx=idx: [p[idx] for p in read_train(spm_msg)],
                                         cache_dir=cache_dir, workdir=workdir, **settings)
             toks.append(tok)
             trained.append(new)
@@ -546,6 +581,7 @@ def build_translation(cfg: ml_collections.ConfigDict, *, workdir: str, seed: int
         timing["load_encoded_s"] = time.perf_counter() - t
     else:
         pairs = read_train()
+        log.info("data: encoding %d training pairs (first run only; cached in %s)", len(pairs), cache_dir)
         t = time.perf_counter()
         encoded = _encode(pairs, src_tok, tgt_tok)
         timing["encode_s"] = time.perf_counter() - t

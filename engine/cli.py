@@ -23,6 +23,7 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 from absl import app, flags
 
 from data.errors import did_you_mean  # noqa: F401  (re-exported for the CLIs)
+from engine import logs
 from engine.errors import ANTICIPATED
 
 CONFIG_FLAG = "config"
@@ -58,6 +59,7 @@ def run(main: Callable[[list[str]], Any]) -> None:
         except UsageError as e:
             fail(str(e))
 
+    logs.quiet_third_party()  # before JAX starts its backends: no libtpu probe line
     app.run(guarded, flags_parser=parse_flags)
 
 
@@ -65,6 +67,7 @@ def script(main: Callable[..., Any], *args: Any) -> Any:
     """``main(*args)`` for a script under ``scripts/``: a bad argument (a ``ValueError`` itself, not a subclass
     such as ``statistics.StatisticsError``; a ``UsageError``; an ``engine.errors.ANTICIPATED`` error) becomes one
     ``ERROR`` line and exit code 1; any other exception is a bug and keeps its traceback."""
+    logs.quiet_third_party()
     try:
         return main(*args)
     except ANTICIPATED as e:

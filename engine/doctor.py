@@ -41,6 +41,7 @@ from flax import nnx
 
 import attention as attn
 import models
+from engine import logs
 from engine.doctor_report import (Finding, default_thresholds, make_finding, rule_above, status_above, summary_line,
                                   write_report)
 from engine.tasks import TASKS, Task, task_of
@@ -379,7 +380,7 @@ def diagnose(
         if name not in model_checks or not value <= model_checks[name][0]:
             model_checks[name] = (value, detail)
 
-    for batch in taken:
+    for batch in logs.progress(taken, "attention doctor", unit="batches"):
         logits, stats = _forward(model, batch, task)
         for variant, change in _padding_checks(model, batch, logits, task, cfg, th, rng, special):
             worst(f"padding_invariance/{variant}", change, f"padding {variant} changed")

@@ -30,7 +30,7 @@ import numpy as np
 
 import attention as attn
 import models
-from engine import explorer
+from engine import explorer, logs
 from engine import sharding as sharding_lib
 from engine.heatmaps import plot_attention_grid
 
@@ -156,7 +156,8 @@ class Evaluator:
         from engine.steps import to_device
 
         sums = None
-        for batch in self.batches(split):
+        for batch in logs.progress(self.batches(split), f"{split} loss", unit="batches",
+                                   enabled=jax.process_index() == 0):
             terms = self.eval_step(params, to_device(batch, self.setup.mesh, self.setup.layout))
             sums = terms if sums is None else jax.tree.map(jnp.add, sums, terms)
         if sums is None:
@@ -204,7 +205,8 @@ class Evaluator:
     def evaluate(self, params, step: int, *, final: bool) -> dict[str, Any]:
         """One evaluation round of the task's evaluators (``Task.evaluators(final)``); returns the results."""
         results = self.run(self.task.evaluators(final), params, step)
-        log.info("eval step %d: %s", step, _fmt(results))
+        shown = ("/bleu", "/chrf")  # bleu_round printed these with their signatures
+        log.info("eval step %d: %s", step, _fmt({k: v for k, v in results.items() if not k.endswith(shown)}))
         return results
 
 
@@ -245,7 +247,7 @@ class TranslationEvaluator(Evaluator):
         chunks = [order[start : start + bs] for start in range(0, len(order), bs)]
         hosts, me = jax.process_count(), jax.process_index()
         out: list[Optional[str]] = [None] * len(ids)
-        for chunk in chunks[me::hosts]:
+        for chunk in logs.progress(chunks[me::hosts], "decoding", unit="sentences", size=len, enabled=me == 0):
             src_len = min(round_up(max(len(ids[i]) for i in chunk), bucket), cfg.max_len)
             arr = np.zeros((bs, src_len), np.int32)
             for row, i in enumerate(chunk):
@@ -348,7 +350,7 @@ class TranslationEvaluator(Evaluator):
         outdir = os.path.join(self.workdir, "heatmaps")
         os.makedirs(outdir, exist_ok=True)
         paths, pages = {}, {}
-        for ex, index in enumerate(indices):
+        for ex, index in logs.progress(list(enumerate(indices)), "attention heatmaps", unit="examples"):
             src_labels = [src_tok.id_to_piece(i) for i in src[ex]]
             tgt_labels = [tgt_tok.id_to_piece(i) for i in tgt[ex]]
             dec_in = ["<s>"] + tgt_labels[:-1]

@@ -232,6 +232,9 @@ class ProgressBar(Hook):
             log.info("train step %d/%d: %s", run.step, run.num_steps, ", ".join(f"{k}={v}" for k, v in postfix.items()))
         self.bar.set_postfix(postfix, refresh=False)
 
+    def end(self, run):
+        self.close(run)  # training is over: the final evaluation reports its own progress
+
     def close(self, run):
         if hasattr(self, "bar"):
             self.bar.close()

@@ -26,6 +26,7 @@ import numpy as np
 from engine import checkpoint as ckpt_lib
 from engine import config as config_lib
 from engine import evaluation
+from engine import logs
 from engine import metrics as metrics_lib
 from engine import runtime
 from engine import sharding as sharding_lib
@@ -237,8 +238,13 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t
             workdir_lib.check_free_space(workdir, sum(x.nbytes for x in jax.tree.leaves(r.state)),
                                          int(t.keep_checkpoints))
         n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(r.state["params"])))
-        log.info("model: %s, %.2fM parameters; mesh %s", type(setup.model(r.state["params"])).__name__,
-                 n_params / 1e6, dict(mesh.shape))
+        log.info("%s", logs.start_line(
+            model=type(setup.model(r.state["params"])).__name__, params=n_params,
+            attention=logs.attention_text(setup.model_cfg.attention_kind, setup.model_cfg.attention_impl,
+                                          jax.default_backend()),
+            mesh_shape=dict(mesh.shape), wandb_mode=logger.mode, wandb_dir=logs.wandb_folder(logger.wandb_run),
+            process_index=jax.process_index(), process_count=jax.process_count(),
+            devices=logs.devices_text(jax.devices())))
         r.event("start", params=n_params, mesh=dict(mesh.shape), resumed=resumed, wandb_mode=logger.mode,
                 device=f"{jax.devices()[0].platform} {jax.devices()[0].device_kind} x{jax.device_count()}",
                 matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),

@@ -11,7 +11,6 @@ import importlib.metadata
 import logging
 import os
 import platform
-import sys
 from typing import Sequence
 
 
@@ -29,39 +28,11 @@ def multi_process_launch() -> bool:
     return "," in env.get("TPU_WORKER_HOSTNAMES", "")
 
 
-class _TqdmHandler(logging.StreamHandler):
-    """Log lines that do not break an active tqdm progress bar."""
-
-    def emit(self, record):
-        from tqdm import tqdm
-
-        try:
-            tqdm.write(self.format(record), file=sys.stderr)
-        except Exception:  # logging must never raise into the training loop.
-            self.handleError(record)
-
-
 def setup_logging(logfile: str | None = None, level: int = logging.INFO) -> logging.Logger:
-    """The ``attnlab`` logger: INFO to stderr (tqdm-safe) and, when given, to ``logfile``."""
-    from absl import logging as absl_logging
+    """The ``attnlab`` logger (``engine.logs.setup_logging``): INFO to stderr and, when given, to ``logfile``."""
+    from engine import logs
 
-    absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO through absl.
-    logger = logging.getLogger("attnlab")
-    logger.setLevel(level)
-    logger.propagate = False
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
-    if not any(isinstance(h, _TqdmHandler) for h in logger.handlers):
-        h = _TqdmHandler()
-        h.setFormatter(fmt)
-        logger.addHandler(h)
-    if logfile:
-        path = os.path.abspath(logfile)
-        if not any(getattr(h, "baseFilename", None) == path for h in logger.handlers):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fh = logging.FileHandler(path)
-            fh.setFormatter(fmt)
-            logger.addHandler(fh)
-    return logger
+    return logs.setup_logging(logfile, level)
 
 
 def maybe_initialize_distributed(mode: str) -> bool:

@@ -224,10 +224,6 @@ class Task:
         """What eval.py runs on ``split`` beyond the loss metrics and attention tables (decoding, scores)."""
         return []
 
-    def final_lines(self, final: Mapping[str, Any]) -> list[str]:
-        """Lines train.py prints after a run, beyond its summary (e.g. the test BLEU with its signature)."""
-        return []
-
     def eval_split(self, final: bool) -> str:
         """The split the loss evaluators use."""
         return "validation"
@@ -269,12 +265,6 @@ class TranslationTask(Task):
 
     def checkpoint_evaluators(self, split):
         return [("bleu", {"split": split, "prefix": split, "detail": True})]
-
-    def final_lines(self, final):
-        split = self.config.eval.split
-        if f"{split}/bleu" not in final:
-            return []
-        return [f"{split} BLEU = {final[f'{split}/bleu']:.2f} ({final.get('bleu_signature', '')})"]
 
     def build_data(self, workdir, process_index, process_count):
         import data as data_lib
