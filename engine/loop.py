@@ -198,7 +198,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
             runtime.setup_logging(logfile)
         if workdir is not None:
             log.info("workdir: %s", os.path.abspath(workdir))
-        out = _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t_start)
+        out = _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, mesh, lead, t_start)
     except BaseException:
         if session is not None:
             session.close(failed=True)
@@ -208,7 +208,8 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     return out
 
 
-def _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t_start) -> dict[str, Any]:
+def _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, mesh, lead,
+         t_start) -> dict[str, Any]:
     data = build_data(task, workdir)
     if hasattr(data, "describe"):
         log.info("%s", data.describe())
@@ -222,8 +223,7 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t
             hooks=all_hooks, num_steps=int(t.num_steps),
             deadline=t_start + 60.0 * float(t.max_minutes) if t.max_minutes > 0 else None,
             peak_flops=float(t.peak_flops) or _peak_flops(mesh, config.model.dtype), lead=lead)
-    ckpt = next((h.ckpt for h in all_hooks if isinstance(h, Checkpointing)), None)
-    watchdog = watchdog_lib.Watchdog(float(t.watchdog_seconds), describe=lambda: _last_good(ckpt))
+    watchdog = watchdog_lib.Watchdog(float(t.watchdog_seconds), describe=lambda: _last_good(r.checkpointer))
     try:
         for h in all_hooks:
             h.start(r)
@@ -252,7 +252,8 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, mesh, lead, t
                 data_stats=_jsonable(getattr(data, "stats", {})))
         logger.summary({"params": n_params})
         train_step = make_train_step(setup)
-        with watchdog_lib.StopRequest(float(t.stop_grace_seconds), describe=lambda: _last_good(ckpt)) as stop:
+        with watchdog_lib.StopRequest(float(t.stop_grace_seconds),
+                                      describe=lambda: _last_good(r.checkpointer)) as stop:
             while r.step < r.num_steps and r.stop_reason is None:
                 with watchdog.phase(f"train step {r.step + 1}"):
                     r._train_one(train_step)
