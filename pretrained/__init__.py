@@ -47,7 +47,9 @@ def resolve(path_or_id: str) -> str:
     if os.path.isdir(path_or_id):
         return path_or_id
     if os.path.exists(path_or_id):
-        raise ValueError(f"--pretrained={path_or_id} is a file; expected a checkpoint directory or a hub id")
+        raise ValueError(f"{path_or_id} is a file; expected a checkpoint directory or a hub id")
+    if path_or_id.startswith(("/", ".", "~")) or path_or_id.count("/") > 1:
+        raise ValueError(f"no checkpoint directory {path_or_id} (and it is not a hub id like 'org/name')")
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
