@@ -95,7 +95,7 @@ def make(family: str, directory: str, *, d_model: int = 64, layers: int = 2, hea
     vocab: the tokenizer's target size (the model's vocabulary is the trained tokenizer's); with
     ``tokenizer=False`` no tokenizer is written and the model has exactly ``vocab`` tokens.
     config_overrides: extra ``transformers`` config fields. weight_scale: std of every weight matrix and
-    embedding (norm scales stay 1, biases get a tenth of it).
+    embedding (norm scales stay 1, biases get a tenth of it; 0 keeps the family's own initialization).
     """
     import torch
     import transformers as T
@@ -110,35 +110,36 @@ def make(family: str, directory: str, *, d_model: int = 64, layers: int = 2, hea
         vocab = trainer()
     extra = dict(config_overrides or {})
     if family == "gpt2":
-        cfg = T.GPT2Config(vocab_size=vocab, n_positions=128, n_embd=d_model, n_layer=layers, n_head=heads,
-                           n_inner=d_ff, bos_token_id=0, eos_token_id=0, **extra)
+        cfg = T.GPT2Config(**{**dict(vocab_size=vocab, n_positions=128, n_embd=d_model, n_layer=layers, n_head=heads,
+                                     n_inner=d_ff, bos_token_id=0, eos_token_id=0), **extra})
         cls = T.GPT2LMHeadModel
     elif family in ("llama", "qwen2"):
         klass = T.LlamaConfig if family == "llama" else T.Qwen2Config
-        cfg = klass(vocab_size=vocab, hidden_size=d_model, intermediate_size=d_ff, num_hidden_layers=layers,
-                    num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=256,
-                    bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
-                    **({"rope_theta": 500000.0} if family == "llama" else {}), **extra)
+        cfg = klass(**{**dict(vocab_size=vocab, hidden_size=d_model, intermediate_size=d_ff, num_hidden_layers=layers,
+                              num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=256,
+                              bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+                              **({"rope_theta": 500000.0} if family == "llama" else {})), **extra})
         cls = T.LlamaForCausalLM if family == "llama" else T.Qwen2ForCausalLM
     elif family == "marian":
-        cfg = T.MarianConfig(vocab_size=vocab, decoder_vocab_size=vocab, d_model=d_model, encoder_layers=layers,
-                             decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
-                             encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, activation_function="swish",
-                             scale_embedding=True, pad_token_id=vocab - 1, decoder_start_token_id=vocab - 1,
-                             eos_token_id=0, forced_eos_token_id=None, max_position_embeddings=256, **extra)
+        cfg = T.MarianConfig(**{**dict(
+            vocab_size=vocab, decoder_vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+            encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff,
+            activation_function="swish", scale_embedding=True, pad_token_id=vocab - 1, decoder_start_token_id=vocab - 1,
+            eos_token_id=0, forced_eos_token_id=None, max_position_embeddings=256), **extra})
         cls = T.MarianMTModel
     else:
-        cfg = T.BertConfig(vocab_size=vocab, hidden_size=d_model, num_hidden_layers=layers, num_attention_heads=heads,
-                           intermediate_size=d_ff, max_position_embeddings=128, **extra)
+        cfg = T.BertConfig(**{**dict(vocab_size=vocab, hidden_size=d_model, num_hidden_layers=layers,
+                                     num_attention_heads=heads, intermediate_size=d_ff, max_position_embeddings=128),
+                              **extra})
         cls = T.BertForSequenceClassification if extra.get("num_labels") else T.BertForMaskedLM
     torch.manual_seed(seed)
     model = cls(cfg).eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in model.named_parameters() if weight_scale else ():
             if "norm" in name.lower() or "ln_" in name:
                 continue
             p.normal_(0.0, weight_scale if p.ndim > 1 else weight_scale / 10)
-        if family == "marian":
+        if family == "marian" and weight_scale:
             model.final_logits_bias.normal_(0.0, weight_scale)
     model.save_pretrained(directory)
     return directory
