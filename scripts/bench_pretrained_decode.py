@@ -5,8 +5,8 @@
 
 Random-weight Marian and GPT-2 checkpoints of the real models' sizes are written with ``transformers`` and
 loaded by both sides (the same weights, float32). Greedy and beam-4 decoding of exactly ``--new_tokens``
-tokens (EOS is an id the sources never hold, the reference is held to ``min_new_tokens``; a run whose rows end
-early is reported), batch 1 and 32, sources / prompts of ``--source_len`` random tokens. attnlab: ``models.
+tokens (EOS gets a logit bias of -1e9 on attnlab's side, ``min_new_tokens`` on the reference's: the same
+suppression; a run with an EOS in its output is reported), batch 1 and 32, sources / prompts of ``--source_len`` random tokens. attnlab: ``models.
 greedy_decode`` / ``beam_search`` (Marian) and ``models.lm_greedy_decode`` / ``lm_beam_search`` (GPT-2), each
 compiled once before timing; transformers: ``model.generate`` under ``torch.inference_mode``, after a warm-up
 call. Reports generated tokens per second (batch * new tokens / seconds, the best of ``--repeats``) as a
@@ -23,6 +23,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 import models
 import pretrained
@@ -47,14 +48,26 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def best_of(fn, repeats: int) -> tuple[float, np.ndarray]:
-    out = np.asarray(fn())  # compile / warm up
+def best_of(fn, repeats: int, warm_up=None) -> tuple[float, np.ndarray]:
+    """The best wall time of ``repeats`` calls of ``fn`` after one call of ``warm_up`` (default: ``fn``)."""
+    out = np.asarray((warm_up or fn)())  # compile / warm up
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = np.asarray(fn())
         best = min(best, time.perf_counter() - t0)
     return best, out
+
+
+def no_eos(model: nnx.Module, eos: int) -> nnx.Module:
+    """``model`` with a logit bias of -1e9 on ``eos`` (what ``min_new_tokens`` does in transformers), so both
+    sides decode exactly the same number of steps."""
+    cfg = model.cfg.replace(final_logits_bias=True)
+    out = type(model)(cfg, rngs=nnx.Rngs(0)) if not model.cfg.final_logits_bias else model
+    if out is not model:
+        nnx.update(out, nnx.state(model))
+    out.logits_bias[...] = out.logits_bias[...].at[eos].add(-1e9)
+    return out
 
 
 def bench_family(family: str, size: dict, args, root: str) -> list[dict]:
@@ -68,6 +81,7 @@ def bench_family(family: str, size: dict, args, root: str) -> list[dict]:
                                         config_overrides=dict(overrides, n_positions=args.source_len + args.new_tokens + 8)
                                         if family == "gpt2" else overrides, **size)
     p = pretrained.load(directory)
+    model = no_eos(p.model, eos)
     cls = transformers.MarianMTModel if family == "marian" else transformers.GPT2LMHeadModel
     ref = cls.from_pretrained(directory, attn_implementation="eager").eval()
     rows = []
@@ -76,19 +90,19 @@ def bench_family(family: str, size: dict, args, root: str) -> list[dict]:
         src = np.random.default_rng(batch).integers(3, V - 2, (batch, args.source_len)).astype(np.int32)
         for beams in (1, 4):
             if family == "marian":
-                ours = (lambda: models.greedy_decode(p.model, jnp.asarray(src), max_len=N)) if beams == 1 else (
-                    lambda: models.beam_search(p.model, jnp.asarray(src), beam_size=beams, max_len=N))
+                ours = (lambda: models.greedy_decode(model, jnp.asarray(src), max_len=N)) if beams == 1 else (
+                    lambda: models.beam_search(model, jnp.asarray(src), beam_size=beams, max_len=N))
             else:
-                ours = (lambda: models.lm_greedy_decode(p.model, jnp.asarray(src), max_new_tokens=N)) if beams == 1 else (
-                    lambda: models.lm_beam_search(p.model, jnp.asarray(src), beam_size=beams, max_new_tokens=N))
+                ours = (lambda: models.lm_greedy_decode(model, jnp.asarray(src), max_new_tokens=N)) if beams == 1 else (
+                    lambda: models.lm_beam_search(model, jnp.asarray(src), beam_size=beams, max_new_tokens=N))
 
-            def theirs():
+            def theirs(n=N, beams=beams, src=src):
                 with torch.inference_mode():
                     return ref.generate(torch.tensor(src, dtype=torch.long), attention_mask=torch.ones(src.shape, dtype=torch.long),
-                                        max_new_tokens=N, min_new_tokens=N, num_beams=beams, do_sample=False,
+                                        max_new_tokens=n, min_new_tokens=n, num_beams=beams, do_sample=False,
                                         eos_token_id=eos, pad_token_id=p.cfg.pad_id)
             t_ours, out = best_of(ours, args.repeats)
-            t_ref, _ = best_of(theirs, args.repeats)
+            t_ref, _ = best_of(theirs, args.repeats, warm_up=lambda: theirs(2))
             early = int(np.sum(out == eos))
             rows.append(dict(family=family, batch=batch, decoding="greedy" if beams == 1 else f"beam-{beams}",
                              attnlab=batch * N / t_ours, transformers=batch * N / t_ref, early=early))
@@ -104,7 +118,13 @@ def main() -> None:
     ap.add_argument("--source_len", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--families", default="marian,gpt2")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads for both (torch.set_num_threads; XLA's "
+                    "intra-op pool). 0: each library's default. On a shared, loaded machine torch's default spins "
+                    "its OpenMP threads and runs tens of times slower, so 1 is the reproducible setting")
     args = ap.parse_args()
+    if args.threads == 1:  # before JAX's CPU backend starts (no array has been made yet)
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                                   "intra_op_parallelism_threads=1").strip()
     families = [f for f in args.families.split(",") if f]
     bad = [f for f in families if f not in SIZES]
     if bad:
@@ -112,13 +132,15 @@ def main() -> None:
     import torch
     import transformers
 
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     sizes = SMALL if args.small else SIZES
     rows = []
     with tempfile.TemporaryDirectory() as root:
         for family in families:
             rows += bench_family(family, sizes[family], args, root)
-    print(f"\nCPU: {cpu_name()}, {os.cpu_count()} cores visible; jax {jax.__version__}, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), transformers {transformers.__version__}; float32; "
+    print(f"\nCPU: {cpu_name()}, {os.cpu_count()} cores visible, load average {os.getloadavg()[0]:.1f}; "
+          f"threads: {args.threads or 'library defaults'}; jax {jax.__version__}, torch {torch.__version__}, transformers {transformers.__version__}; float32; "
           f"{args.new_tokens} new tokens from {args.source_len}-token sources/prompts, best of {args.repeats}.")
     print("Sizes: " + "; ".join(f"{f} d_model {sizes[f]['d_model']}, {sizes[f]['layers']} layers, vocab "
                                  f"{sizes[f]['vocab']}" for f in families) + "\n")
