@@ -105,12 +105,15 @@ def load(path_or_id: str, *, attention_impl: str = "auto", dtype: str = "float32
     names, read = _tensor_reader(directory)
     if num_classes is None:
         num_classes = len(hf.get("id2label") or {}) if "classifier.weight" in names else 0
-    shardings = None
+    place = None
     if mesh is not None:
+        from jax.sharding import NamedSharding
+
         from engine import sharding
         from engine.state import DEFAULT_RULES
 
-        shardings = lambda params: sharding.tree_shardings(params, mesh, DEFAULT_RULES)  # noqa: E731
-    model = build_model(family, cfg, read, names, num_classes=num_classes, shardings=shardings)
+        rules = DEFAULT_RULES if dict(mesh.shape).get(sharding.MODEL, 1) > 1 else ()
+        place = lambda path, shape: NamedSharding(mesh, sharding.spec_for(path, shape, mesh, rules))  # noqa: E731
+    model = build_model(family, cfg, read, names, num_classes=num_classes, sharding=place)
     return Pretrained(model=model, cfg=cfg, family=family, tokenizer=load_tokenizer(directory), directory=directory,
                       hf_config=hf, load_seconds=time.perf_counter() - start)

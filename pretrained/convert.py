@@ -194,12 +194,12 @@ def model_class(family: str) -> type:
 
 def build_model(family: str, cfg: models.TransformerConfig, tensors: Callable[[str], np.ndarray],
                 names: Iterable[str], *, num_classes: int = 0,
-                shardings: Optional[Callable[[Any], Any]] = None) -> nnx.Module:
+                sharding: Optional[Callable[[str, tuple], Any]] = None) -> nnx.Module:
     """The attnlab model of ``family`` with every parameter read from the checkpoint.
 
     tensors: name -> numpy array (read lazily, one at a time); names: the checkpoint's tensor names;
-    num_classes: BERT's classification head (0: none); shardings: abstract params -> a matching tree of
-    ``jax.sharding.Sharding`` (None: default device). Raises ``CheckpointMismatch`` naming a missing tensor or a
+    num_classes: BERT's classification head (0: none); sharding: (parameter path, shape) -> the
+    ``jax.sharding.Sharding`` to place it with (None: the default device). Raises ``CheckpointMismatch`` naming a missing tensor or a
     shape that disagrees with the config.
     """
     names = set(names)
@@ -211,11 +211,9 @@ def build_model(family: str, cfg: models.TransformerConfig, tensors: Callable[[s
     graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
     mapping = weight_map(family, cfg, names)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
-    target = shardings(params) if shardings is not None else None
-    target_leaves = jax.tree_util.tree_leaves(target) if target is not None else [None] * len(leaves)
     dtype = cfg.jnp_param_dtype
     filled, used = [], set()
-    for (path, leaf), sharding in zip(leaves, target_leaves):
+    for path, leaf in leaves:
         key = "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
         key = key[: -len("/value")] if key.endswith("/value") else key
         if key not in mapping:
@@ -228,7 +226,8 @@ def build_model(family: str, cfg: models.TransformerConfig, tensors: Callable[[s
         if value.shape != tuple(leaf.shape):
             raise CheckpointMismatch(f"tensor {name!r} gives shape {value.shape} for {key}, but the config "
                                      f"implies {tuple(leaf.shape)}")
-        value = jnp.asarray(value, dtype) if sharding is None else jax.device_put(value.astype(dtype), sharding)
+        value = (jnp.asarray(value, dtype) if sharding is None
+                 else jax.device_put(value.astype(dtype), sharding(key, value.shape)))
         filled.append(value)
     unused = sorted(n for n in names - used if not any(n.endswith(i) or i in n for i in _IGNORED))
     if unused:

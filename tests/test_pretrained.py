@@ -258,3 +258,21 @@ def test_alibi_and_unknown_family_are_named():
         pretrained.model_config({"model_type": "bloom", "alibi": True})
     with pytest.raises(pretrained.UnsupportedCheckpoint, match="model_type='t5'"):
         pretrained.model_config({"model_type": "t5"})
+
+
+def test_sharded_loading_over_a_mesh(checkpoints):
+    """With a mesh, heads and the MLP hidden dimension are split over "model"; the logits do not change."""
+    import jax
+    from jax.sharding import Mesh
+
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 devices (tests/conftest.py simulates 8 CPU devices)")
+    mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("data", "model"))
+    sharded = pretrained.load(checkpoints["llama"], mesh=mesh)
+    kernel = sharded.model.decoder.layers[0].self_attention.key.kernel[...]
+    assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "model", None)
+    assert len({str(s.index) for s in kernel.addressable_shards}) == 2  # two distinct halves of the kv heads
+    plain = pretrained.load(checkpoints["llama"])
+    ids, mask = _batch(plain.cfg.vocab_size, seed=11)
+    np.testing.assert_allclose(_decoder_logits(sharded.model, ids, mask), _decoder_logits(plain.model, ids, mask),
+                               rtol=1e-5, atol=1e-5)
