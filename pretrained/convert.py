@@ -187,6 +187,17 @@ def weight_map(family: str, cfg: models.TransformerConfig, names: Iterable[str])
                              f"{[p for p in prefixes if p]}); got e.g. {sorted(names)[:5]}")
 
 
+def _legacy_name(name: str, names: set) -> str:
+    """``name``, or its older spelling when only that is in the checkpoint (LayerNorm ``gamma`` / ``beta``, as
+    in bert-base-uncased's files)."""
+    if name in names:
+        return name
+    for new, old in ((".weight", ".gamma"), (".bias", ".beta")):
+        if name.endswith(new) and name[: -len(new)] + old in names:
+            return name[: -len(new)] + old
+    return name
+
+
 def model_class(family: str) -> type:
     return {"gpt2": models.DecoderOnly, "llama": models.DecoderOnly, "marian": models.EncoderDecoder,
             "bert": models.EncoderOnly}[family]
@@ -219,6 +230,7 @@ def build_model(family: str, cfg: models.TransformerConfig, tensors: Callable[[s
         if key not in mapping:
             raise CheckpointMismatch(f"attnlab parameter {key} has no source in the {family} weight map")
         name, transform = mapping[key]
+        name = _legacy_name(name, names)
         if name not in names:
             raise CheckpointMismatch(f"checkpoint has no tensor {name!r} (needed for {key})")
         used.add(name)

@@ -38,6 +38,9 @@ class PretrainedTokenizer:
         if os.path.exists(config_path):
             with open(config_path, encoding="utf-8") as f:
                 config = json.load(f)
+        if config.get("separate_vocabs"):
+            raise ValueError(f"{directory}: a Marian tokenizer with separate source and target vocabularies "
+                             f"(separate_vocabs) is not supported")
         self._unk = self._vocab[config.get("unk_token", "<unk>")]
         self._eos = self._vocab[config.get("eos_token", "</s>")]
         self._special = {self._vocab[t] for t in (config.get("eos_token", "</s>"), config.get("pad_token", "<pad>"))

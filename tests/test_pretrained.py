@@ -276,3 +276,40 @@ def test_sharded_loading_over_a_mesh(checkpoints):
     ids, mask = _batch(plain.cfg.vocab_size, seed=11)
     np.testing.assert_allclose(_decoder_logits(sharded.model, ids, mask), _decoder_logits(plain.model, ids, mask),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_legacy_layernorm_names_load(checkpoints, tmp_path):
+    """Older BERT files spell LayerNorm parameters gamma / beta (bert-base-uncased); they load the same."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    d = tmp_path / "bert_old"
+    shutil.copytree(checkpoints["bert"], d)
+    tensors = load_file(str(d / "model.safetensors"))
+    renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+               for k, v in tensors.items()}
+    assert renamed.keys() != tensors.keys()
+    save_file(renamed, str(d / "model.safetensors"))
+    ids = jnp.asarray(_batch(pretrained.load(checkpoints["bert"]).cfg.vocab_size, seed=12)[0])
+    np.testing.assert_array_equal(pretrained.load(str(d)).model(ids), pretrained.load(checkpoints["bert"]).model(ids))
+
+
+def test_checkpoint_mismatch_names_the_tensor(checkpoints, tmp_path):
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    d = tmp_path / "gpt2_cut"
+    shutil.copytree(checkpoints["gpt2"], d)
+    tensors = load_file(str(d / "model.safetensors"))
+    del tensors["transformer.h.1.mlp.c_fc.weight"]
+    tensors["transformer.h.0.attn.extra.weight"] = np.zeros(3, np.float32)
+    save_file(tensors, str(d / "model.safetensors"))
+    with pytest.raises(pretrained.CheckpointMismatch, match=r"transformer\.h\.1\.mlp\.c_fc\.weight"):
+        pretrained.load(str(d))
+    del tensors["transformer.h.0.attn.extra.weight"]
+    tensors["transformer.h.1.mlp.c_fc.weight"] = np.zeros((3, 3), np.float32)
+    save_file(tensors, str(d / "model.safetensors"))
+    with pytest.raises(pretrained.CheckpointMismatch, match="shape"):
+        pretrained.load(str(d))
