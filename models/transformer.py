@@ -381,6 +381,14 @@ def _embed(cfg: TransformerConfig, rngs: nnx.Rngs) -> nnx.Embed:
                      embedding_init=nnx.initializers.normal(stddev=cfg.d_model ** -0.5), rngs=rngs)
 
 
+def _tied_logits(y: jax.Array, embed: nnx.Embed) -> jax.Array:
+    """y [..., d_model] times the token table [V, d_model], contracted on d_model -> [..., V]. Same as
+    ``embed.attend`` but as one dot_general on the table as stored: ``attend``'s ``table.T`` made XLA (CPU)
+    copy the transposed [d_model, V] table at every decoding step."""
+    y, table = embed.promote_dtype((y, embed.embedding[...]), dtype=embed.dtype)
+    return jax.lax.dot_general(y, table, (((y.ndim - 1,), (1,)), ((), ())))
+
+
 class _LanguageModelHead(nnx.Module):
     """Token embedding in, logits out (tied to the embedding or a separate projection)."""
 
@@ -396,7 +404,7 @@ class _LanguageModelHead(nnx.Module):
                             else nnx.data(None))
 
     def _logits(self, y: jax.Array, embed: nnx.Embed) -> jax.Array:
-        logits = embed.attend(y) if self.output is None else self.output(y)
+        logits = _tied_logits(y, embed) if self.output is None else self.output(y)
         if self.logits_bias is not None:
             logits = logits + self.logits_bias[...].astype(logits.dtype)
         return logits
