@@ -12,6 +12,11 @@ per-layer, per-head attention entropy / max-logit / sink / logit mean and std ta
 interactive explorer pages for --examples. Results go to <workdir>/eval/<split>_step<N>/ (results.json,
 attention.txt, hypotheses, heatmaps/). With --diagnose it runs the attention doctor instead and writes
 <workdir>/eval/diagnose_step<N>/report.md and report.json.
+
+    python eval.py --pretrained=<checkpoint dir or hub id> [--diagnose] [--examples=0,5] [--split=test]
+
+runs the same analyses on a pretrained checkpoint (GPT-2, Llama/Qwen2, Marian, BERT; see docs/pretrained.md)
+on our Bible corpus, plus BLEU/chrF for Marian; results go to --pretrained_out.
 """
 from absl import flags
 from ml_collections import config_flags
@@ -29,7 +34,22 @@ _DIAGNOSE = flags.DEFINE_bool("diagnose", False, "Run the attention doctor (engi
                               "<workdir>/eval/diagnose_step<N>/report.md and report.json.")
 _DISTRIBUTED = flags.DEFINE_enum("distributed", "auto", ["auto", "yes", "no"],
                                  "Call jax.distributed.initialize() (auto: when launched on several hosts).")
-flags.mark_flags_as_required(["workdir"])
+_PRETRAINED = flags.DEFINE_string("pretrained", None, "A pretrained checkpoint directory or hub id (instead of "
+                                  "--config/--workdir); see docs/pretrained.md.")
+_PRETRAINED_OUT = flags.DEFINE_string("pretrained_out", "pretrained_eval", "Output directory for --pretrained.")
+_BACKEND = flags.DEFINE_string("attention_impl", "auto", "Attention backend for --pretrained.")
+_LIMIT = flags.DEFINE_integer("limit", 0, "--pretrained Marian: translate only the first N verses (0: all).")
+flags.register_multi_flags_validator(
+    ["workdir", "pretrained"], lambda f: f["pretrained"] is not None or f["workdir"] is not None,
+    message="give --workdir (a training run; --config is optional) or --pretrained (a checkpoint)")
+
+
+def pretrained_main(examples: tuple) -> None:
+    from pretrained import analysis
+
+    r = analysis.run(_PRETRAINED.value, _PRETRAINED_OUT.value, split=_SPLIT.value or "test", diagnose=_DIAGNOSE.value,
+                     examples=examples, attention_impl=_BACKEND.value, limit=_LIMIT.value)
+    print("\n".join(f"  {k:20s} {v}" for k, v in r.items()))
 
 
 def main(argv):
@@ -42,6 +62,13 @@ def main(argv):
     from engine.tasks import get_task
 
     # Every argument is checked before anything is built or written (the workdir is not created).
+    if _PRETRAINED.value is not None:
+        if _SPLIT.value not in (None, "train", "validation", "test"):
+            raise cli.UsageError(f"--split={_SPLIT.value}: expected train, validation or test")
+        try:
+            return pretrained_main(tuple(int(x) for x in _EXAMPLES.value if x.strip()))
+        except ValueError as e:
+            raise cli.UsageError(str(e)) from None
     try:
         examples = tuple(int(x) for x in _EXAMPLES.value if x.strip())
     except ValueError:

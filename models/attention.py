@@ -91,6 +91,8 @@ class MultiHeadAttention(nnx.Module):
         scale: Optional[float] = None,
         qk_layernorm: bool = False,
         rope_base: Optional[float] = None,
+        rope_scaling: tuple = (),
+        qkv_bias: Optional[bool] = None,
         dropout_rate: float = 0.0,
         implementation: str = "auto",
         backend_options: tuple = (),
@@ -117,12 +119,15 @@ class MultiHeadAttention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.qk_dim, self.v_dim = num_heads, num_kv_heads, qk_dim, v_dim
         self.scale = 1.0 / math.sqrt(qk_dim) if scale is None else float(scale)
         self.rope_base = rope_base
+        self.rope_scaling = tuple(rope_scaling)
         self.dropout_rate = float(dropout_rate)
         self.implementation = implementation
         self.backend_options = tuple(backend_options)
 
+        qkv_bias = use_bias if qkv_bias is None else qkv_bias
+
         def proj(heads: int, dim: int) -> nnx.LinearGeneral:
-            return nnx.LinearGeneral(d_model, (heads, dim), use_bias=use_bias, dtype=dtype, param_dtype=param_dtype,
+            return nnx.LinearGeneral(d_model, (heads, dim), use_bias=qkv_bias, dtype=dtype, param_dtype=param_dtype,
                                      kernel_init=kernel_init, bias_init=bias_init, rngs=rngs)
 
         self.query = proj(num_heads, qk_dim)  # kernel [d_model, H, Dk]
@@ -166,7 +171,7 @@ class MultiHeadAttention(nnx.Module):
         if self.query_norm is not None:
             q = self.query_norm(q)
         if self.rope_base is not None:
-            q = apply_rope(q, positions, self.rope_base)
+            q = apply_rope(q, positions, self.rope_base, self.rope_scaling)
         return q
 
     def keys_values(self, x: jax.Array, positions: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
@@ -175,7 +180,7 @@ class MultiHeadAttention(nnx.Module):
         if self.key_norm is not None:
             k = self.key_norm(k)
         if self.rope_base is not None:
-            k = apply_rope(k, positions, self.rope_base)
+            k = apply_rope(k, positions, self.rope_base, self.rope_scaling)
         return k, self.value(x)
 
     # ------------------------------------------------------------------------------------------------ calls

@@ -14,7 +14,8 @@ import attention as attn
 NORMS = ("pre", "post", "admin")
 NORM_TYPES = ("layernorm", "rmsnorm")
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
-ACTIVATIONS = ("relu", "gelu", "silu")
+ACTIVATIONS = ("relu", "gelu", "gelu_exact", "silu")
+ROPE_SCALING_TYPES = ("linear", "llama3")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 ATTENTION_GROUPS = ("encoder_self", "decoder_self", "cross", "pool")
 
@@ -53,6 +54,29 @@ def _options_tuple(options: Any) -> tuple:
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in options)
 
 
+_ROPE_SCALING_KEYS = {"linear": ("factor",),
+                      "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+
+
+def _check_rope_scaling(value: Any) -> tuple:
+    """``rope_scaling`` as sorted (key, value) items; ValueError naming the bad type or missing key."""
+    if isinstance(value, Mapping):
+        value = tuple(sorted(value.items()))
+    if not isinstance(value, (tuple, list)) or not all(isinstance(i, (tuple, list)) and len(i) == 2 for i in value):
+        raise ValueError(f"TransformerConfig.rope_scaling must be a dict (rope_type, factor, ...) or empty; got {value!r}")
+    d = dict(value)
+    if not d:
+        return ()
+    kind = d.get("rope_type")
+    if kind not in ROPE_SCALING_TYPES:
+        raise ValueError(f"TransformerConfig.rope_scaling: rope_type={kind!r} is not implemented; expected one of "
+                         f"{ROPE_SCALING_TYPES}")
+    missing = [k for k in _ROPE_SCALING_KEYS[kind] if not _is_number(d.get(k))]
+    if missing:
+        raise ValueError(f"TransformerConfig.rope_scaling: rope_type={kind!r} needs numbers {missing}; got {d}")
+    return tuple(sorted((k, v) for k, v in d.items() if k == "rope_type" or k in _ROPE_SCALING_KEYS[kind]))
+
+
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
     """Architecture of ``EncoderDecoder`` / ``DecoderOnly``. Invalid values raise ``ValueError`` on creation.
@@ -83,6 +107,15 @@ class TransformerConfig:
     "cross", "pool") whose weights are frozen to uniform over the visible keys, in training and evaluation
     (Wiegreffe & Pinter's uniform baseline; the groups' query/key projections then go unused).
     ``dtype``: computation dtype; ``param_dtype``: parameter dtype.
+
+    Fields for pretrained checkpoints (``pretrained/``): ``activation`` "gelu" is the tanh approximation,
+    "gelu_exact" the erf form. ``gated_mlp``: the feed-forward block is ``wo(act(wi x) * wg x)`` (SwiGLU with
+    "silu"). ``qkv_bias``: biases on the query/key/value projections (None = ``use_bias``; ``use_bias`` then
+    covers the output projection, the MLP and the output layer). ``rope_scaling``: a dict with ``rope_type``
+    "linear" (``factor``) or "llama3" (``factor``, ``low_freq_factor``, ``high_freq_factor``,
+    ``original_max_position_embeddings``) rescaling RoPE's frequencies; empty = none. ``token_types``: rows of
+    a token-type (segment) embedding table added to the encoder input (0 = none). ``embed_norm``: a norm after
+    the embeddings and positions of each stack. ``final_logits_bias``: a bias [vocab_size] added to the logits.
     """
 
     vocab_size: int
@@ -101,6 +134,7 @@ class TransformerConfig:
     norm_epsilon: float = 1e-6
     position: str = "sinusoidal"
     rope_base: float = 10000.0
+    rope_scaling: tuple = ()
     max_len: int = 256
     activation: str = "relu"
     use_bias: bool = True
@@ -114,6 +148,11 @@ class TransformerConfig:
     attention_kind: str = "softmax"
     attention_only: bool = False
     uniform_attention_groups: tuple = ()
+    gated_mlp: bool = False
+    qkv_bias: Optional[bool] = None
+    token_types: int = 0
+    embed_norm: bool = False
+    final_logits_bias: bool = False
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 1
@@ -183,8 +222,13 @@ class TransformerConfig:
             raise ValueError(f"TransformerConfig.uniform_attention_groups must be a list of groups from "
                              f"{ATTENTION_GROUPS}; got {groups!r}")
         set_("uniform_attention_groups", tuple(groups))
+        set_("rope_scaling", _check_rope_scaling(self.rope_scaling))
+        if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
+            raise ValueError(f"TransformerConfig.qkv_bias must be None or a bool; got {self.qkv_bias!r}")
+        if not _is_int(self.token_types) or self.token_types < 0:
+            raise ValueError(f"TransformerConfig.token_types must be an int >= 0; got {self.token_types!r}")
         for name in ("use_bias", "share_embeddings", "tie_output", "scale_embeddings", "qk_layernorm",
-                     "attention_only"):
+                     "attention_only", "gated_mlp", "embed_norm", "final_logits_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TransformerConfig.{name} must be a bool; got {getattr(self, name)!r}")
         self._check_token_ids()
@@ -234,6 +278,7 @@ class TransformerConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         d.update({name: None for name in self._derived})
         d["attention_options"] = dict(self.attention_options)
+        d["rope_scaling"] = dict(self.rope_scaling)
         return d
 
     def replace(self, **changes) -> "TransformerConfig":
@@ -265,6 +310,11 @@ class TransformerConfig:
         return cls.base(vocab_size, **fields)
 
     # ------------------------------------------------------------------------------------------------ derived
+    @property
+    def attention_qkv_bias(self) -> bool:
+        """Whether the query/key/value projections have biases."""
+        return self.use_bias if self.qkv_bias is None else self.qkv_bias
+
     @property
     def jnp_dtype(self):
         return jnp.dtype(self.dtype)

@@ -1,4 +1,5 @@
-"""Greedy and beam-search decoding for ``EncoderDecoder`` with a KV cache, jit-compiled end to end.
+"""Greedy and beam-search decoding for ``EncoderDecoder`` (and, continuing a prompt, ``DecoderOnly``:
+``lm_greedy_decode`` / ``lm_beam_search``) with a KV cache, jit-compiled end to end.
 
 Both return ``tokens [B, max_len]`` int32: the generated target tokens (no BOS), ending with EOS when the
 model emitted it, then ``pad_id``. The self-attention cache holds ``max_len`` positions; cross-attention
@@ -18,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models.interventions import Interventions, head_shapes
-from models.transformer import DecodeCache, EncoderDecoder
+from models.transformer import DecodeCache, DecoderOnly, EncoderDecoder
 
 NEG_INF = -1.0e9
 
@@ -69,29 +70,31 @@ def greedy_decode(
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_len"))
 def _greedy(graphdef, state, inputs, seg, interventions, *, max_len: int):
     model = nnx.merge(graphdef, state)
-    cfg = model.cfg
-    B = inputs.shape[0]
     cache = _encode_and_cache(model, inputs, seg, max_len, interventions)
+    bos = jnp.full((inputs.shape[0],), model.cfg.bos_id, jnp.int32)
+    # rows with an empty source (batch filler) are done from the start
+    return _greedy_loop(model, cache, bos, 0, max_len, ~jnp.any(seg != 0, axis=1), interventions)
+
+
+def _greedy_loop(model, cache: DecodeCache, last: jax.Array, start: int, steps: int, done: jax.Array,
+                 interventions) -> jax.Array:
+    """Greedy steps from position ``start`` (``last`` [B]: the tokens there) -> tokens [B, steps] int32."""
+    cfg = model.cfg
+    B = last.shape[0]
 
     def cond(carry):
         i, _, _, done, _ = carry
-        return (i < max_len) & ~jnp.all(done)
+        return (i < steps) & ~jnp.all(done)
 
     def body(carry):
         i, tokens, last, done, cache = carry
-        logits, cache = model.decode_step(last, cache, i, interventions)
+        logits, cache = model.decode_step(last, cache, start + i, interventions)
         nxt = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         nxt = jnp.where(done, cfg.pad_id, nxt)
         tokens = jax.lax.dynamic_update_slice(tokens, nxt[:, None], (jnp.zeros((), jnp.int32), i))
         return i + 1, tokens, nxt, done | (nxt == cfg.eos_id), cache
 
-    init = (
-        jnp.zeros((), jnp.int32),
-        jnp.full((B, max_len), cfg.pad_id, jnp.int32),
-        jnp.full((B,), cfg.bos_id, jnp.int32),
-        ~jnp.any(seg != 0, axis=1),  # rows with an empty source (batch filler) are done from the start
-        cache,
-    )
+    init = (jnp.zeros((), jnp.int32), jnp.full((B, steps), cfg.pad_id, jnp.int32), last, done, cache)
     return jax.lax.while_loop(cond, body, init)[1]
 
 
@@ -158,14 +161,22 @@ def _gather_flat(x: jax.Array, idx: jax.Array) -> jax.Array:
 @functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "max_len"))
 def _beam(graphdef, state, inputs, seg, alpha, interventions, *, beam_size: int, max_len: int):
     model = nnx.merge(graphdef, state)
-    cfg = model.cfg
-    B, K, L = inputs.shape[0], beam_size, max_len
+    B, K = inputs.shape[0], beam_size
     cache = _encode_and_cache(model, inputs, seg, max_len, interventions)
     # Beams of a row are adjacent: [B*K, ...].
     cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), cache)
     interventions = _per_beam(interventions, B, K)
+    bos = jnp.full((B, K), model.cfg.bos_id, jnp.int32)
+    return _beam_loop(model, cache, bos, 0, max_len, alpha, ~jnp.any(seg != 0, axis=1), interventions)
+
+
+def _beam_loop(model, cache: DecodeCache, last: jax.Array, start: int, steps: int, alpha, empty: jax.Array,
+               interventions) -> jax.Array:
+    """Beam search from position ``start``: cache rows [B*K, ...], ``last`` [B, K] the tokens there, ``empty``
+    [B] rows that give only padding -> the best hypothesis per row [B, steps] int32."""
+    cfg = model.cfg
+    (B, K), L = last.shape, steps
     max_penalty = length_penalty_factor(L, alpha)
-    empty = ~jnp.any(seg != 0, axis=1)  # batch filler rows
 
     def cond(carry):
         i, _, live_logp, _, fin_scores, _, _ = carry
@@ -175,7 +186,7 @@ def _beam(graphdef, state, inputs, seg, alpha, interventions, *, beam_size: int,
 
     def body(carry):
         i, live_seqs, live_logp, last, fin_scores, fin_seqs, cache = carry
-        logits, cache = model.decode_step(last.reshape(B * K), cache, i, interventions)
+        logits, cache = model.decode_step(last.reshape(B * K), cache, start + i, interventions)
         V = logits.shape[-1]
         logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(B, K, V)
         cand = (live_logp[:, :, None] + logp).reshape(B, K * V)
@@ -209,7 +220,7 @@ def _beam(graphdef, state, inputs, seg, alpha, interventions, *, beam_size: int,
         jnp.zeros((), jnp.int32),
         jnp.full((B, K, L), cfg.pad_id, jnp.int32),
         jnp.tile(jnp.array([0.0] + [NEG_INF] * (K - 1), jnp.float32), (B, 1)),
-        jnp.full((B, K), cfg.bos_id, jnp.int32),
+        last,
         jnp.full((B, K), NEG_INF, jnp.float32),
         jnp.full((B, K, L), cfg.pad_id, jnp.int32),
         cache,
@@ -218,3 +229,59 @@ def _beam(graphdef, state, inputs, seg, alpha, interventions, *, beam_size: int,
     any_finished = fin_scores[:, 0] > NEG_INF / 2
     best = jnp.where(any_finished[:, None], fin_seqs[:, 0], live_seqs[:, 0])
     return jnp.where(empty[:, None], cfg.pad_id, best)
+
+
+# ---------------------------------------------------------------------------------------- decoder-only models
+def _check_lm(model, prompt, max_new_tokens: int) -> None:
+    if not isinstance(model, DecoderOnly):
+        raise ValueError(f"lm decoding needs a DecoderOnly model; got {type(model).__name__}")
+    if getattr(prompt, "ndim", None) != 2 or prompt.shape[1] < 1:
+        raise ValueError(f"prompt must be a [batch, length >= 1] int array; got shape {getattr(prompt, 'shape', None)}")
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be a positive int; got {max_new_tokens!r}")
+
+
+def _prefill(model: DecoderOnly, prompt: jax.Array, steps: int) -> DecodeCache:
+    """The cache after the prompt's first P-1 tokens (one pass), sized for P - 1 + steps positions."""
+    P = prompt.shape[1]
+    cache = model.init_cache(prompt.shape[0], P - 1 + steps)
+    if P > 1:
+        _, cache = model.decode_step(prompt[:, :-1], cache, 0)
+    return cache
+
+
+def lm_greedy_decode(model: DecoderOnly, prompt: jax.Array, *, max_new_tokens: int) -> jax.Array:
+    """Greedy continuation of ``prompt`` [B, P] (every row P real tokens, no padding) with a KV cache
+    -> new tokens [B, max_new_tokens] int32, ``pad_id`` after a row's EOS."""
+    _check_lm(model, prompt, max_new_tokens)
+    graphdef, state = nnx.split(model)
+    return _lm_greedy(graphdef, state, jnp.asarray(prompt, jnp.int32), steps=max_new_tokens)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "steps"))
+def _lm_greedy(graphdef, state, prompt, *, steps: int):
+    model = nnx.merge(graphdef, state)
+    cache = _prefill(model, prompt, steps)
+    done = jnp.zeros((prompt.shape[0],), bool)
+    return _greedy_loop(model, cache, prompt[:, -1], prompt.shape[1] - 1, steps, done, None)
+
+
+def lm_beam_search(model: DecoderOnly, prompt: jax.Array, *, beam_size: int, max_new_tokens: int,
+                   length_penalty: float = 0.6) -> jax.Array:
+    """Beam search continuing ``prompt`` [B, P] (no padding) -> the best new tokens per row
+    [B, max_new_tokens] int32; hypotheses ranked as in ``beam_search`` (lengths count new tokens only)."""
+    _check_lm(model, prompt, max_new_tokens)
+    if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
+        raise ValueError(f"beam_size must be a positive int; got {beam_size!r}")
+    graphdef, state = nnx.split(model)
+    return _lm_beam(graphdef, state, jnp.asarray(prompt, jnp.int32), jnp.float32(length_penalty),
+                    beam_size=beam_size, steps=max_new_tokens)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "steps"))
+def _lm_beam(graphdef, state, prompt, alpha, *, beam_size: int, steps: int):
+    model = nnx.merge(graphdef, state)
+    B, K = prompt.shape[0], beam_size
+    cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), _prefill(model, prompt, steps))
+    last = jnp.repeat(prompt[:, -1:], K, axis=1)
+    return _beam_loop(model, cache, last, prompt.shape[1] - 1, steps, alpha, jnp.zeros((B,), bool), None)

@@ -13,7 +13,8 @@ from models.config import TransformerConfig
 kernel_init = nnx.initializers.xavier_uniform()
 bias_init = nnx.initializers.zeros_init()
 
-_ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu}
+_ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
+                "silu": jax.nn.silu}
 
 
 def make_norm(cfg: TransformerConfig, features: int, *, rngs: nnx.Rngs) -> nnx.Module:
@@ -38,18 +39,28 @@ def make_dropout(rate: float, rngs: nnx.Rngs) -> nnx.Dropout:
     return nnx.Dropout(rate, rngs=stream)
 
 
+def activation(name: str):
+    """The activation function ``name`` (one of ``models.config.ACTIVATIONS``)."""
+    return _ACTIVATIONS[name]
+
+
 class MLP(nnx.Module):
-    """Position-wise feed-forward block: ``act(x W1 + b1) W2 + b2``. x: [..., d_model] -> [..., d_model]."""
+    """Position-wise feed-forward block: ``act(x W1 + b1) W2 + b2``, or with ``cfg.gated_mlp``
+    ``(act(x W1 + b1) * (x Wg + bg)) W2 + b2`` (SwiGLU / GeGLU). x: [..., d_model] -> [..., d_model]."""
 
     def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
         kwargs = dict(use_bias=cfg.use_bias, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
                       kernel_init=kernel_init, bias_init=bias_init, rngs=rngs)
         self.wi = nnx.Linear(cfg.d_model, cfg.d_ff, **kwargs)
+        self.wg = nnx.Linear(cfg.d_model, cfg.d_ff, **kwargs) if cfg.gated_mlp else nnx.data(None)
         self.wo = nnx.Linear(cfg.d_ff, cfg.d_model, **kwargs)
         self.activation = cfg.activation
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.wo(_ACTIVATIONS[self.activation](self.wi(x)))
+        h = _ACTIVATIONS[self.activation](self.wi(x))
+        if self.wg is not None:
+            h = h * self.wg(x)
+        return self.wo(h)
 
 
 def sinusoidal_encoding(positions: jax.Array, features: int, max_timescale: float = 10000.0) -> jax.Array:
@@ -64,15 +75,37 @@ def sinusoidal_encoding(positions: jax.Array, features: int, max_timescale: floa
     return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)[..., :features]
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
-    """Rotary position embedding (Su et al.) on the last axis, rotate-half layout.
+def rope_frequencies(d: int, base: float = 10000.0, scaling: tuple = ()) -> jax.Array:
+    """RoPE's inverse frequencies [d/2] float32, rescaled by ``scaling`` (``TransformerConfig.rope_scaling``
+    items: "linear" divides every frequency by ``factor``; "llama3" divides the low frequencies by ``factor``,
+    keeps the high ones and interpolates between, as Llama 3.1 does)."""
+    inv_freq = 1.0 / (base ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    s = dict(scaling)
+    if not s:
+        return inv_freq
+    factor = float(s["factor"])
+    if s["rope_type"] == "linear":
+        return inv_freq / factor
+    old_len = float(s["original_max_position_embeddings"])
+    low, high = float(s["low_freq_factor"]), float(s["high_freq_factor"])
+    wavelen = 2 * jnp.pi / inv_freq
+    scaled = jnp.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_len / high) & ~(wavelen > old_len / low)
+    return jnp.where(medium, smoothed, scaled)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10000.0, scaling: tuple = ()) -> jax.Array:
+    """Rotary position embedding (Su et al.) on the last axis, rotate-half layout; ``scaling``: see
+    ``rope_frequencies``.
 
     x: [B, T, H, D] with D even; positions: [B, T] ints -> [B, T, H, D] in x's dtype.
     """
     d = x.shape[-1]
     if d % 2 != 0:
         raise ValueError(f"apply_rope: head dim must be even; got {d}")
-    inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)  # [D/2]
+    inv_freq = rope_frequencies(d, base, scaling)  # [D/2]
     angles = positions.astype(jnp.float32)[:, :, None, None] * inv_freq  # [B, T, 1, D/2]
     cos, sin = jnp.cos(angles), jnp.sin(angles)
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
@@ -82,9 +115,11 @@ def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax
 
 class PositionEncoding(nnx.Module):
     """Adds the configured absolute position signal to embeddings ("sinusoidal" or "learned"; identity for
-    "rope" and "none"). x: [B, T, d_model], positions: [B, T] -> [B, T, d_model]."""
+    "rope" and "none"), then the embedding norm when ``cfg.embed_norm``.
+    x: [B, T, d_model], positions: [B, T] -> [B, T, d_model]."""
 
     def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        self.norm = make_norm(cfg, cfg.d_model, rngs=rngs) if cfg.embed_norm else nnx.data(None)
         self.kind = cfg.position
         self.d_model = cfg.d_model
         self.table: Optional[nnx.Embed]
@@ -98,10 +133,10 @@ class PositionEncoding(nnx.Module):
 
     def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
         if self.kind == "sinusoidal":
-            return x + sinusoidal_encoding(positions, self.d_model).astype(x.dtype)
-        if self.kind == "learned":
-            return x + self.table(positions)
-        return x
+            x = x + sinusoidal_encoding(positions, self.d_model).astype(x.dtype)
+        elif self.kind == "learned":
+            x = x + self.table(positions)
+        return x if self.norm is None else self.norm(x)
 
 
 def positions_from_segmentation(segmentation: jax.Array) -> jax.Array:

@@ -19,7 +19,7 @@ import attention as attn
 from models.attention import MultiHeadAttention
 from models.config import TransformerConfig
 from models.interventions import Interventions, LayerIntervention, at, head_shapes
-from models.layers import MLP, PositionEncoding, make_dropout, make_norm, positions_from_segmentation
+from models.layers import MLP, PositionEncoding, activation, make_dropout, make_norm, positions_from_segmentation
 
 StatsList = list[attn.AttentionStats]
 
@@ -76,7 +76,8 @@ def _attention(cfg: TransformerConfig, rngs: nnx.Rngs, *, rope: bool, group: str
     return MultiHeadAttention(
         cfg.d_model, cfg.num_heads, num_kv_heads=cfg.num_kv_heads, qk_dim=cfg.qk_dim, v_dim=cfg.v_dim,
         use_bias=cfg.use_bias, scale=cfg.attention_scale, qk_layernorm=cfg.qk_layernorm,
-        rope_base=cfg.rope_base if rope else None, dropout_rate=cfg.attention_dropout_rate,
+        rope_base=cfg.rope_base if rope else None, rope_scaling=cfg.rope_scaling if rope else (),
+        qkv_bias=cfg.attention_qkv_bias, dropout_rate=cfg.attention_dropout_rate,
         implementation=cfg.attention_impl, backend_options=cfg.attention_options, dtype=cfg.jnp_dtype,
         param_dtype=cfg.jnp_param_dtype, norm_epsilon=cfg.norm_epsilon, kind=cfg.attention_kind,
         uniform=group in cfg.uniform_attention_groups, checked=True, rngs=rngs,
@@ -344,10 +345,11 @@ class Decoder(nnx.Module):
 
     def step(self, y, cache: DecodeCache, index,
              interventions: Optional[Interventions] = None) -> tuple[jax.Array, DecodeCache]:
-        """y: embeddings of the newest tokens [B, 1, d_model] at position ``index`` -> ([B, 1, d_model], cache).
+        """y: embeddings of the newest tokens [B, t, d_model] at positions ``index`` .. ``index + t - 1``
+        -> ([B, t, d_model], cache); t > 1 fills the cache with a prompt in one pass.
         ``interventions``: the "decoder_self" and "cross" parts apply at this step."""
         B, L = cache.self_k[0].shape[:2]
-        positions = jnp.full((B, 1), index, jnp.int32)
+        positions = jnp.broadcast_to(index + jnp.arange(y.shape[1], dtype=jnp.int32), (B, y.shape[1]))
         cache_positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
         y = self.positions(y, positions)
         cross_mask = attn.Mask(kv_segment_ids=cache.source_segmentation)
@@ -379,6 +381,14 @@ def _embed(cfg: TransformerConfig, rngs: nnx.Rngs) -> nnx.Embed:
                      embedding_init=nnx.initializers.normal(stddev=cfg.d_model ** -0.5), rngs=rngs)
 
 
+def _tied_logits(y: jax.Array, embed: nnx.Embed) -> jax.Array:
+    """y [..., d_model] times the token table [V, d_model], contracted on d_model -> [..., V]. Same as
+    ``embed.attend`` but as one dot_general on the table as stored: ``attend``'s ``table.T`` made XLA (CPU)
+    copy the transposed [d_model, V] table at every decoding step."""
+    y, table = embed.promote_dtype((y, embed.embedding[...]), dtype=embed.dtype)
+    return jax.lax.dot_general(y, table, (((y.ndim - 1,), (1,)), ((), ())))
+
+
 class _LanguageModelHead(nnx.Module):
     """Token embedding in, logits out (tied to the embedding or a separate projection)."""
 
@@ -390,11 +400,14 @@ class _LanguageModelHead(nnx.Module):
             self.output = nnx.Linear(cfg.d_model, cfg.vocab_size, use_bias=False, dtype=cfg.jnp_dtype,
                                      param_dtype=cfg.jnp_param_dtype,
                                      kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs)
+        self.logits_bias = (nnx.Param(jnp.zeros((cfg.vocab_size,), cfg.jnp_param_dtype)) if cfg.final_logits_bias
+                            else nnx.data(None))
 
     def _logits(self, y: jax.Array, embed: nnx.Embed) -> jax.Array:
-        if self.output is None:
-            return embed.attend(y)
-        return self.output(y)
+        logits = _tied_logits(y, embed) if self.output is None else self.output(y)
+        if self.logits_bias is not None:
+            logits = logits + self.logits_bias[...].astype(logits.dtype)
+        return logits
 
 
 class EncoderDecoder(_LanguageModelHead):
@@ -562,3 +575,101 @@ class DecoderOnly(_LanguageModelHead):
         logits = self._logits(y, self.embed)
         return (logits, {"decoder_self": self_stats}) if return_stats else logits
 
+
+    # ------------------------------------------------------------------------------------ incremental decoding
+    def init_cache(self, batch: int, max_len: int) -> DecodeCache:
+        """Empty self-attention caches of ``max_len`` positions for ``batch`` rows."""
+        _check_len(self.cfg, "max_len", max_len)
+        self_k, self_v = self.decoder.empty_self_cache(batch, max_len, self.cfg.jnp_dtype)
+        return DecodeCache(self_k=self_k, self_v=self_v, cross_k=[], cross_v=[], source_segmentation=None)
+
+    def decode_step(self, tokens: jax.Array, cache: DecodeCache, index,
+                    interventions: Optional[Interventions] = None) -> tuple[jax.Array, DecodeCache]:
+        """tokens: [B] ids at position ``index`` -> (logits [B, V] for the next token, updated cache);
+        or tokens [B, t] at positions index .. index+t-1 (a prompt, in one pass) -> (logits [B, t, V], cache)."""
+        if interventions is not None:
+            interventions.check(head_shapes(self))
+        one = tokens.ndim == 1
+        tokens = tokens[:, None] if one else tokens
+        y = self.embed(tokens) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
+        y, cache = self.decoder.step(y, cache, index, interventions)
+        logits = self._logits(y, self.embed)
+        return (logits[:, 0] if one else logits), cache
+
+
+class EncoderOnly(nnx.Module):
+    """A Transformer encoder with a masked-LM head and/or a sequence-classification head (BERT-style).
+
+    ``model(inputs)``: inputs [B, S] -> masked-LM logits [B, S, V] (needs ``lm_head``), or ``(logits, stats)``
+    with ``stats = {"encoder_self": [...per layer]}``. ``model.classify(inputs)`` -> [B, num_classes] (needs
+    ``num_classes > 0``): a pooler (dense + tanh) on the first token, then a linear classifier.
+    ``token_types`` [B, S] index the token-type table (``cfg.token_types`` rows; default all 0). The LM head
+    is dense + activation + norm, then the (tied or separate) output projection plus a bias [V].
+    """
+
+    def __init__(self, cfg: TransformerConfig, *, lm_head: bool = True, num_classes: int = 0, rngs: nnx.Rngs):
+        if not isinstance(cfg, TransformerConfig):
+            raise ValueError(f"EncoderOnly expects a TransformerConfig; got {type(cfg).__name__}")
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+            raise ValueError(f"EncoderOnly: num_classes must be an int >= 0; got {num_classes!r}")
+        if not lm_head and not num_classes:
+            raise ValueError("EncoderOnly: needs a head: lm_head=True or num_classes > 0")
+        self.cfg = cfg
+        self.embed = _embed(cfg, rngs)
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.token_type_embed = (nnx.Embed(cfg.token_types, cfg.d_model, dtype=cfg.jnp_dtype,
+                                           param_dtype=cfg.jnp_param_dtype, rngs=rngs)
+                                 if cfg.token_types else nnx.data(None))
+        self.encoder = Encoder(cfg, rngs=rngs)
+        dense = lambda n: nnx.Linear(cfg.d_model, n, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,  # noqa: E731
+                                     rngs=rngs)
+        if lm_head:
+            self.lm_dense, self.lm_norm = dense(cfg.d_model), make_norm(cfg, cfg.d_model, rngs=rngs)
+            self.output = nnx.data(None) if cfg.tie_output else nnx.Linear(
+                cfg.d_model, cfg.vocab_size, use_bias=False, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
+                rngs=rngs)
+            self.lm_bias = nnx.Param(jnp.zeros((cfg.vocab_size,), cfg.jnp_param_dtype))
+        else:
+            self.lm_dense, self.lm_norm, self.output, self.lm_bias = (nnx.data(None),) * 4
+        self.num_classes = num_classes
+        if num_classes:
+            self.pooler, self.classifier = dense(cfg.d_model), dense(num_classes)
+        else:
+            self.pooler, self.classifier = nnx.data(None), nnx.data(None)
+
+    def encode(self, inputs: jax.Array, *, token_types: Optional[jax.Array] = None,
+               inputs_segmentation: Optional[jax.Array] = None, inputs_position: Optional[jax.Array] = None,
+               deterministic: bool = True, return_stats: bool = False,
+               interventions: Optional[Interventions] = None):
+        """inputs: [B, S] -> encoded [B, S, d_model] (or (encoded, encoder self-attention stats))."""
+        _check_ids("inputs", inputs)
+        if interventions is not None:
+            interventions.check(head_shapes(self))
+        _check_len(self.cfg, "inputs", inputs.shape[1])
+        seg, pos = _segments_and_positions(inputs, inputs_segmentation, inputs_position, self.cfg.pad_id)
+        x = self.embed(inputs) * jnp.asarray(self.embed_scale, self.cfg.jnp_dtype)
+        if self.token_type_embed is not None:
+            x = x + self.token_type_embed(jnp.zeros_like(inputs) if token_types is None else token_types)
+        encoded, stats = self.encoder(x, seg, pos, deterministic=deterministic, return_stats=return_stats,
+                                      interventions=interventions)
+        return (encoded, stats) if return_stats else encoded
+
+    def __call__(self, inputs: jax.Array, *, return_stats: bool = False, **kwargs):
+        """inputs: [B, S] -> masked-LM logits [B, S, V] (or (logits, {"encoder_self": stats})); keyword
+        arguments as ``encode``."""
+        if self.lm_dense is None:
+            raise ValueError("EncoderOnly was built without an LM head (lm_head=False); call classify()")
+        out = self.encode(inputs, return_stats=return_stats, **kwargs)
+        encoded, stats = out if return_stats else (out, None)
+        h = self.lm_norm(activation(self.cfg.activation)(self.lm_dense(encoded)))
+        logits = (self.embed.attend(h) if self.output is None else self.output(h)) + self.lm_bias[...]
+        return (logits, {"encoder_self": stats}) if return_stats else logits
+
+    def classify(self, inputs: jax.Array, *, return_stats: bool = False, **kwargs):
+        """inputs: [B, S] -> class logits [B, num_classes] from the first token (or (logits, stats dict))."""
+        if not self.num_classes:
+            raise ValueError("EncoderOnly was built without a classification head (num_classes=0)")
+        out = self.encode(inputs, return_stats=return_stats, **kwargs)
+        encoded, stats = out if return_stats else (out, None)
+        logits = self.classifier(jnp.tanh(self.pooler(encoded[:, 0])))
+        return (logits, {"encoder_self": stats}) if return_stats else logits
