@@ -71,6 +71,7 @@ class Claim:
     family: str
     conditions: Conditions
     paper: Optional[float] = None
+    sign: int = 0  # with paper None: the direction the paper reports without a value (+1 / -1), 0 for none
     margin: float = 0.01
     metric: str = "nll"
     min_seeds: int = 3
@@ -79,6 +80,8 @@ class Claim:
     def __post_init__(self):
         if self.margin < 0:
             raise ValueError(f"claim {self.id}: margin={self.margin}; expected >= 0")
+        if self.sign not in (-1, 0, 1) or (self.sign and self.paper is not None):
+            raise ValueError(f"claim {self.id}: sign={self.sign}; expected -1, 0 or 1, and only without a paper value")
         if self.min_seeds < 2:
             raise ValueError(f"claim {self.id}: min_seeds={self.min_seeds}; Welch's interval needs >= 2")
 
@@ -114,16 +117,21 @@ class Verdict:
 
 
 def judge(interval: Optional[stats_lib.Interval], p: Optional[float], paper: Optional[float], margin: float,
-          ) -> tuple[str, Optional[tuple[float, float, float]]]:
-    """The verdict kind of ``interval`` (a - b) whose zero test gave ``p``, against the paper's value and the
-    equivalence margin; with the ratio to the paper's value for ``direction only``."""
+          sign: int = 0) -> tuple[str, Optional[tuple[float, float, float]]]:
+    """The verdict kind of ``interval`` (a - b) whose zero test gave ``p``, against the paper's value (or, without
+    one, the paper's direction ``sign``) and the equivalence margin; with the ratio to the paper's value for
+    ``direction only``."""
     if interval is None or interval.lo is None or interval.hi is None or p is None:
         return UNRESOLVED, None
     lo, hi = interval.lo, interval.hi
     significant = p < ALPHA
     inside = -margin <= lo and hi <= margin
     if paper is None:
-        return (DIFFERS if significant else NO_EFFECT if inside else UNRESOLVED), None
+        if not significant:
+            return (NO_EFFECT if inside else UNRESOLVED), None
+        if sign == 0:
+            return DIFFERS, None
+        return (REPRODUCED if (interval.diff > 0) == (sign > 0) else CONTRADICTED), None
     if abs(paper) <= margin:  # the paper found no effect
         return (CONTRADICTED if significant else NO_EFFECT if inside else UNRESOLVED), None
     if not significant:
@@ -166,8 +174,8 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
             adjusted[c.id] = p
     out = []
     for c, records, interval in found:
-        raw_kind, _ = judge(interval, None if interval is None else interval.p, c.paper, c.margin)
-        kind, ratio = judge(interval, adjusted[c.id], c.paper, c.margin)
+        raw_kind, _ = judge(interval, None if interval is None else interval.p, c.paper, c.margin, c.sign)
+        kind, ratio = judge(interval, adjusted[c.id], c.paper, c.margin, c.sign)
         out.append(Verdict(c, interval, adjusted[c.id], raw_kind, kind, ratio, budget_text(records),
                            registration(c, records)))
     return out
@@ -190,6 +198,12 @@ def commit_time(commit: str) -> Optional[datetime.datetime]:
     return datetime.datetime.fromtimestamp(int(out.strip()), datetime.timezone.utc)
 
 
+def first_start(records: Sequence[Record]) -> Optional[str]:
+    """The earliest training start of ``records`` ("YYYY-MM-DD HH:MM:SS" UTC), None when none is recorded."""
+    starts = [r.first_logged_utc for r in records if r.first_logged_utc]
+    return min(starts) if starts else None
+
+
 def registered_before(reg: Registration, records: Sequence[Record]) -> Optional[bool]:
     """True when ``reg.path`` held ``reg.marker`` at ``reg.commit`` and that commit precedes the start of every
     record; False when it does not; None when git history is not available (no checkout)."""
@@ -199,20 +213,24 @@ def registered_before(reg: Registration, records: Sequence[Record]) -> Optional[
         return None
     if reg.marker not in text:
         return False
-    starts = [r.first_logged_utc for r in records if r.first_logged_utc]
-    first = min(starts) if starts else None
+    first = first_start(records)
     return first is None or when.strftime("%Y-%m-%d %H:%M:%S") < first
 
 
 def registration(claim: Claim, records: Sequence[Record]) -> str:
-    """``pre-registered (<commit>, <date>)`` when the claim's criterion was committed before every record it
+    """``pre-registered (<commit>, <time>)`` when the claim's criterion was committed before every record it
     reads; else ``post-hoc`` with why."""
     reg = claim.registered
     if reg is None:
         return "post-hoc (written after its records)"
     ok = registered_before(reg, records)
     when = commit_time(reg.commit)
-    day = f"{reg.commit[:7]}, {when:%Y-%m-%d}" if when else reg.commit[:7]
+    at = f"{reg.commit[:7]}, {when:%Y-%m-%d %H:%M} UTC" if when else reg.commit[:7]
     if ok is None:
-        return f"registered at {day} (git history not available to check)"
-    return f"pre-registered ({day})" if ok else f"post-hoc (committed at {day}, after its first record)"
+        return f"registered at {at} (git history not available to check)"
+    if ok:
+        return f"pre-registered ({at})"
+    stamp = when.strftime("%Y-%m-%d %H:%M:%S")
+    before = sum(1 for r in records if r.first_logged_utc and r.first_logged_utc < stamp)
+    return (f"post-hoc (criterion committed {at}; {before} of the {len(records)} records it reads started "
+            f"before, the first {first_start(records)[:16]} UTC)")
