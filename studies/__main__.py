@@ -16,14 +16,6 @@ from studies import index, specs
 from studies import study as study_lib
 
 
-def generate(module) -> list[str]:
-    """Write every report of a spec module; their README paths."""
-    if hasattr(module, "generate"):
-        return list(module.generate())
-    verdicts = study_lib.evaluate(module.STUDIES)
-    return [study_lib.write_report(s, verdicts[s.name]) for s in module.STUDIES]
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -48,11 +40,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.max_points is not None and args.max_points < 0:
             raise ValueError(f"--max_points={args.max_points}; expected a number >= 0")
         module = specs.find(args.name)
-        (study,) = [s for s in module.STUDIES if s.name == args.name]
+        study = specs.study(args.name)
         failed = study_lib.train(study, quick=args.quick, max_points=args.max_points, out=args.out,
                                  workdir=args.workdir, train_script=args.train_script)
         if args.out is None and not args.quick:
-            for path in generate(module):
+            for path in specs.generate(module):
                 print(f"wrote {path}")
         if failed:
             print(f"[studies] failed points: {failed}; rerun the same command to retry them", file=sys.stderr)
@@ -60,7 +52,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "report":
         modules = list(dict.fromkeys(specs.find(n) for n in args.names)) if args.names else specs.modules()
         for module in modules:
-            for path in generate(module):
+            for path in specs.generate(module):
                 print(f"wrote {path}")
         if not args.names:
             print(f"wrote {index.write()}")

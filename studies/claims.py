@@ -10,6 +10,7 @@ claim's family, the verdict before and after the correction, the ratio to the pa
 direction holds, the budget its records trained for, and whether it was pre-registered. The verdict kinds:
 
 - ``reproduced``: the interval excludes 0 with the paper's sign and reaches the paper's value (within the margin);
+  for a "no worse" claim (paper 0 with a ``sign``), the interval stays within the margin on the worse side;
 - ``direction only``: the paper's sign, another size: the ratio measured / paper with its interval is printed;
 - ``no effect``: the interval lies inside +- margin (when the paper has no effect, that agrees with it);
 - ``contradicted``: the interval excludes 0 with the other sign (or any sign where the paper has no effect);
@@ -71,7 +72,8 @@ class Claim:
     family: str
     conditions: Conditions
     paper: Optional[float] = None
-    sign: int = 0  # with paper None: the direction the paper reports without a value (+1 / -1), 0 for none
+    sign: int = 0  # paper None: the direction the paper reports without a value (+1 / -1); paper 0: the paper says
+    # a - b is no worse than 0 in this direction (non-inferiority: -1 "not higher", +1 "not lower")
     margin: float = 0.01
     metric: str = "nll"
     min_seeds: int = 3
@@ -80,8 +82,8 @@ class Claim:
     def __post_init__(self):
         if self.margin < 0:
             raise ValueError(f"claim {self.id}: margin={self.margin}; expected >= 0")
-        if self.sign not in (-1, 0, 1) or (self.sign and self.paper is not None):
-            raise ValueError(f"claim {self.id}: sign={self.sign}; expected -1, 0 or 1, and only without a paper value")
+        if self.sign not in (-1, 0, 1) or (self.sign and self.paper not in (None, 0.0)):
+            raise ValueError(f"claim {self.id}: sign={self.sign}; expected -1, 0 or 1, and only with paper None or 0")
         if self.min_seeds < 2:
             raise ValueError(f"claim {self.id}: min_seeds={self.min_seeds}; Welch's interval needs >= 2")
 
@@ -132,6 +134,11 @@ def judge(interval: Optional[stats_lib.Interval], p: Optional[float], paper: Opt
         if sign == 0:
             return DIFFERS, None
         return (REPRODUCED if (interval.diff > 0) == (sign > 0) else CONTRADICTED), None
+    if paper == 0 and sign:  # non-inferiority: a - b is not beyond the margin against ``sign``
+        if (interval.hi <= margin) if sign < 0 else (interval.lo >= -margin):
+            return REPRODUCED, None
+        against = interval.diff > 0 if sign < 0 else interval.diff < 0
+        return (CONTRADICTED if significant and against else UNRESOLVED), None
     if abs(paper) <= margin:  # the paper found no effect
         return (CONTRADICTED if significant else NO_EFFECT if inside else UNRESOLVED), None
     if not significant:

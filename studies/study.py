@@ -24,6 +24,7 @@ from studies import claims as claims_lib
 from studies import points as points_lib
 from studies import stats as stats_lib
 from studies.records import Record, records_in, values
+from studies.runner import Job, train_jobs
 from studies.report import REPO, Report, markdown_table, mean_std, plt, read_csv, significant, write_csv
 
 METRICS = {"nll": "valid NLL", "ppl": "valid perplexity", "accuracy": "valid accuracy", "bleu": "test BLEU",
@@ -32,13 +33,28 @@ METRICS = {"nll": "valid NLL", "ppl": "valid perplexity", "accuracy": "valid acc
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """A sweep of the study: ``config`` at argument ``arg`` (``quick`` is appended for ``--quick``), its records
+    """A sweep of the study: ``config`` at argument ``arg`` (``quick,seeds=1`` is appended for ``--quick``), its records
     in ``<out>/points/<name>/`` (``<out>/points/`` when ``name`` is empty); arms train in ``order``."""
 
     name: str
     config: str
     arg: str
     order: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """A study-specific table computed from the records (``Study.sections``): written as ``csv`` beside the
+    report and shown under ``title`` after ``intro``."""
+
+    title: str
+    intro: str
+    headers: Sequence[str]
+    rows: Sequence[Sequence]
+    csv: str
+
+
+Groups = Mapping[str, Sequence[tuple[Arm, Record]]]  # setting label -> (arm, record), as ``Study.records``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +72,9 @@ class Study:
     # (only the rows where ``column`` is set, when given)
     runner: str = "train.py"  # "train.py" (subprocess) or "in_process" (engine.run)
     command: str = ""  # how its points are trained when not ``python -m studies train <name>``
+    quick: Optional[Callable[[Arm, points_lib.Point], bool]] = None  # the --quick points (default: every one)
+    sections: tuple[Callable[["Groups"], Optional["Section"]], ...] = ()  # study-specific tables from the records
+
 
     def records_dir(self, arm: Arm, out: Optional[str] = None) -> str:
         return os.path.join(out or os.path.join(REPO, self.out), "points", *([arm.name] if arm.name else []))
@@ -64,10 +83,14 @@ class Study:
         """Every (arm, point) of the study in training order: arms by ``order``, seed-major within each."""
         out = []
         for arm in sorted(self.arms, key=lambda a: a.order):
-            spec = f"{os.path.join(REPO, arm.config)}:{arm.arg}" + (",quick" if quick else "")
-            pts = points_lib.sweep_points(spec)
-            out += [(arm, p) for p in sorted(pts, key=lambda p: p.overrides.get("seed", 0))]
+            pts = points_lib.sweep_points(self.spec(arm, quick))
+            out += [(arm, p) for p in sorted(pts, key=lambda p: p.overrides.get("seed", 0))
+                    if not quick or self.quick is None or self.quick(arm, p)]
         return out
+
+    def spec(self, arm: Arm, quick: bool = False) -> str:
+        """The config spec of ``arm`` (absolute path), with ``quick`` sizes and one seed when asked."""
+        return f"{os.path.join(REPO, arm.config)}:{arm.arg}" + (",quick,seeds=1" if quick else "")
 
     def records(self, out: Optional[str] = None) -> dict[str, list[tuple[Arm, Record]]]:
         """setting label -> (arm, record) of every committed record, in arm and point order."""
@@ -80,25 +103,23 @@ class Study:
         return groups
 
 
+def jobs(study: Study, *, quick: bool = False, out: Optional[str] = None, workdir: Optional[str] = None
+         ) -> list[Job]:
+    """The study's points as jobs in training order, recorded or not: records under ``out`` (default the study's
+    folder, or ``runs/repro/<name>_quick`` with ``quick``), run folders under ``workdir``."""
+    tag = study.name + ("_quick" if quick else "")
+    out = out or os.path.join(REPO, "runs/repro" if quick else "", tag if quick else study.out)
+    workdir = workdir or os.path.join(REPO, "runs/repro", tag)
+    return [Job(study.spec(arm, quick), point, os.path.join(workdir, arm.name),
+                os.path.join(study.records_dir(arm, out), f"{point.name}.json"),
+                f"{arm.name}/{point.name}" if arm.name else point.name) for arm, point in study.points(quick)]
+
+
 def train(study: Study, *, quick: bool = False, max_points: Optional[int] = None, out: Optional[str] = None,
           workdir: Optional[str] = None, train_script: Optional[str] = None) -> list[str]:
     """Train the study's points that have no record (at most ``max_points``); the names of those that failed."""
-    out = out or os.path.join(REPO, "runs/repro", f"{study.name}_quick") if quick else (out or os.path.join(
-        REPO, study.out))
-    workdir = workdir or os.path.join(REPO, "runs/repro", study.name + ("_quick" if quick else ""))
-    failed, budget = [], max_points
-    for arm, point in study.points(quick):
-        record = os.path.join(study.records_dir(arm, out), f"{point.name}.json")
-        if not os.path.exists(record):
-            if budget is not None and budget <= 0:
-                continue
-            budget = None if budget is None else budget - 1
-        spec = f"{os.path.join(REPO, arm.config)}:{arm.arg}" + (",quick" if quick else "")
-        if not points_lib.run_point(spec, os.path.join(workdir, arm.name), point, {}, group=study.name,
-                                    train_script=train_script, record=record,
-                                    in_process=study.runner == "in_process"):
-            failed.append(f"{arm.name}/{point.name}" if arm.name else point.name)
-    return failed
+    return train_jobs(jobs(study, quick=quick, out=out, workdir=workdir), train_script, max_points=max_points,
+                      in_process=study.runner == "in_process", group=study.name)
 
 
 # -------------------------------------------------------------------------------------------------- report
@@ -139,6 +160,8 @@ def verdict_rows(verdicts: Sequence[claims_lib.Verdict]) -> list[list]:
         paper = "—" if c.paper is None else ("0" if c.paper == 0 else f"{c.paper:+.3f}")
         if c.paper is None and c.sign:
             paper = "lower" if c.sign < 0 else "higher"
+        elif c.paper == 0 and c.sign:
+            paper = "no higher" if c.sign < 0 else "no lower"
         rows.append([c.id, c.text, c.family, n, paper, f"±{c.margin:g}", v.measured(), _p(v.interval and v.interval.p),
                      _p(v.p_adjusted), v.reading(), v.kind_raw, v.registration])
     return rows
@@ -188,6 +211,12 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
             _paired_bleu_section(report, study, verdicts, groups)
         _by_step_section(report, verdicts, groups)
         _curves_figure(report, groups)
+        for make in study.sections:
+            section = make(groups)
+            if section is not None:
+                report.section(section.title)
+                report.text(section.intro)
+                report.table(section.headers, section.rows, csv_name=section.csv)
     for title, name, *column in study.inputs:
         report.section(title)
         rows = [r for r in read_csv(out, name, f"the spec of {study.name}") if not column or r[column[0]]]

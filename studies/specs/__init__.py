@@ -37,3 +37,22 @@ def find(name: str) -> ModuleType:
             return module
         known += names
     raise ValueError(f"study {name!r} is not registered; expected one of {sorted(set(known))}")
+
+
+def study(name: str):
+    """The registered ``studies.study.Study`` named ``name``; ValueError listing the known names when none."""
+    for s in getattr(find(name), "STUDIES", ()):
+        if s.name == name:
+            return s
+    raise ValueError(f"study {name!r} is a spec module, not one study; expected one of "
+                     f"{[s.name for s in getattr(find(name), 'STUDIES', ())]}")
+
+
+def generate(module: ModuleType) -> list[str]:
+    """Write every report of spec ``module`` from its records; their README paths."""
+    if hasattr(module, "generate"):
+        return list(module.generate())
+    from studies import study as study_lib
+
+    verdicts = study_lib.evaluate(module.STUDIES)
+    return [study_lib.write_report(s, verdicts[s.name]) for s in module.STUDIES]

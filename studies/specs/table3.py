@@ -93,7 +93,13 @@ def width(d_model: int, name: str, title: str, command: str = "", inputs=()) -> 
                        Arm("AA", "configs/table3_heads.py", arg + ",aa", 1),
                        Arm("A1", "configs/table3_heads.py", arg + ",more_h1", 2),
                        Arm("A1dk", "configs/table3_heads.py", arg + ",h1_base_dk", 3)),
-                 claims=claims, metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=command, inputs=inputs)
+                 claims=claims, metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=command, inputs=inputs,
+                 quick=quick)
+
+
+def quick(arm: Arm, point) -> bool:
+    """The --quick points (tiny models, one seed): rows (A) h = 1 and 8, and rows (B)."""
+    return arm.name == "B" or (arm.name == "A" and point.overrides["model.num_heads"] in (1, 8))
 
 
 PILOTS = (("Learning-rate pilots (the base point h = 8, validation NLL at step 300)", "../table3_d512/pilot_lr.csv",
