@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import subprocess
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from studies import stats as stats_lib
 from studies.records import Record, values
@@ -89,6 +89,18 @@ class Claim:
 
 
 @dataclasses.dataclass(frozen=True)
+class Criterion:
+    """A pre-declared rule without a test statistic (e.g. "every cell reaches accuracy 0.95"): ``rule`` maps the
+    study's groups (label -> records) to (measured, verdict, reason). No family-wise correction applies."""
+
+    id: str
+    text: str
+    rule: Callable[[Mapping[str, Sequence[Record]]], tuple[str, str, str]]
+    conditions: Conditions
+    registered: Optional[Registration] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Verdict:
     claim: Claim
     interval: Optional[stats_lib.Interval]  # Welch, a - b
@@ -107,8 +119,9 @@ class Verdict:
     def conditions(self) -> str:
         return self.claim.conditions.text(self.budget)
 
-    def measured(self, digits: int = 3) -> str:
-        return "—" if self.interval is None else self.interval.text(digits)
+    def measured(self) -> str:
+        """``+0.099 [+0.065, +0.133]``: 3 decimals, 1 for metrics measured in larger units (margin >= 1)."""
+        return "—" if self.interval is None else self.interval.text(3 if self.claim.margin < 1 else 1)
 
     def reading(self) -> str:
         """The verdict with its magnitude: ``direction only (x5.5 [3.6, 7.4] the paper's)``."""
@@ -188,6 +201,17 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
     return out
 
 
+def judge_criteria(criteria: Sequence[Criterion], groups: Mapping[str, Sequence[Record]]) -> list[list[str]]:
+    """One row per criterion: id, claim, measured, verdict, reason, conditions, registration."""
+    rows = []
+    for c in criteria:
+        measured, verdict, reason = c.rule(groups)
+        records = [r for rs in groups.values() for r in rs]
+        rows.append([c.id, c.text, measured, verdict, reason, c.conditions.text(budget_text(records)),
+                     registration(c, records)])
+    return rows
+
+
 # ------------------------------------------------------------------------------------------ pre-registration
 def _git(*args: str) -> Optional[str]:
     try:
@@ -213,7 +237,8 @@ def first_start(records: Sequence[Record]) -> Optional[str]:
 
 def registered_before(reg: Registration, records: Sequence[Record]) -> Optional[bool]:
     """True when ``reg.path`` held ``reg.marker`` at ``reg.commit`` and that commit precedes the start of every
-    record; False when it does not; None when git history is not available (no checkout)."""
+    record; False when it does not; None when git history is not available (no checkout) or no record carries
+    its start time."""
     when = commit_time(reg.commit)
     text = _git("show", f"{reg.commit}:{reg.path}")
     if when is None or text is None:
@@ -221,10 +246,10 @@ def registered_before(reg: Registration, records: Sequence[Record]) -> Optional[
     if reg.marker not in text:
         return False
     first = first_start(records)
-    return first is None or when.strftime("%Y-%m-%d %H:%M:%S") < first
+    return None if first is None else when.strftime("%Y-%m-%d %H:%M:%S") < first
 
 
-def registration(claim: Claim, records: Sequence[Record]) -> str:
+def registration(claim: "Claim | Criterion", records: Sequence[Record]) -> str:
     """``pre-registered (<commit>, <time>)`` when the claim's criterion was committed before every record it
     reads; else ``post-hoc`` with why."""
     reg = claim.registered
@@ -234,7 +259,8 @@ def registration(claim: Claim, records: Sequence[Record]) -> str:
     when = commit_time(reg.commit)
     at = f"{reg.commit[:7]}, {when:%Y-%m-%d %H:%M} UTC" if when else reg.commit[:7]
     if ok is None:
-        return f"registered at {at} (git history not available to check)"
+        why = "git history not available" if when is None else "its records carry no start time"
+        return f"registered at {at} ({why}: pre-registration not checked)"
     if ok:
         return f"pre-registered ({at})"
     stamp = when.strftime("%Y-%m-%d %H:%M:%S")

@@ -28,7 +28,8 @@ from studies.runner import Job, train_jobs
 from studies.report import REPO, Report, markdown_table, mean_std, plt, read_csv, significant, write_csv
 
 METRICS = {"nll": "valid NLL", "ppl": "valid perplexity", "accuracy": "valid accuracy", "bleu": "test BLEU",
-           "chrf": "test chrF", "wall": "wall (min)"}
+           "chrf": "test chrF", "wall": "wall (min)", "grad": "max grad norm", "jump": "max loss jump",
+           "logit": "max attention logit"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Arm:
     config: str
     arg: str
     order: int = 0
+    records: str = ""  # the records folder relative to the study's (default points/<name>)
+    only: tuple[str, ...] = ()  # the sweep's points this arm trains, by name (default every one)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +55,18 @@ class Section:
     headers: Sequence[str]
     rows: Sequence[Sequence]
     csv: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Plot:
+    """A figure of ``metric`` against override ``x``, one line per value of override ``line`` (one panel per
+    value of ``panel`` when given), the seeds aggregated: mean, with their range as a band."""
+
+    name: str
+    metric: str
+    x: str
+    line: str
+    panel: Optional[str] = None
 
 
 Groups = Mapping[str, Sequence[tuple[Arm, Record]]]  # setting label -> (arm, record), as ``Study.records``
@@ -74,10 +89,16 @@ class Study:
     command: str = ""  # how its points are trained when not ``python -m studies train <name>``
     quick: Optional[Callable[[Arm, points_lib.Point], bool]] = None  # the --quick points (default: every one)
     sections: tuple[Callable[["Groups"], Optional["Section"]], ...] = ()  # study-specific tables from the records
+    criteria: tuple[claims_lib.Criterion, ...] = ()  # rules without a test statistic
+    plots: tuple["Plot", ...] = ()  # metric against a setting, one line per another setting, seeds aggregated
+    source: Optional[Callable[[str], list[tuple[Arm, Record]]]] = None  # records from a committed table instead
+    # of points/*.json (studies whose points left no record), given the report folder
 
 
     def records_dir(self, arm: Arm, out: Optional[str] = None) -> str:
-        return os.path.join(out or os.path.join(REPO, self.out), "points", *([arm.name] if arm.name else []))
+        base = out or os.path.join(REPO, self.out)
+        return os.path.join(base, arm.records) if arm.records else os.path.join(base, "points",
+                                                                                 *([arm.name] if arm.name else []))
 
     def points(self, quick: bool = False) -> list[tuple[Arm, points_lib.Point]]:
         """Every (arm, point) of the study in training order: arms by ``order``, seed-major within each."""
@@ -85,7 +106,7 @@ class Study:
         for arm in sorted(self.arms, key=lambda a: a.order):
             pts = points_lib.sweep_points(self.spec(arm, quick))
             out += [(arm, p) for p in sorted(pts, key=lambda p: p.overrides.get("seed", 0))
-                    if not quick or self.quick is None or self.quick(arm, p)]
+                    if (not quick or self.quick is None or self.quick(arm, p)) and (not arm.only or p.name in arm.only)]
         return out
 
     def spec(self, arm: Arm, quick: bool = False) -> str:
@@ -96,7 +117,10 @@ class Study:
         """setting label -> (arm, record) of every committed record, in arm and point order."""
         groups: dict[str, list[tuple[Arm, Record]]] = {}
         order = {(a.name, p.name): i for i, (a, p) in enumerate(self.points())}
-        found = [(arm, rec) for arm in self.arms for rec in records_in(self.records_dir(arm, out)).values()]
+        if self.source is not None:
+            found = self.source(out or os.path.join(REPO, self.out))
+        else:
+            found = [(arm, rec) for arm in self.arms for rec in records_in(self.records_dir(arm, out)).values()]
         found.sort(key=lambda ar: (order.get((ar[0].name, ar[1].name), len(order)), ar[0].name, ar[1].name))
         for arm, rec in sorted(found, key=lambda ar: (ar[0].order, order.get((ar[0].name, ar[1].name), len(order)))):
             groups.setdefault(self.setting(arm.name, rec), []).append((arm, rec))
@@ -162,12 +186,13 @@ def verdict_rows(verdicts: Sequence[claims_lib.Verdict]) -> list[list]:
             paper = "lower" if c.sign < 0 else "higher"
         elif c.paper == 0 and c.sign:
             paper = "no higher" if c.sign < 0 else "no lower"
-        rows.append([c.id, c.text, c.family, n, paper, f"±{c.margin:g}", v.measured(), _p(v.interval and v.interval.p),
+        rows.append([c.id, c.text, c.family, METRICS.get(c.metric, c.metric), n, paper, f"±{c.margin:g}", v.measured(),
+                     _p(v.interval and v.interval.p),
                      _p(v.p_adjusted), v.reading(), v.kind_raw, v.registration])
     return rows
 
 
-VERDICT_HEADERS = ["id", "claim", "family", "n a/b", "paper Δ", "margin", "measured Δ [Welch 95%]", "p",
+VERDICT_HEADERS = ["id", "claim", "family", "metric", "n a/b", "paper Δ", "margin", "measured Δ [Welch 95%]", "p",
                    "p (Holm)", "verdict", "verdict without correction", "registration"]
 
 
@@ -175,8 +200,10 @@ def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     commits = sorted({r.commit for r in recs})
     devices = collections.Counter(r.device or "device not recorded" for r in recs)
     walls = sorted(w for w in (r.wall_minutes for r in recs) if w is not None)
-    text = (f"Records: {len(recs)} (`points/`, one JSON per finished point with its decoded test sentences and "
-            f"attention trace beside it where the task has them); trained on "
+    where = ("the study's committed per-run table (its points predate records)" if study.source is not None else
+             "`points/`, one JSON per finished point with its decoded test sentences and attention trace beside it "
+             "where the task has them")
+    text = (f"Records: {len(recs)} ({where}); trained on "
             + "; ".join(f"{d} ({n})" for d, n in sorted(devices.items())) + f"; by {len(commits)} commit(s).")
     if walls:
         text += (f" Wall time {walls[0]:.1f} to {walls[-1]:.1f} minutes a point, {sum(walls) / 60:.1f} hours in all "
@@ -202,6 +229,11 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
                 + (" " + _budget_paragraph(study, recs) if recs else ""))
     if study.claims:
         _verdict_section(report, verdicts)
+    if study.criteria:
+        report.section("Rules without a test statistic")
+        rows = claims_lib.judge_criteria(study.criteria, {k: [r for _, r in m] for k, m in groups.items()})
+        report.table(["id", "claim", "measured", "verdict", "reason", "conditions", "registration"], rows,
+                     csv_name="criteria.csv")
     for note in study.notes:
         report.text(note)
     if recs:
@@ -211,6 +243,8 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
             _paired_bleu_section(report, study, verdicts, groups)
         _by_step_section(report, verdicts, groups)
         _curves_figure(report, groups)
+        for plot in study.plots:
+            _plot(report, plot, groups)
         for make in study.sections:
             section = make(groups)
             if section is not None:
@@ -228,10 +262,11 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
 
 def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> None:
     report.section("Verdicts")
+    metrics = ", ".join(dict.fromkeys(METRICS.get(v.claim.metric, v.claim.metric) for v in verdicts))
     report.text(
-        "Each claim is a contrast of validation NLL (nats per target token) between two groups of points, "
-        "mean(a) - mean(b) with Welch's 95% interval over seeds (with 3 to 6 seeds a side the seed bootstrap is "
-        "too coarse to show). Verdicts: **reproduced** (excludes 0 with the paper's sign and reaches the paper's "
+        f"Each claim is a contrast of one metric ({metrics}; NLL in nats per target token) between two groups of "
+        "points, mean(a) - mean(b) with Welch's 95% interval over seeds (with 3 to 6 seeds a side the seed "
+        "bootstrap is too coarse to show). Verdicts: **reproduced** (excludes 0 with the paper's sign and reaches the paper's "
         "value within the margin), **direction only** (the paper's sign, another size: the ratio to the paper's "
         "value with its interval), **no effect** (inside +- margin), **contradicted** (the other sign, or an "
         "effect where the paper has none), **differs from 0** (no paper value), **unresolved**. \"Excludes 0\" "
@@ -254,24 +289,27 @@ def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> 
 def _settings_section(report: Report, study: Study, groups) -> None:
     report.section("Results per setting (mean ± std over seeds)")
     metrics = [m for m in study.metrics if any(r.metric(m) is not None for ms in groups.values() for _, r in ms)]
+    arms = any(a.name for ms in groups.values() for a, _ in ms)
     rows = []
     for label, members in groups.items():
         recs = [r for _, r in members]
-        rows.append([label, sorted({a.name for a, _ in members}) and ", ".join(sorted({a.name for a, _ in members})),
-                     str(sorted(r.seed for r in recs if r.seed is not None)), recs[0].params,
-                     claims_lib.budget_text(recs)] + [mean_std(values(recs, m)) for m in metrics])
-    report.table(["setting", "arm", "seeds", "parameters", "budget"] + [METRICS.get(m, m) for m in metrics], rows,
-                 csv_name="settings.csv")
+        rows.append([label] + ([", ".join(sorted({a.name for a, _ in members}))] if arms else [])
+                    + [str(sorted(r.seed for r in recs if r.seed is not None)), recs[0].params,
+                       claims_lib.budget_text(recs)] + [mean_std(values(recs, m)) for m in metrics])
+    report.table(["setting"] + (["arm"] if arms else []) + ["seeds", "parameters", "budget"]
+                 + [METRICS.get(m, m) for m in metrics], rows, csv_name="settings.csv")
 
 
 def _runs_section(report: Report, study: Study, groups) -> None:
     report.section("Every run")
-    metrics = [m for m in ("nll", "ppl", "accuracy", "bleu", "chrf", "grad", "spikes", "jump", "logit", "wall",
-                           "train") if any(r.metric(m) is not None for ms in groups.values() for _, r in ms)]
-    rows = [[label, a.name, r.name, r.seed, r.steps] + [r.metric(m) for m in metrics] + [r.commit]
-            for label, members in groups.items() for a, r in members]
-    report.table(["setting", "arm", "point", "seed", "steps"] + metrics + ["commit"], rows, csv_name="runs.csv",
-                 digits=4)
+    names = list(dict.fromkeys(("nll", "ppl", "accuracy", "bleu", "chrf") + study.metrics + (
+        "grad", "spikes", "jump", "logit", "wall", "train")))
+    metrics = [m for m in names if any(r.metric(m) is not None for ms in groups.values() for _, r in ms)]
+    arms = any(a.name for ms in groups.values() for a, _ in ms)
+    rows = [[label] + ([a.name] if arms else []) + [r.name, r.seed, r.steps] + [r.metric(m) for m in metrics]
+            + [r.commit] for label, members in groups.items() for a, r in members]
+    report.table(["setting"] + (["arm"] if arms else []) + ["point", "seed", "steps"] + metrics + ["commit"], rows,
+                 csv_name="runs.csv", digits=4)
 
 
 def _members(v: claims_lib.Verdict, groups, side: str) -> list[Record]:
@@ -378,6 +416,31 @@ def _curves_figure(report: Report, groups) -> None:
     ax_v.legend(fontsize=6, ncol=2)
     report.section("Learning curves")
     report.figure(fig, "learning_curves", "One line per setting, the seeds aggregated.")
+
+
+def _plot(report: Report, plot: Plot, groups) -> None:
+    recs = [r for members in groups.values() for _, r in members if r.metric(plot.metric) is not None]
+    panels = sorted({r.override(plot.panel) for r in recs}, key=str) if plot.panel else [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False, sharey=True)
+    for ax, panel in zip(axes[0], panels):
+        lines: dict = {}
+        for r in recs:
+            if plot.panel and r.override(plot.panel) != panel:
+                continue
+            lines.setdefault(r.override(plot.line), {}).setdefault(r.override(plot.x), []).append(r.metric(plot.metric))
+        every = sorted({x for by_x in lines.values() for x in by_x})
+        for key in sorted(lines, key=str):
+            xs = sorted(lines[key])
+            ax.plot(xs, [float(np.mean(lines[key][x])) for x in xs], marker="o", label=str(key))
+            ax.fill_between(xs, [min(lines[key][x]) for x in xs], [max(lines[key][x]) for x in xs], alpha=0.15)
+        if every and min(every) > 0 and max(every) / min(every) >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(plot.x.rsplit(".", 1)[-1])
+        ax.set_title(f"{plot.panel.rsplit('.', 1)[-1]} = {panel}" if plot.panel else plot.metric, fontsize=9)
+        ax.legend(fontsize=7, title=plot.line.rsplit(".", 1)[-1], title_fontsize=7)
+    axes[0][0].set_ylabel(METRICS.get(plot.metric, plot.metric))
+    report.figure(fig, plot.name, f"{METRICS.get(plot.metric, plot.metric)} against {plot.x.rsplit('.', 1)[-1]}, one "
+                  f"line per {plot.line.rsplit('.', 1)[-1]} (mean over seeds; band: their range).")
 
 
 def markdown_verdicts(verdicts: Sequence[claims_lib.Verdict]) -> str:
