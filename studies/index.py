@@ -23,7 +23,7 @@ def summaries(module) -> list[specs.Summary]:
         for v in verdicts[s.name]:
             counts[v.kind] = counts.get(v.kind, 0) + 1
         reading = f"{records} of {len(s.points())} points recorded"
-        if counts:
+        if counts and records:
             reading += "; verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
         out.append(specs.Summary(s.out, s.title, reading))
     return out

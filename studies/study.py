@@ -25,7 +25,7 @@ from studies import points as points_lib
 from studies import stats as stats_lib
 from studies.records import Record, records_in, values
 from studies.runner import Job, train_jobs
-from studies.report import REPO, Report, markdown_table, mean_std, plt, read_csv, significant, write_csv
+from studies.report import REPO, Report, markdown_table, mean_std, plt, read_csv, significant
 
 METRICS = {"nll": "valid NLL", "ppl": "valid perplexity", "accuracy": "valid accuracy", "bleu": "test BLEU",
            "chrf": "test chrF", "wall": "wall (min)", "grad": "max grad norm", "jump": "max loss jump",
@@ -91,6 +91,7 @@ class Study:
     sections: tuple[Callable[["Groups"], Optional["Section"]], ...] = ()  # study-specific tables from the records
     criteria: tuple[claims_lib.Criterion, ...] = ()  # rules without a test statistic
     plots: tuple["Plot", ...] = ()  # metric against a setting, one line per another setting, seeds aggregated
+    keep: tuple[str, ...] = ()  # committed files in the report folder that other tools write (not inputs)
     source: Optional[Callable[[str], list[tuple[Arm, Record]]]] = None  # records from a committed table instead
     # of points/*.json (studies whose points left no record), given the report folder
 
@@ -211,15 +212,17 @@ def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     return text
 
 
-def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Optional[str] = None) -> str:
-    """Write the study's report into ``out`` (default its ``out``); the README path."""
+def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Optional[str] = None,
+                 into: Optional[str] = None) -> str:
+    """Write the study's report from the records under ``out`` (default its ``out``) into ``into`` (default
+    ``out``); the README path. The names of the files it wrote are in ``generated(study, into)``."""
     out = out or os.path.join(REPO, study.out)
     groups = study.records(out)
     recs = [r for members in groups.values() for _, r in members]
     expected = study.points()
     have = {(a.name, r.name) for members in groups.values() for a, r in members}
     missing = [f"{a.name}/{p.name}" if a.name else p.name for a, p in expected if (a.name, p.name) not in have]
-    report = Report(out, study.title)
+    report = Report(into or out, study.title)
     command = study.command or f"python -m studies train {study.name}"
     report.text(study.protocol)
     report.text(f"Generated from the records by `python -m studies report {study.name}` (never edited by hand); "
@@ -257,7 +260,13 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
         if rows:
             report.table(list(rows[0]), [list(r.values()) for r in rows])
         report.text(f"(committed input: [{name}]({name})" + (f", the rows with {column[0]}" if column else "") + ")")
-    return report.write()
+    path = report.write()
+    with open(os.path.join(report.out_dir, GENERATED), "w") as f:
+        f.write("\n".join(sorted(set(report.files + [GENERATED]))) + "\n")
+    return path
+
+
+GENERATED = "generated.txt"  # in a report folder: the files its last generation wrote
 
 
 def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> None:
@@ -342,9 +351,7 @@ def _paired_bleu_section(report: Report, study: Study, verdicts, groups) -> None
         above = sum(1 for iv in pairs if iv.lo is not None and iv.lo > 0)
         rows.append([v.claim.id, v.claim.text, welch, len(pairs), above, below])
     report.table(["id", "claim", "Δ BLEU [Welch 95%]", "seed pairs", "pairs above 0", "pairs below 0"], rows)
-    write_csv(os.path.join(report.out_dir, "paired_bleu.csv"),
-              ["claim", "seed", "point a", "point b", "Δ BLEU", "lo", "hi", "p"], csv_rows)
-    report.text("(CSV, one row per seed pair: [paired_bleu.csv](paired_bleu.csv))")
+    report.csv("paired_bleu.csv", ["claim", "seed", "point a", "point b", "Δ BLEU", "lo", "hi", "p"], csv_rows)
 
 
 def _by_step_section(report: Report, verdicts, groups) -> None:
@@ -372,9 +379,7 @@ def _by_step_section(report: Report, verdicts, groups) -> None:
     table = [[cid] + [next((f"{iv.text(3)} (n {iv.n_a}/{iv.n_b})" for s, iv in pts if s == step), "—")
                       for step in steps] for cid, pts in series]
     report.table(["id"] + [f"Δ NLL at {s}" for s in steps], table)
-    write_csv(os.path.join(report.out_dir, "contrasts_by_step.csv"), ["id", "step", "n a", "n b", "Δ NLL", "lo", "hi"],
-              rows)
-    report.text("(CSV: [contrasts_by_step.csv](contrasts_by_step.csv))")
+    report.csv("contrasts_by_step.csv", ["id", "step", "n a", "n b", "Δ NLL", "lo", "hi"], rows)
     fig, ax = plt.subplots(figsize=(7, 4))
     for cid, pts in series:
         xs = [s for s, _ in pts]
