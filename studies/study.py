@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -69,6 +70,12 @@ class Plot:
     panel: Optional[str] = None
 
 
+@functools.lru_cache(maxsize=None)
+def _sweep_points(spec: str) -> tuple[points_lib.Point, ...]:
+    """A config's sweep points (configs do not change while a process runs)."""
+    return tuple(points_lib.sweep_points(spec))
+
+
 Groups = Mapping[str, Sequence[tuple[Arm, Record]]]  # setting label -> (arm, record), as ``Study.records``
 
 
@@ -105,7 +112,7 @@ class Study:
         """Every (arm, point) of the study in training order: arms by ``order``, seed-major within each."""
         out = []
         for arm in sorted(self.arms, key=lambda a: a.order):
-            pts = points_lib.sweep_points(self.spec(arm, quick))
+            pts = _sweep_points(self.spec(arm, quick))
             out += [(arm, p) for p in sorted(pts, key=lambda p: p.overrides.get("seed", 0))
                     if (not quick or self.quick is None or self.quick(arm, p)) and (not arm.only or p.name in arm.only)]
         return out
