@@ -220,13 +220,14 @@ def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
 
 
 def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Optional[str] = None,
-                 into: Optional[str] = None) -> str:
+                 into: Optional[str] = None, quick: bool = False) -> str:
     """Write the study's report from the records under ``out`` (default its ``out``) into ``into`` (default
-    ``out``); the README path. The names of the files it wrote are in ``generated(study, into)``."""
+    ``out``; ``quick``: the --quick points are the expected ones); the README path. The names of the files it
+    wrote are listed in its ``generated.txt``."""
     out = out or os.path.join(REPO, study.out)
     groups = study.records(out)
     recs = [r for members in groups.values() for _, r in members]
-    expected = study.points()
+    expected = study.points(quick)
     have = {(a.name, r.name) for members in groups.values() for a, r in members}
     missing = [f"{a.name}/{p.name}" if a.name else p.name for a, p in expected if (a.name, p.name) not in have]
     report = Report(into or out, study.title)
