@@ -26,7 +26,7 @@ CONFIG = textwrap.dedent('''
         return c
 
     def sweep(arg=None):
-        seeds = int((arg or "seeds=3").split("=")[1])
+        seeds = int(dict(kv.split("=") for kv in (arg or "seeds=3").split(","))["seeds"])
         for seed in range(seeds):
             for h in (1, 8):
                 yield {"model.num_heads": h, "model.qk_dim": 64 // h, "seed": seed}
@@ -67,8 +67,7 @@ def test_a_tiny_study_trains_once_records_and_reports(tmp_path, monkeypatch, cap
     with open(os.path.join(out, "generated.txt")) as f:
         assert {"README.md", "verdicts.csv", "settings.csv", "runs.csv"} <= set(f.read().split())
 
-    changed = tiny_study(tmp_path, "seeds=1")  # another setting for the same points: refused, naming the point
-    changed = Study(**{**changed.__dict__, "arms": (Arm("A", str(tmp_path / "tiny.py"), "seeds=1"),)})
+    changed = tiny_study(tmp_path, "seeds=3,warmup=5")  # another setting, the same points: refused, naming one
     with pytest.raises(ValueError, match=r"sweep point num_heads_1-seed_0 \(record .*\) was trained with "
                                          r"other settings"):
         study_lib.train(changed, out=out, workdir=runs, train_script=FAKE_TRAIN)
