@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
+from studies import claims as claims_lib
 from studies import specs
 from studies import study as study_lib
 from studies.report import REPO, markdown_table
@@ -25,6 +26,11 @@ def summaries(module) -> list[specs.Summary]:
         reading = f"{records} of {len(s.points())} points recorded"
         if counts and records:
             reading += "; verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            decided = [f"{v.claim.id}: {v.reading()}" for v in verdicts[s.name] if v.kind != "unresolved"]
+            reading += (" — " + "; ".join(decided)) if decided else ""
+        if s.criteria and records:
+            rows = claims_lib.judge_criteria(s.criteria, {k: [r for _, r in m] for k, m in s.records().items()})
+            reading += "; rules: " + "; ".join(f"{row[0]}: {row[3]}" for row in rows)
         out.append(specs.Summary(s.out, s.title, reading))
     return out
 
