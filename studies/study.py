@@ -389,6 +389,7 @@ def _by_step_section(report: Report, verdicts, groups) -> None:
     report.table(["id"] + [f"Δ NLL at {s}" for s in steps], table)
     report.csv("contrasts_by_step.csv", ["id", "step", "n a", "n b", "Δ NLL", "lo", "hi"], rows)
     fig, ax = plt.subplots(figsize=(7, 4))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)
     for cid, pts in series:
         xs = [s for s, _ in pts]
         ax.plot(xs, [iv.diff for _, iv in pts], marker="o", label=cid)
@@ -433,7 +434,8 @@ def _curves_figure(report: Report, groups) -> None:
 
 def _plot(report: Report, plot: Plot, groups) -> None:
     recs = [r for members in groups.values() for _, r in members if r.metric(plot.metric) is not None]
-    panels = sorted({r.override(plot.panel) for r in recs}, key=str) if plot.panel else [None]
+    order = lambda v: (not isinstance(v, (int, float)), v if isinstance(v, (int, float)) else str(v))  # noqa: E731
+    panels = sorted({r.override(plot.panel) for r in recs}, key=order) if plot.panel else [None]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False, sharey=True)
     for ax, panel in zip(axes[0], panels):
         lines: dict = {}
@@ -442,7 +444,7 @@ def _plot(report: Report, plot: Plot, groups) -> None:
                 continue
             lines.setdefault(r.override(plot.line), {}).setdefault(r.override(plot.x), []).append(r.metric(plot.metric))
         every = sorted({x for by_x in lines.values() for x in by_x})
-        for key in sorted(lines, key=str):
+        for key in sorted(lines, key=order):
             xs = sorted(lines[key])
             ax.plot(xs, [float(np.mean(lines[key][x])) for x in xs], marker="o", label=str(key))
             ax.fill_between(xs, [min(lines[key][x]) for x in xs], [max(lines[key][x]) for x in xs], alpha=0.15)
