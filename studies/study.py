@@ -283,7 +283,8 @@ def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> 
     report.text(
         f"Each claim is a contrast of one metric ({metrics}; NLL in nats per target token) between two groups of "
         "points, mean(a) - mean(b) with Welch's 95% interval over seeds (with 3 to 6 seeds a side the seed "
-        "bootstrap is too coarse to show). Verdicts: **reproduced** (excludes 0 with the paper's sign and reaches the paper's "
+        "bootstrap is too coarse to show). Verdicts: **reproduced** (excludes 0 with the paper's sign and reaches the "
+        "paper's "
         "value within the margin), **direction only** (the paper's sign, another size: the ratio to the paper's "
         "value with its interval), **no effect** (inside +- margin), **contradicted** (the other sign, or an "
         "effect where the paper has none), **differs from 0** (no paper value), **unresolved**. \"Excludes 0\" "
@@ -427,7 +428,9 @@ def _curves_figure(report: Report, groups) -> None:
     ax_v.set_title("validation NLL", fontsize=9)
     for ax in (ax_t, ax_v):
         ax.set_xlabel("step")
-    ax_v.legend(fontsize=6, ncol=2)
+    for ax in (ax_t, ax_v):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, ncol=2)
     report.section("Learning curves")
     report.figure(fig, "learning_curves", "One line per setting, the seeds aggregated.")
 

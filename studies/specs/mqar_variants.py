@@ -17,7 +17,7 @@ COND = Conditions(lr="one per width from softmax pilots (0.01 at d_model 32 and 
                   "the best of a sweep per point)",
                   differences=("1 head, 2 layers, 3,000 steps of 256 answers (Zoology: larger models and a "
                                "learning-rate sweep per point)",))
-PROBE = ("attention_kind_linear-mqar_num_kv_pairs_4-d_model_128", "attention_kind_linear-mqar_num_kv_pairs_8-d_model_128")
+PROBE = tuple(f"attention_kind_linear-mqar_num_kv_pairs_{n}-d_model_128" for n in (4, 8))  # the probed cells
 
 
 def setting(arm: str, rec: Record) -> str:
