@@ -206,7 +206,8 @@ VERDICT_HEADERS = ["id", "claim", "family", "metric", "n a/b", "paper Δ", "marg
 
 def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     commits = sorted({r.commit for r in recs})
-    devices = collections.Counter(r.device or "device not recorded" for r in recs)
+    devices = collections.Counter(r.device or f"device not recorded, host {r.raw.get('host') or 'not recorded'}"
+                                  for r in recs)
     walls = sorted(w for w in (r.wall_minutes for r in recs) if w is not None)
     where = ("the study's committed per-run table (its points predate records)" if study.source is not None else
              "`points/`, one JSON per finished point with its decoded test sentences and attention trace beside it "
