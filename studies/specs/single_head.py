@@ -23,7 +23,7 @@ from studies.study import Arm, Section, Study
 
 SPEC = "studies/specs/single_head.py"
 COMMAND = "scripts/single_head.sh"  # the queue: the lr arm until it trains nothing, then this study
-COMMIT = ""  # the commit that first added this spec (the claims' registration), filled in by the next commit
+COMMIT = "49cca9a1bfaf4806b8492dd0b3def44a52cb0018"  # the commit that first added this spec: the claims' registration
 STEPS = 7200
 L = lr_arm.LABELS
 CHOICES = lr_arm.choices()
