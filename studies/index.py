@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 from studies import specs
 from studies import study as study_lib
@@ -29,8 +29,8 @@ def summaries(module) -> list[specs.Summary]:
     return out
 
 
-def write(modules: Sequence = ()) -> str:
-    """Write docs/results/README.md; its path."""
+def write(modules: Sequence = (), path: Optional[str] = None) -> str:
+    """Write docs/results/README.md (or ``path``); its path."""
     modules = list(modules) or specs.modules()
     rows = [s for m in modules for s in summaries(m)]
     listed = {os.path.relpath(os.path.join(REPO, s.out), RESULTS) for s in rows}
@@ -46,7 +46,7 @@ def write(modules: Sequence = ()) -> str:
     if others:
         text += ["", "Reports not generated from a spec yet (written by their scripts): "
                  + ", ".join(f"[{d}]({d}/)" for d in others) + "."]
-    path = os.path.join(RESULTS, "README.md")
+    path = path or os.path.join(RESULTS, "README.md")
     with open(path, "w") as f:
         f.write("\n".join(text) + "\n")
     return path

@@ -250,12 +250,20 @@ class Record:
             return f.read().rstrip("\n").split("\n")
 
 
+_CACHE: dict[str, tuple[tuple, dict[str, Record]]] = {}
+
+
 def records_in(folder: str) -> dict[str, Record]:
-    """point name -> Record for every ``<folder>/<point>.json`` (empty when the folder is missing)."""
+    """point name -> Record for every ``<folder>/<point>.json`` (empty when the folder is missing); read again
+    only when a file of the folder was added, removed or changed."""
     if not os.path.isdir(folder):
         return {}
-    return {f[: -len(".json")]: Record.load(os.path.join(folder, f))
-            for f in sorted(os.listdir(folder)) if f.endswith(".json")}
+    files = sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in os.scandir(folder)
+                   if e.name.endswith(".json"))
+    key = os.path.abspath(folder)
+    if key not in _CACHE or _CACHE[key][0] != tuple(files):
+        _CACHE[key] = (tuple(files), {f[: -len(".json")]: Record.load(os.path.join(folder, f)) for f, _, _ in files})
+    return dict(_CACHE[key][1])
 
 
 def values(records: Sequence[Record], name: str) -> list[float]:

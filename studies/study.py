@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -69,6 +70,12 @@ class Plot:
     panel: Optional[str] = None
 
 
+@functools.lru_cache(maxsize=None)
+def _sweep_points(spec: str) -> tuple[points_lib.Point, ...]:
+    """A config's sweep points (configs do not change while a process runs)."""
+    return tuple(points_lib.sweep_points(spec))
+
+
 Groups = Mapping[str, Sequence[tuple[Arm, Record]]]  # setting label -> (arm, record), as ``Study.records``
 
 
@@ -105,7 +112,7 @@ class Study:
         """Every (arm, point) of the study in training order: arms by ``order``, seed-major within each."""
         out = []
         for arm in sorted(self.arms, key=lambda a: a.order):
-            pts = points_lib.sweep_points(self.spec(arm, quick))
+            pts = _sweep_points(self.spec(arm, quick))
             out += [(arm, p) for p in sorted(pts, key=lambda p: p.overrides.get("seed", 0))
                     if (not quick or self.quick is None or self.quick(arm, p)) and (not arm.only or p.name in arm.only)]
         return out
@@ -213,13 +220,14 @@ def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
 
 
 def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Optional[str] = None,
-                 into: Optional[str] = None) -> str:
+                 into: Optional[str] = None, quick: bool = False) -> str:
     """Write the study's report from the records under ``out`` (default its ``out``) into ``into`` (default
-    ``out``); the README path. The names of the files it wrote are in ``generated(study, into)``."""
+    ``out``; ``quick``: the --quick points are the expected ones); the README path. The names of the files it
+    wrote are listed in its ``generated.txt``."""
     out = out or os.path.join(REPO, study.out)
     groups = study.records(out)
     recs = [r for members in groups.values() for _, r in members]
-    expected = study.points()
+    expected = study.points(quick)
     have = {(a.name, r.name) for members in groups.values() for a, r in members}
     missing = [f"{a.name}/{p.name}" if a.name else p.name for a, p in expected if (a.name, p.name) not in have]
     report = Report(into or out, study.title)

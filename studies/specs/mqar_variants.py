@@ -4,6 +4,8 @@ linear (elu+1), additive and hard attention over the number of key-value pairs a
 """
 from __future__ import annotations
 
+import re
+
 from studies.claims import Claim, Conditions, Criterion, Registration
 from studies.records import Record
 from studies.study import Arm, Plot, Study
@@ -24,17 +26,20 @@ def setting(arm: str, rec: Record) -> str:
     return label + (f", lr {rec.override('train.learning_rate')}" if arm.startswith("lr") else "")
 
 
-def _cell(groups, kind: str, pairs: int, width: int) -> list[float]:
-    return [v for r in groups.get(f"{kind}, {pairs} pairs, d_model {width}", ()) if (v := r.valid_accuracy) is not None]
+def _grid(groups, kind: str) -> tuple[list[int], list[int]]:
+    """The pair counts and widths of ``kind``'s cells in the groups (the sweep's, ``--quick`` included)."""
+    cells = [re.fullmatch(rf"{kind}, (\d+) pairs, d_model (\d+)", label) for label in groups]
+    return (sorted({int(m[1]) for m in cells if m}), sorted({int(m[2]) for m in cells if m}))
 
 
 def _solved(groups, kind: str, pairs: int, width: int) -> bool:
-    acc = _cell(groups, kind, pairs, width)
-    return len(acc) >= 3 and min(acc) >= SOLVED
+    acc = [r.valid_accuracy for r in groups.get(f"{kind}, {pairs} pairs, d_model {width}", ())]
+    return bool(acc) and None not in acc and min(acc) >= SOLVED
 
 
 def softmax_everywhere(groups) -> tuple[str, str, str]:
-    cells = [(p, w) for p in PAIRS for w in WIDTHS]
+    pair_counts, widths = _grid(groups, "softmax")
+    cells = [(p, w) for p in pair_counts for w in widths]
     solved = [c for c in cells if _solved(groups, "softmax", *c)]
     failed = ", ".join(f"{p} pairs at d_model {w}" for p, w in cells if (p, w) not in solved)
     verdict = "reproduced" if len(solved) == len(cells) else "partial" if solved else "not reproduced"
@@ -43,8 +48,9 @@ def softmax_everywhere(groups) -> tuple[str, str, str]:
 
 
 def linear_width_grows(groups) -> tuple[str, str, str]:
-    smallest = {p: next((w for w in WIDTHS if _solved(groups, "linear", p, w)), None) for p in PAIRS}
-    text = "; ".join(f"{p} pairs: {w if w else f'none up to {WIDTHS[-1]}'}" for p, w in smallest.items())
+    pair_counts, widths = _grid(groups, "linear")
+    smallest = {p: next((w for w in widths if _solved(groups, "linear", p, w)), None) for p in pair_counts}
+    text = "; ".join(f"{p} pairs: {w if w else f'none up to {widths[-1]}'}" for p, w in smallest.items())
     solved = [(p, w) for p, w in smallest.items() if w]
     steps = list(zip(solved, solved[1:]))
     if any(b[1] < a[1] for a, b in steps) or (solved and any(w is None for p, w in smallest.items()
