@@ -84,7 +84,7 @@ def _record(path, seed, nll, steps=2400, curve=None, **extra):
 
 def _lr_records(out, row, nll_by_rate):
     for rate, nll in nll_by_rate.items():
-        _record(out / lr.folder(row, rate) / f"seed_{lr.LR_SEED}.json", lr.LR_SEED, nll)
+        _record(out / lr.folder(row, rate) / "default.json", lr.LR_SEED, nll)  # one point a sweep: "default"
 
 
 def test_the_lr_rule_picks_by_nll_with_ties_divergence_and_the_edge_extension(tmp_path):
@@ -168,3 +168,20 @@ def test_the_claims_are_registered_by_the_commit_that_added_the_spec():
     later = study_lib.Record("x.json", {"first_logged_utc": "2099-01-01 00:00:00"})
     assert all(claims_lib.registered_before(c.registered, [later]) for c in sh.CLAIMS)
     assert all(claims_lib.registration(c, [later]).startswith("pre-registered") for c in sh.CLAIMS)
+
+
+def test_the_lr_report_shows_each_rows_choice_and_the_criterion(tmp_path):
+    lo, mid, hi = lr.GRID
+    _lr_records(tmp_path, "h1", {lo: 2.95, mid: 2.90, hi: 2.93})
+    _lr_records(tmp_path, "h8", {lo: 2.80, mid: 2.90, hi: 3.00})  # at the lower edge: one more rate to train
+    groups = lr.STUDY.records(str(tmp_path))
+    assert {k: len(v) for k, v in groups.items()} == {f"h=1 (d_k=128), lr {lr.rate_text(r)}": 1 for r in lr.GRID} | {
+        f"h=8 (d_k=16), lr {lr.rate_text(r)}": 1 for r in lr.GRID}
+    table = {row[0]: row[1:] for row in lr.choice_table(groups).rows}
+    assert table["h=1 (d_k=128)"] == ["0.0015: 2.9500, 0.003: 2.9000, 0.006: 2.9300", "chosen", "0.003"]
+    assert table["h=8 (d_k=16)"][1:] == ["pending", "—"] and table["h=8 (d_k=16)"][0].startswith("0.00075: —")
+    measured, verdict, reason = lr.inside({k: [r for _, r in v] for k, v in groups.items()})
+    assert verdict == "pending" and "h1 0.003 (chosen)" in measured and "'h8'" in reason
+    (verdicts,) = study_lib.evaluate([lr.STUDY], {lr.STUDY.name: str(tmp_path)}).values()
+    text = open(study_lib.write_report(lr.STUDY, verdicts, out=str(tmp_path))).read()
+    assert "## Each row's learning rate" in text and "Points recorded: 6 of 18" in text

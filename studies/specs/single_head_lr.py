@@ -14,6 +14,7 @@ import math
 import os
 from typing import Mapping, Optional
 
+from studies.claims import Conditions, Criterion, Registration
 from studies.records import Record, records_in
 from studies.report import REPO
 from studies.study import Arm, Section, Study
@@ -112,14 +113,27 @@ def setting(arm_name: str, rec: Record) -> str:
     return f"{LABELS[row]}, lr {rate}"
 
 
+def from_groups(groups) -> dict[str, dict[float, Optional[float]]]:
+    """row -> rate -> validation NLL of the report's groups (label -> (arm, record)), as ``results``."""
+    rows = {label: row for row, label in LABELS.items()}
+    found: dict[str, dict[float, Optional[float]]] = {row: {} for row in ROWS}
+    for label, members in groups.items():
+        row, rate = label.rsplit(", lr ", 1)
+        for _, rec in members:
+            found[rows[row]][float(rate)] = rec.valid_nll
+    return found
+
+
 def choice_table(groups) -> Section:
     rows = []
-    for row, c in choices().items():
-        nll = results(row)
-        rows.append([LABELS[row]] + [", ".join(f"{rate_text(r)}: " + ("—" if r not in nll else "diverged"
-                                                                    if nll[r] is None else f"{nll[r]:.4f}")
-                                               for r in c.grid)]
-                    + [c.status, "—" if c.rate is None else rate_text(c.rate)])
+    for row, nll in from_groups(groups).items():
+        c = plan(nll)
+        def cell(r: float) -> str:
+            v = [x for t, x in nll.items() if math.isclose(r, t)]
+            return "—" if not v else "diverged" if v[0] is None else f"{v[0]:.4f}"
+
+        rows.append([LABELS[row], ", ".join(f"{rate_text(r)}: {cell(r)}" for r in c.grid), c.status,
+                     "—" if c.rate is None else rate_text(c.rate)])
     return Section("Each row's learning rate", RULE, ["row", "validation NLL at 2,400 by rate", "status", "rate"],
                    rows, "choices.csv")
 
@@ -133,6 +147,24 @@ RULE = (f"The rule (`studies/specs/single_head_lr.py`, `choose` and `plan`, fixe
         f"{MAX_EXTENSIONS} a side) and the rule is applied again to the whole grid; at the cap the edge rate is "
         "used and marked \"edge\". 1 head x 24+24 takes the 8-head row's rate.")
 
+def inside(groups) -> tuple[str, str, str]:
+    """The criterion: every row's rate is chosen inside its grid (a rate at the capped edge is not shown to be the
+    row's best)."""
+    found = {row: plan(nll) for row, nll in from_groups({k: [(None, r) for r in v] for k, v in groups.items()}).items()}
+    measured = "; ".join(f"{row} {'—' if c.rate is None else rate_text(c.rate)} ({c.status})"
+                         for row, c in found.items())
+    waiting = [row for row, c in found.items() if c.status == "pending"]
+    if waiting:
+        return measured, "pending", f"rows {waiting} wait for records"
+    off = [row for row, c in found.items() if c.status != "chosen"]
+    return (measured, "not met", f"rows {off} at the capped edge or without a rate") if off else (
+        measured, "met", "every row's rate has a lower and a higher neighbour that trained worse (or tied)")
+
+
+CRITERION = Criterion("inside", "each row's chosen rate lies inside its (extended) grid", inside,
+                      Conditions("the lr arm's grid and rule", ("2,400 steps, one seed",)),
+                      Registration("49cca9a1bfaf4806b8492dd0b3def44a52cb0018", "studies/specs/single_head_lr.py",
+                                   "def plan("))  # the commit that added the rule, before any point trained
 STUDY = Study(
     name="single_head_lr", title="Single head, settled: each row's learning rate (the lr arm)", out=OUT,
     protocol=("Protocol: the Table 3 CPU-scale model (d_model 128, pre-LN, no dropout, no QK-LayerNorm, rsqrt "
@@ -140,7 +172,7 @@ STUDY = Study(
               "1 head x 6+6, each at every rate of its grid for 2,400 steps, one seed, validation every 600 steps "
               f"(`{CONFIG}`). " + RULE),
     arms=tuple(arm(row, rate) for row, c in choices().items() for rate in c.grid),
-    setting=setting, claims=(), metrics=("nll", "ppl", "bleu", "wall"), sections=(choice_table,),
+    setting=setting, claims=(), criteria=(CRITERION,), metrics=("nll", "ppl", "bleu", "wall"), sections=(choice_table,),
     command="scripts/single_head.sh",
     quick=lambda a, p: math.isclose(float(a.name.split("-lr_")[1]), REFERENCE))
 STUDIES = (STUDY,)
