@@ -4,7 +4,7 @@
 #      hours, from the wall times of the committed Table 3 and heads-vs-depth records), rerun until it trains
 #      nothing: a row whose chosen rate sits at the grid's edge gets one more rate beyond it on the next pass (at
 #      most 2 a side), so the passes after the first train only those;
-#   2. the long arms (studies/specs/single_head.py: 42 points of 7,200 steps; about 37 hours), which refuse to
+#   2. the long arms (studies/specs/single_head.py: 42 points of 7,200 steps; about 38 hours), which refuse to
 #      start, in one line, until every row has its rate.
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/single_head*/points/
 # (commit those: a point with a record is never trained again, even in a fresh checkout), an interrupted point
