@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from engine.cli import UsageError
 from studies import claims as claims_lib
 from studies import points as points_lib
 from studies import stats as stats_lib
@@ -101,7 +102,8 @@ class Study:
     keep: tuple[str, ...] = ()  # committed files in the report folder that other tools write (not inputs)
     source: Optional[Callable[[str], list[tuple[Arm, Record]]]] = None  # records from a committed table instead
     # of points/*.json (studies whose points left no record), given the report folder
-
+    ready: Optional[Callable[[], Optional[str]]] = None  # the train gate: None when its points may train, else the
+    # one line that says why not (e.g. an input another study has not recorded yet); ``train`` checks it first
 
     def records_dir(self, arm: Arm, out: Optional[str] = None) -> str:
         base = out or os.path.join(REPO, self.out)
@@ -149,7 +151,12 @@ def jobs(study: Study, *, quick: bool = False, out: Optional[str] = None, workdi
 
 def train(study: Study, *, quick: bool = False, max_points: Optional[int] = None, out: Optional[str] = None,
           workdir: Optional[str] = None, train_script: Optional[str] = None) -> list[str]:
-    """Train the study's points that have no record (at most ``max_points``); the names of those that failed."""
+    """Train the study's points that have no record (at most ``max_points``); the names of those that failed.
+    Raises ``UsageError`` with the line of the study's ``ready`` gate, before anything is trained or written, when
+    the gate says its points cannot train yet (not for ``quick``: the tiny points take no committed input)."""
+    waiting = None if quick or study.ready is None else study.ready()
+    if waiting:
+        raise UsageError(waiting)
     return train_jobs(jobs(study, quick=quick, out=out, workdir=workdir), train_script, max_points=max_points,
                       in_process=study.runner == "in_process", group=study.name)
 

@@ -8,8 +8,10 @@ import re
 
 import pytest
 
+from engine import cli
 from engine.cli import UsageError
 from studies import claims as claims_lib
+from studies import cli as studies_cli
 from studies import points as points_lib
 from studies import specs
 from studies import study as study_lib
@@ -62,14 +64,27 @@ def test_every_arm_builds_its_config_quick_and_full_size(study):
             assert (m.norm, m.dropout_rate, t.warmup_steps, t.learning_rate) == ("pre", 0.0, 100, 0.003)
 
 
-def test_the_long_arms_refuse_to_start_without_their_rates(tmp_path):
-    pending = dataclasses.replace(sh.STUDY, arms=tuple(dataclasses.replace(a, arg=re.sub(r"lr=[^,]*", "lr=0", a.arg))
-                                                       for a in sh.STUDY.arms))
+def test_the_long_arms_refuse_to_start_without_their_rates(tmp_path, monkeypatch, capsys):
+    """The study's ready gate refuses before anything trains or is written: study.train raises the line, and
+    ``python -m studies train single_head`` prints it as one ERROR line and exits 1."""
+    line = "single_head: the learning-rate arm has not chosen the rate of ['h1'] yet"
+    pending = dataclasses.replace(sh.STUDY, ready=lambda: line)
     fake = tmp_path / "train.py"
     fake.write_text("raise SystemExit('the gate let a point through')\n")
-    with pytest.raises(UsageError, match=r"row=h1 has lr=0: its learning rate is chosen by the learning-rate arm"):
-        study_lib.train(pending, out=str(tmp_path / "out"), workdir=str(tmp_path / "runs"), train_script=str(fake))
-    assert not list((tmp_path / "out").rglob("*.json"))
+    where = dict(out=str(tmp_path / "out"), workdir=str(tmp_path / "runs"), train_script=str(fake))
+    with pytest.raises(UsageError, match=re.escape(line)):
+        study_lib.train(pending, **where)
+    monkeypatch.setattr(specs, "study", lambda name: pending)
+    with pytest.raises(SystemExit) as exited:
+        cli.script(studies_cli.main, ["train", "single_head"] + [f"--{k}={v}" for k, v in where.items()])
+    assert exited.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"ERROR {line}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]  # no run folder, no record, no report
+    assert study_lib.train(pending, quick=True, max_points=0, **where) == []  # the tiny points need no rates
+    assert sh.STUDY.ready is sh.waiting
+    assert (sh.waiting() is None) == all(c.rate is not None for c in sh.CHOICES.values())
+    if sh.waiting():
+        assert sh.waiting().startswith("single_head: the learning-rate arm has not chosen the rate of")
 
 
 def _record(path, seed, nll, steps=2400, curve=None, **extra):

@@ -3,9 +3,10 @@ head better than eight by -0.069 nats at 2,400 steps, 6 seeds a side) survive ea
 budget and the paper's recipe; heads against depth with d_k held apart; and the noise floor those verdicts sit on.
 
 Every arm trains 7,200 steps (3x Table 3's) with validation every 600 steps, at the rate the learning-rate arm
-(``studies/specs/single_head_lr.py``) chose for its row; until every row has its rate the arms are "lr=0" and
-``configs/single_head.py`` refuses them in one line. The claims, their families, the reading rule of the answer
-(``answer``) and the A/A and machine checks were committed before any point of either study trained.
+(``studies/specs/single_head_lr.py``) chose for its row; until every row has its rate the arms are "lr=0" and the
+study's train gate (``waiting``, its ``ready``) refuses to train them in one line. The claims, their families, the
+reading rule of the answer (``answer``) and the A/A and machine checks were committed before any point of either
+study trained.
 """
 from __future__ import annotations
 
@@ -226,6 +227,13 @@ def machine_section(groups) -> Section:
                     "commit (first)"], rows, "machines.csv")
 
 
+def waiting() -> str | None:
+    """Why the long arms cannot start yet (one line), None when every row has its rate."""
+    pending = [row for row, c in CHOICES.items() if c.rate is None]
+    return None if not pending else (f"single_head: the learning-rate arm has not chosen the rate of {pending} "
+                                     "yet: run `python -m studies train single_head_lr` until it trains nothing")
+
+
 READING = ("the reading rule, `answer` in `studies/specs/single_head.py`, fixed before the data: *L h1x6* "
            "and *R h1* after Holm; h = 1 below h = 8 with the interval excluding 0 is \"survives\", the paper's "
            "penalty or no difference within the margin is \"gone\"; an A/A split that differs is a caveat")
@@ -249,12 +257,5 @@ STUDY = Study(
         "rate. The replicate arm trains last; a re-run on its first runs' machine is set apart (\"same machine "
         "again\") and leaves *M machines* unresolved, so let a session on another machine train it."),
     sections=(answer_section, floor_section, machine_section),
-    quick=lambda a, p: a.name in ("h1-s0", "h8-s0", "recipe-h1", "h1_L6", "h1_L24", "aa-s6"))
+    quick=lambda a, p: a.name in ("h1-s0", "h8-s0", "recipe-h1", "h1_L6", "h1_L24", "aa-s6"), ready=waiting)
 STUDIES = (STUDY,)
-
-
-def waiting() -> str | None:
-    """Why the long arms cannot start yet (one line), None when every row has its rate."""
-    pending = [row for row, c in CHOICES.items() if c.rate is None]
-    return None if not pending else (f"single_head: the learning-rate arm has not chosen the rate of {pending} "
-                                     "yet: run `python -m studies train single_head_lr` until it trains nothing")
