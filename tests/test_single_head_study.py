@@ -173,6 +173,22 @@ def test_the_report_answers_from_records(tmp_path):
     assert "0 of 48 contrasts (0%)" in text  # 4 A/A splits x 12 validation steps, identical sides
 
 
+def test_the_machine_claim_reads_the_records_machine(tmp_path):
+    """A re-run whose record names another machine is the replicate arm; one naming the first run's machine is
+    "same machine again"; the machines table shows the records' machine fields."""
+    box = {"name": "box-a", "cpu": "AMD EPYC", "device": "cpu cpu x1"}
+    for seed in (0, 1, 2):
+        _record(tmp_path / "points" / "h8-s0" / f"seed_{seed}.json", seed, 2.5, 7200, machine=box)
+        _record(tmp_path / "points" / "replicate" / f"seed_{seed}.json", seed, 2.5, 7200,
+                machine={**box, "name": "box-b"} if seed else box)
+    groups = sh.STUDY.records(str(tmp_path))
+    assert [r.seed for _, r in groups[sh.A["replicate"]]] == [1, 2]
+    assert [r.seed for _, r in groups[sh.SAME_MACHINE]] == [0]
+    rows = {row[0]: row[1:3] for row in sh.machine_section(groups).rows}
+    assert rows["seed_1"] == ["box-a (AMD EPYC; cpu cpu x1)", "box-b (AMD EPYC; cpu cpu x1)"]
+    assert rows["seed_0"][0] == rows["seed_0"][1]
+
+
 def test_the_claims_are_registered_by_the_commit_that_added_the_spec():
     if not sh.COMMIT:
         pytest.skip("the spec's registration commit is not filled in yet")

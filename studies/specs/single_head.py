@@ -59,10 +59,10 @@ def arm(name: str) -> Arm:
 
 
 def machine(rec: Record) -> str:
-    """The machine a record trained on: its ``machine`` field where the record has one, else its device, CPU model,
-    jax version and host as the engine logged them."""
-    if rec.raw.get("machine"):
-        return str(rec.raw["machine"])
+    """The machine a record trained on: its ``machine`` (name, CPU model and device; ``Record.machine``) where the
+    record has one, else its device, CPU model, jax version and host as the engine logged them."""
+    if rec.machine:
+        return rec.machine
     jax_version = (rec.raw.get("software") or {}).get("jax")
     return "; ".join(str(x) for x in (rec.device, rec.raw.get("cpu"), jax_version and f"jax {jax_version}",
                                       rec.raw.get("host")) if x) or "not recorded"
