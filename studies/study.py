@@ -102,6 +102,7 @@ class Study:
     keep: tuple[str, ...] = ()  # committed files in the report folder that other tools write (not inputs)
     source: Optional[Callable[[str], list[tuple[Arm, Record]]]] = None  # records from a committed table instead
     # of points/*.json (studies whose points left no record), given the report folder
+    margins_note: str = ""  # when the claims' margins and the magnitude rule were fixed (default MARGINS_WITH_CLAIMS)
     ready: Optional[Callable[[], Optional[str]]] = None  # the train gate: None when its points may train, else the
     # one line that says why not (e.g. an input another study has not recorded yet); ``train`` checks it first
 
@@ -247,7 +248,7 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
                 + (f" Not recorded yet: {', '.join(f'`{m}`' for m in missing)}." if missing else "")
                 + (" " + _budget_paragraph(study, recs) if recs else ""))
     if study.claims:
-        _verdict_section(report, verdicts)
+        _verdict_section(report, study, verdicts)
     if study.criteria:
         report.section("Rules without a test statistic")
         rows = claims_lib.judge_criteria(study.criteria, {k: [r for _, r in m] for k, m in groups.items()})
@@ -285,7 +286,13 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
 GENERATED = "generated.txt"  # in a report folder: the files its last generation wrote
 
 
-def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> None:
+MARGINS_WITH_CLAIMS = ("The equivalence margins and the magnitude rule (reproduced against direction only) are part of "
+                       "each claim's criterion and share its registration.")
+POST_HOC_MARGINS = ("The equivalence margins and the magnitude rule were added on 2026-12-05 after the data, so the "
+                    "sizes (reproduced against direction only) are post-hoc readings in this study.")
+
+
+def _verdict_section(report: Report, study: Study, verdicts: Sequence[claims_lib.Verdict]) -> None:
     report.section("Verdicts")
     metrics = ", ".join(dict.fromkeys(METRICS.get(v.claim.metric, v.claim.metric) for v in verdicts))
     report.text(
@@ -298,9 +305,7 @@ def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> 
         "effect where the paper has none), **differs from 0** (no paper value), **unresolved**. \"Excludes 0\" "
         f"is p < {claims_lib.ALPHA} after Holm's correction within the claim's family; the uncorrected verdict is "
         "beside it. Registration: a claim is pre-registered when the commit that first held its criterion "
-        "precedes the start of every record it reads (git history); the equivalence margins and the magnitude "
-        "rule were added on 2026-12-05 after the data, so the sizes (reproduced against direction only) are "
-        "post-hoc readings everywhere.")
+        "precedes the start of every record it reads (git history). " + (study.margins_note or MARGINS_WITH_CLAIMS))
     report.table(VERDICT_HEADERS, verdict_rows(verdicts), csv_name="verdicts.csv")
     changed = [v for v in verdicts if v.changed]
     report.text("Changed by the correction: " + ("; ".join(f"{v.claim.id} ({v.kind_raw} -> {v.kind})"

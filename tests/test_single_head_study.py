@@ -145,6 +145,18 @@ def test_the_reports_generate_without_records(tmp_path, study):
     assert all(v.kind == claims_lib.UNRESOLVED for v in verdicts)
     text = open(study_lib.write_report(study, verdicts, out=str(tmp_path))).read()
     assert f"Points recorded: 0 of {len(study.points())}" in text
+    if study.claims:  # registered before any record: the verdicts and the margins say so
+        assert "post-hoc readings" not in text and f"were committed with the claims at {sh.COMMIT[:7]}" in text
+        if claims_lib.commit_time(sh.COMMIT) is not None:
+            assert all(v.registration == f"pre-registered (registered at {sh.COMMIT[:7]}, no record yet)"
+                       for v in verdicts)
+
+
+def test_the_older_studies_keep_their_post_hoc_margins():
+    for name in ("table3", "table3_d256", "table3_d512", "heads_vs_depth", "mqar", "mqar_variants"):
+        assert specs.study(name).margins_note == study_lib.POST_HOC_MARGINS, name
+    text = open(os.path.join(points_lib.REPO, "docs/results/heads_vs_depth/README.md")).read()
+    assert study_lib.POST_HOC_MARGINS in text and study_lib.MARGINS_WITH_CLAIMS not in text
 
 
 def test_the_report_answers_from_records(tmp_path):

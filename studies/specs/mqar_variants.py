@@ -8,7 +8,7 @@ import re
 
 from studies.claims import Claim, Conditions, Criterion, Registration
 from studies.records import Record
-from studies.study import Arm, Plot, Study
+from studies.study import POST_HOC_MARGINS, Arm, Plot, Study
 
 SCRIPT = "scripts/repro_mqar_variants.py"
 RULES = Registration("88e9f49", SCRIPT, "solves MQAR at every width")  # 2026-12-01, before the sweep
@@ -89,5 +89,6 @@ STUDY = Study(
     inputs=(("Time and memory per step (measured by the study's benchmark)", "timing.csv"),
             ("Softmax pilots that sized the grid", "pilot.csv"), ("Pilot cost", "pilot_cost.csv")),
     keep=("timing.md",),  # scripts/bench_variants.py's table
+    margins_note=POST_HOC_MARGINS,
 )
 STUDIES = (STUDY,)

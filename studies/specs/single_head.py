@@ -257,5 +257,9 @@ STUDY = Study(
         "rate. The replicate arm trains last; a re-run on its first runs' machine is set apart (\"same machine "
         "again\") and leaves *M machines* unresolved, so let a session on another machine train it."),
     sections=(answer_section, floor_section, machine_section),
+    margins_note=(f"The equivalence margins (each claim's, in the spec), the magnitude rule (`judge` in "
+                  f"`studies/claims.py`) and the reading rule of the answer were committed with the claims at "
+                  f"{COMMIT[:7]}, before any point of this study or its lr arm trained: the sizes are pre-registered "
+                  "readings too, as far as each claim's registration holds."),
     quick=lambda a, p: a.name in ("h1-s0", "h8-s0", "recipe-h1", "h1_L6", "h1_L24", "aa-s6"), ready=waiting)
 STUDIES = (STUDY,)

@@ -16,7 +16,7 @@ from studies.claims import Claim, Conditions, Registration
 from studies.records import Record
 from studies import stats
 from studies.records import values
-from studies.study import Arm, Section, Study
+from studies.study import POST_HOC_MARGINS, Arm, Section, Study
 
 SCRIPT = "scripts/repro_table3.py"
 MAIN = Registration("a2e6db3", SCRIPT, "math.log(5.29 / 4.92)")  # PAPER and verdict(), 2026-12-01
@@ -113,7 +113,7 @@ def width(d_model: int, name: str, title: str, command: str = "", inputs=()) -> 
                        Arm("A1", "configs/table3_heads.py", arg + ",more_h1", 2),
                        Arm("A1dk", "configs/table3_heads.py", arg + ",h1_base_dk", 3)),
                  claims=claims, metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=command, inputs=inputs,
-                 quick=quick, sections=(spread,))
+                 quick=quick, sections=(spread,), margins_note=POST_HOC_MARGINS)
 
 
 def quick(arm: Arm, point) -> bool:
