@@ -10,7 +10,8 @@
 # (commit those: a point with a record is never trained again, even in a fresh checkout), an interrupted point
 # resumes from its checkpoints in runs/repro/, and the reports are rebuilt from the records after each study.
 # The replicate arm (points/replicate, the last 3 points) is the same points as h8-s0 re-run: let a session on
-# another machine train it (its claim reads a re-run on the first run's machine as "same machine again").
+# another machine train it (its claim reads a re-run on the first run's machine as "same machine again"; a
+# record names its machine: ATTNLAB_MACHINE=<name>, default the host name).
 # A second copy started while one runs exits at once (lock: runs/repro/single_head.lock).
 # Log: runs/repro/single_head.log.   PYTHON=/path/to/python scripts/single_head.sh to pick the interpreter.
 set -u

@@ -255,7 +255,8 @@ STUDY = Study(
         "Running: `scripts/single_head.sh` (nice 19, resumable, one copy at a time) trains the lr arm until it trains "
         "nothing, then this study; `python -m studies train single_head` refuses in one line while a row has no "
         "rate. The replicate arm trains last; a re-run on its first runs' machine is set apart (\"same machine "
-        "again\") and leaves *M machines* unresolved, so let a session on another machine train it."),
+        "again\") and leaves *M machines* unresolved, so let a session on another machine train it "
+        "(`ATTNLAB_MACHINE=<name>` names the machine in its records; default the host name)."),
     sections=(answer_section, floor_section, machine_section),
     margins_note=(f"The equivalence margins (each claim's, in the spec), the magnitude rule (`judge` in "
                   f"`studies/claims.py`) and the reading rule of the answer were committed with the claims at "
