@@ -52,6 +52,7 @@ import numpy as np
 from _report import Report, environment_line, mean_std, plt
 import _study
 import sweep as sweep_lib
+from analysis import divergence_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/repro_entropy_collapse.py"
@@ -60,16 +61,6 @@ SPIKE_NATS = 0.5  # a logged loss this far above the lowest before it is a loss 
 MIN_SEEDS = 3
 MAX_WARNINGS = 200  # warnings kept per record
 SUDDEN = ("non-finite loss", "loss spike")  # events with a moment (a failure to learn is dated at the end)
-
-
-def divergence_step(steps: Sequence[int], losses: Sequence[float], spike: float) -> Optional[int]:
-    """First step whose loss is non-finite or exceeds the running minimum before it by more than ``spike``."""
-    best = math.inf
-    for s, x in zip(steps, losses):
-        if not math.isfinite(x) or x > best + spike:
-            return int(s)
-        best = min(best, x)
-    return None
 
 
 def _rounded(x, digits: int = 4) -> Optional[float]:

@@ -40,26 +40,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
+from flax import nnx
+from scipy import stats as scipy_stats
 
-from _report import (VERDICT_HEADERS, Report, environment_line, fmt, markdown_table, mean_std, read_csv,  # noqa: E402
+import engine
+from _report import (VERDICT_HEADERS, Report, environment_line, fmt, markdown_table, mean_std, read_csv,
                      splice_section, write_csv)
-from _runs import load, with_overrides  # noqa: E402
-from _stats import welch_ci  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-from flax import nnx  # noqa: E402
-from scipy import stats as scipy_stats  # noqa: E402
-
-import engine  # noqa: E402
-import models  # noqa: E402
-from engine.hooks import Hook  # noqa: E402
+from _runs import load, with_overrides
+from _stats import welch_ci
+from analysis import KeepModel, explanation_measures
 
 SPEC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "repro_explanation.py")
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results", "explanation")
@@ -85,13 +77,6 @@ exact ε), so the comparison here is with these qualitative results, not with ta
 """
 
 
-class KeepModel(Hook):
-    """Keeps the trained parameters, the setup and the data when training ends."""
-
-    def end(self, run) -> None:
-        self.params, self.setup, self.data = run.state["params"], run.setup, run.data
-
-
 def train(spec: str, overrides: dict) -> tuple[dict, nnx.Module, object]:
     """engine.run of the config; returns (final metrics, trained model, data)."""
     keep = KeepModel()
@@ -99,116 +84,8 @@ def train(spec: str, overrides: dict) -> tuple[dict, nnx.Module, object]:
     return result, keep.setup.model(keep.params), keep.data
 
 
-def tvd(p: jax.Array, q: jax.Array) -> jax.Array:
-    """Total variation distance between distributions over the last axis."""
-    return 0.5 * jnp.sum(jnp.abs(p - q), axis=-1)
-
-
-def jsd(p: jax.Array, q: jax.Array) -> jax.Array:
-    """Jensen-Shannon divergence (nats) over the last axis; 0 * log 0 = 0."""
-    m = 0.5 * (p + q)
-    kl = lambda a, b: jnp.sum(jnp.where(a > 0, a * (jnp.log(jnp.maximum(a, 1e-30)) - jnp.log(jnp.maximum(b, 1e-30))), 0.0), -1)  # noqa: E731
-    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
-
-
-def analyse(model: nnx.Module, batch: dict, *, permutations: int, epsilon: float, adv_steps: int,
-            seed: int) -> dict[str, np.ndarray]:
-    """Per-example measures on one batch of verses (see the module docstring): arrays of length N."""
-    graphdef, state = nnx.split(model)
-    inputs = jnp.asarray(batch["inputs"])
-    seg = jnp.asarray(batch["inputs_segmentation"])
-    pos = models.positions_from_segmentation(seg)
-    real = seg > 0
-    N, S = inputs.shape
-
-    @jax.jit
-    def probs(state, inputs, seg, interventions=None):
-        m = nnx.merge(graphdef, state)
-        logits, st = m(inputs, inputs_segmentation=seg, interventions=interventions, return_stats=True)
-        return jax.nn.softmax(logits, -1), st["pool"][0].weights[:, 0, 0]  # [N, C], [N, S]
-
-    p0, alpha = probs(state, inputs, seg)
-    pred = jnp.argmax(p0, -1)
-
-    # gradient x input of the predicted class's probability, per token embedding
-    def predicted_prob(x, seg, pos, pred):  # arrays as arguments, not constants XLA would fold
-        m = nnx.merge(graphdef, state)
-        p = jax.nn.softmax(m.classify_embedded(x, seg, pos), -1)
-        return jnp.sum(jnp.take_along_axis(p, pred[:, None], -1))
-
-    x = nnx.merge(graphdef, state).embed_tokens(inputs)
-    g = jax.jit(jax.grad(predicted_prob))(x, seg, pos, pred)
-    grad_importance = np.abs(np.asarray(jnp.sum(g * x, -1)))
-
-    # leave one out: the verse without token t (later tokens move up one position)
-    ids, lengths = np.asarray(inputs), np.asarray(seg.sum(-1))
-    loo = np.zeros((N, S))
-    rows = [(i, t) for i in range(N) for t in range(lengths[i])]
-    for start in range(0, len(rows), 256):
-        chunk = rows[start:start + 256]
-        b_ids = np.zeros((len(chunk), S), np.int32)
-        b_seg = np.zeros((len(chunk), S), np.int32)
-        for r, (i, t) in enumerate(chunk):
-            kept = np.delete(ids[i, :lengths[i]], t)
-            b_ids[r, :len(kept)], b_seg[r, :len(kept)] = kept, 1
-        pad = 256 - len(chunk)  # one compiled shape
-        b_ids, b_seg = np.pad(b_ids, ((0, pad), (0, 0))), np.pad(b_seg, ((0, pad), (0, 0)))
-        b_seg[len(chunk):, 0] = 1
-        p_loo, _ = probs(state, jnp.asarray(b_ids), jnp.asarray(b_seg))
-        src = np.asarray([i for i, _ in chunk])
-        d = np.asarray(tvd(p_loo[:len(chunk)], p0[src]))
-        for r, (i, t) in enumerate(chunk):
-            loo[i, t] = d[r]
-
-    alpha_np = np.asarray(alpha)
-    tau_g, tau_loo, sig_g, sig_loo = (np.full(N, np.nan) for _ in range(4))
-    for i in range(N):
-        n = lengths[i]
-        if n < 2:
-            continue
-        tau_g[i], pg = scipy_stats.kendalltau(alpha_np[i, :n], grad_importance[i, :n])
-        tau_loo[i], pl = scipy_stats.kendalltau(alpha_np[i, :n], loo[i, :n])
-        sig_g[i], sig_loo[i] = pg < 0.05, pl < 0.05
-
-    # random permutations of the pooling weights among the verse's tokens
-    keys = jax.random.split(jax.random.key(1000 + seed), permutations)
-    perm_tvd = np.stack([np.asarray(tvd(probs(state, inputs, seg, models.Interventions(overrides=(
-        models.WeightOverride("pool", 0, "permute", key=k),)))[0], p0)) for k in keys])  # [P, N]
-
-    # adversarial attention: maximise JSD(alpha, alpha') subject to TVD(output) <= epsilon (penalty)
-
-    def adv_objective(z, state, inputs, seg, alpha, p0):
-        a = jax.nn.softmax(jnp.where(seg > 0, z, -1e9), -1)
-        iv = models.Interventions(overrides=(models.WeightOverride("pool", 0, "given", value=a[:, None, None, :]),))
-        p, _ = probs(state, inputs, seg, iv)
-        d_out, d_att = tvd(p, p0), jsd(alpha, a)
-        return jnp.sum(-d_att + 100.0 * jax.nn.relu(d_out - epsilon)), (d_out, d_att)
-
-    # Adam on the attention logits z (no model parameter changes: the model is fixed; this searches attention).
-    opt = optax.chain(optax.scale_by_adam(), optax.scale(-0.1))
-    z = jnp.where(real, jnp.log(jnp.maximum(alpha, 1e-30)), 0.0)
-    z = z + jax.random.normal(jax.random.key(2000 + seed), z.shape)
-    opt_state = opt.init(z)
-
-    @jax.jit
-    def adv_step(z, opt_state, state, inputs, seg, alpha, p0):
-        (_, (d_out, d_att)), grad = jax.value_and_grad(adv_objective, has_aux=True)(z, state, inputs, seg, alpha,
-                                                                                    p0)
-        updates, opt_state = opt.update(grad, opt_state)
-        return z + updates, opt_state, d_out, d_att
-
-    best = np.zeros(N)
-    for _ in range(adv_steps):
-        z, opt_state, d_out, d_att = adv_step(z, opt_state, state, inputs, seg, alpha, p0)
-        ok = np.asarray(d_out) <= epsilon  # d_out, d_att describe z before this update
-        best = np.where(ok, np.maximum(best, np.asarray(d_att)), best)
-    return {"alpha_max": alpha_np.max(-1), "length": lengths, "correct": np.asarray(pred) == batch["label"],
-            "tau_grad": tau_g, "tau_loo": tau_loo, "sig_grad": sig_g, "sig_loo": sig_loo,
-            "perm_median_tvd": np.median(perm_tvd, 0), "adv_jsd": best}
-
-
 def summarise(measures: list[dict]) -> dict[str, list[float]]:
-    """Per-seed scalar summaries of ``analyse`` outputs."""
+    """Per-seed scalar summaries of ``explanation_measures`` outputs."""
     keys = ("tau_grad", "tau_loo", "sig_grad", "sig_loo", "perm_median_tvd", "adv_jsd")
     out = {f"mean_{k}": [float(np.nanmean(m[k])) for m in measures] for k in keys}
     out["median_perm_median_tvd"] = [float(np.median(m["perm_median_tvd"])) for m in measures]
@@ -361,8 +238,8 @@ def main(argv=None) -> None:
         n_test = len(data.ids["test"])
         chosen = np.unique(np.linspace(0, n_test - 1, min(a.examples, n_test)).round().astype(int))
         batch = data.make_batch("test", chosen.tolist(), len(chosen))
-        measures.append(analyse(model, batch, permutations=a.permutations, epsilon=a.epsilon,
-                                adv_steps=a.adv_steps, seed=seed))
+        measures.append(explanation_measures(model, batch, permutations=a.permutations, epsilon=a.epsilon,
+                                             adv_steps=a.adv_steps, seed=seed))
         label = data.config.label
         print(f"seed {seed}: test accuracy {accuracy[-1]:.3f} (uniform pooling {uniform_accuracy[-1]:.3f}); "
               f"{time.time() - t0:.0f}s", flush=True)

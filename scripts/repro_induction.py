@@ -55,149 +55,11 @@ from _report import (VERDICT_HEADERS, Report, environment_line, markdown_table, 
 import _stats
 from _runs import config_path, history, load, points, with_overrides
 
-import jax
-import jax.numpy as jnp
-from flax import nnx
-
 import engine
-import models
-from engine.hooks import Hook
-from engine.state import reference_graphdef
-from engine.steps import to_device
+from analysis import (HeadScores, ablation_heads, half_final_step, head_label, head_mask, icl_score,
+                      phase_change_step, top_heads, transition)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def previous_token_score(weights: jax.Array, valid: jax.Array) -> jax.Array:
-    """Mean attention weight from each valid query position t >= 1 to key t - 1, per head.
-
-    weights: [B, H, T, T] attention weights (rows queries, columns keys); valid: [B, T] bool, the real query
-    positions. Returns [H] (NaN when no query t >= 1 is valid)."""
-    prev_BxHxT1 = jnp.diagonal(weights, offset=-1, axis1=2, axis2=3)  # [B, H, T - 1]: weight of t on t - 1
-    rows_Bx1xT1 = valid[:, None, 1:].astype(weights.dtype)
-    return jnp.sum(prev_BxHxT1 * rows_Bx1xT1, axis=(0, 2)) / jnp.sum(rows_Bx1xT1, axis=(0, 2))
-
-
-def prefix_matching_score(weights: jax.Array, tokens: jax.Array, valid: jax.Array) -> jax.Array:
-    """Mean attention mass, per head, that a query t puts on the keys j + 1 right after the earlier
-    occurrences j < t of its own token (tokens[j] == tokens[t]), over the valid queries whose token occurred
-    before.
-
-    weights: [B, H, T, T]; tokens: [B, T] int; valid: [B, T] bool. Returns [H] (NaN when no valid query
-    repeats a token)."""
-    T = tokens.shape[1]
-    earlier_TxT = jnp.tril(jnp.ones((T, T), bool), k=-1)  # [t, j]: j < t
-    match_BxTxT = (tokens[:, :, None] == tokens[:, None, :]) & earlier_TxT
-    after_BxTxT = jnp.pad(match_BxTxT[:, :, :-1], ((0, 0), (0, 0), (1, 0)))  # key j + 1 of every matched j
-    rows_Bx1xT = (jnp.any(match_BxTxT, axis=-1) & valid)[:, None].astype(weights.dtype)
-    mass_BxHxT = jnp.sum(weights * after_BxTxT[:, None].astype(weights.dtype), axis=-1)
-    return jnp.sum(mass_BxHxT * rows_Bx1xT, axis=(0, 2)) / jnp.sum(rows_Bx1xT, axis=(0, 2))
-
-
-class HeadScores(Hook):
-    """The previous-token and prefix-matching scores of every decoder head ([L, H] each, in ``prev`` and
-    ``prefix``, with ``steps``), from the ``reference`` backend's attention weights on the run's held-out
-    batches (the ones the evaluation hook measures the ICL score on), every ``every`` steps and after the last
-    step. When training ends, ``position_loss(head_mask)`` gives the held-out loss per position [T] of the
-    trained model with its decoder heads scaled by ``head_mask`` [L, H]."""
-
-    def __init__(self, every: int):
-        if int(every) < 1:
-            raise ValueError(f"HeadScores: every={every!r}; expected a positive number of steps")
-        self.every = int(every)
-        self.steps: list[int] = []
-        self.prev: list[np.ndarray] = []
-        self.prefix: list[np.ndarray] = []
-
-    def start(self, run):
-        batches = run.evaluator.batches(run.task.eval_split(False))
-        self.batch = to_device({k: np.concatenate([b[k] for b in batches]) for k in batches[0]}, run.setup.mesh)
-        graphdef, rest, task = reference_graphdef(run.setup), run.setup.rest, run.task
-
-        def scores(params, batch):
-            _, stats = task.forward(nnx.merge(graphdef, params, rest), batch, deterministic=True, return_stats=True)
-            valid_BxT = task.real_targets(batch) > 0
-            layers = stats["decoder_self"]
-            return (jnp.stack([previous_token_score(s.weights, valid_BxT) for s in layers]),
-                    jnp.stack([prefix_matching_score(s.weights, batch["inputs"], valid_BxT) for s in layers]))
-
-        self._scores = jax.jit(scores)
-
-    def after_step(self, run):
-        if run.step % self.every == 0 or run.step == run.num_steps:
-            prev, prefix = jax.device_get(self._scores(run.state["params"], self.batch))
-            self.steps.append(int(run.step))
-            self.prev.append(np.asarray(prev, np.float64))
-            self.prefix.append(np.asarray(prefix, np.float64))
-
-    def end(self, run):
-        setup, task, params = run.setup, run.task, run.state["params"]
-
-        def position_loss(params, batch, mask_LxH):
-            logits = task.forward(setup.model(params), batch, deterministic=True,
-                                  interventions=models.Interventions(head_mask={"decoder_self": mask_LxH}))
-            real_BxT = task.real_targets(batch)
-            return jnp.sum(task.token_nll(logits, batch) * real_BxT, axis=0) / jnp.sum(real_BxT, axis=0)
-
-        fn = jax.jit(position_loss)
-        self.position_loss = lambda mask: np.asarray(
-            jax.device_get(fn(params, self.batch, jnp.asarray(mask, jnp.float32))), np.float64)
-
-
-def icl_score(position_loss: np.ndarray, early: tuple[int, int], late: tuple[int, int]) -> float:
-    """Mean loss over positions [late) minus mean loss over positions [early) (NaN positions ignored).
-
-    position_loss: [T] held-out loss per sequence position."""
-    return float(np.nanmean(position_loss[late[0]:late[1]]) - np.nanmean(position_loss[early[0]:early[1]]))
-
-
-def phase_change_step(steps: Sequence[int], scores: Sequence[float]) -> Optional[int]:
-    """The step where the ICL score falls fastest between two consecutive measurements (None if it never falls)."""
-    if len(scores) < 2:
-        return None
-    drops = np.diff(np.asarray(scores, np.float64))
-    i = int(np.argmin(drops))
-    return int(steps[i + 1]) if drops[i] < 0 else None
-
-
-def transition(steps: Sequence[int], scores: Sequence[float], lo: float = 0.1,
-               hi: float = 0.9) -> tuple[Optional[int], Optional[int]]:
-    """First steps at which the ICL score has covered ``lo`` and ``hi`` of its total fall from the first
-    measurement to the lowest one (None, None if it never falls). A small gap = an abrupt change."""
-    s = np.asarray(scores, np.float64)
-    if len(s) < 2 or not np.all(np.isfinite(s)) or s.min() >= s[0]:
-        return None, None
-    fall = (s[0] - s) / (s[0] - s.min())
-    return int(steps[int(np.argmax(fall >= lo))]), int(steps[int(np.argmax(fall >= hi))])
-
-
-def half_final_step(steps: Sequence[int], values: Sequence[float]) -> Optional[int]:
-    """The first step at which ``values`` reaches half of its last value; None when the first measurement
-    already does (a score that did not rise from below half of where it ended) or a value is not finite."""
-    v = np.asarray(values, np.float64)
-    if v.size == 0 or not np.all(np.isfinite(v)):
-        return None
-    i = int(np.argmax(v >= 0.5 * v[-1]))
-    return int(steps[i]) if i > 0 else None
-
-
-def ablation_heads(prev: np.ndarray, prefix: np.ndarray) -> list[tuple[str, tuple[tuple[int, int], ...]]]:
-    """The (condition, (layer, head) pairs masked together) of the ablation, from the final scores [L, H]:
-    no mask; the head with the highest prefix-matching score, the lowest prefix-matching head of its layer
-    (control), the top k = 2..H heads by prefix-matching score; the layer-0 head with the highest
-    previous-token score, the lowest one (control), the top k = 2..H of layer 0 by previous-token score."""
-    if prev.shape != prefix.shape or prev.ndim != 2:
-        raise ValueError(f"ablation_heads: scores of shapes {prev.shape} and {prefix.shape}; expected two [L, H]")
-    H = prefix.shape[1]
-    by_prefix = [divmod(int(i), H) for i in np.argsort(-prefix, axis=None, kind="stable")]  # highest first
-    by_prev = [(0, int(h)) for h in np.argsort(-prev[0], kind="stable")]
-    top_layer = by_prefix[0][0]
-    return ([("no mask", ()), ("top prefix-matching head", tuple(by_prefix[:1])),
-             ("lowest prefix-matching head of that layer", ((top_layer, int(np.nanargmin(prefix[top_layer]))),))]
-            + [(f"top {k} prefix-matching heads", tuple(by_prefix[:k])) for k in range(2, H + 1)]
-            + [("top previous-token head of layer 0", tuple(by_prev[:1])),
-               ("lowest previous-token head of layer 0", tuple(by_prev[-1:]))]
-            + [(f"top {k} previous-token heads of layer 0", tuple(by_prev[:k])) for k in range(2, H + 1)])
 
 
 def run_one(spec: str, overrides: dict, early: tuple[int, int], late: tuple[int, int]) -> dict:
@@ -217,10 +79,8 @@ def run_one(spec: str, overrides: dict, early: tuple[int, int], late: tuple[int,
     prev, prefix = np.stack(hook.prev), np.stack(hook.prefix)
     ablation = []
     for condition, heads in ablation_heads(prev[-1], prefix[-1]):
-        mask = np.ones(prev.shape[1:], np.float32)
-        for head in heads:
-            mask[head] = 0.0
-        ablation.append((condition, heads, icl_score(hook.position_loss(mask), early, late)))
+        ablation.append((condition, heads, icl_score(hook.position_loss(head_mask(prev.shape[1:], heads)), early,
+                                                     late)))
     return {"hist": hist, "scores": scores, "final": final, "phase": phase_change_step(steps, scores),
             "window": transition(steps, scores), "prev": prev, "prefix": prefix, "ablation": ablation}
 
@@ -259,7 +119,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     for layers in sorted({p.overrides["model.num_decoder_layers"] for p in points(spec)}):
         for seed in seeds:
             r = runs[layers, seed] = run_one(spec, {"model.num_decoder_layers": layers, "seed": seed}, early, late)
-            top = top_heads(r)[0]
+            top = top_heads(r["prev"][-1], r["prefix"][-1])[0]
             print(f"{layers} layer(s), seed {seed}: final ICL score {r['final']:.3f}, accuracy on the repeats "
                   f"{r['hist']['eval_accuracy']:.3f}, phase change at {r['phase']}; top prefix-matching head "
                   f"{head_label((top,))} ({r['prefix'][-1][top]:.2f}); ICL score with heads masked: "
@@ -359,18 +219,6 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     return path
 
 
-def head_label(heads: Sequence[tuple[int, int]]) -> str:
-    """'L1H3+L1H0' for heads ((1, 3), (1, 0)); '—' for none."""
-    return "+".join(f"L{layer}H{head}" for layer, head in heads) or "—"
-
-
-def top_heads(r: dict) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(layer, head) of a run's highest end-of-training prefix-matching score, and of layer 0's highest
-    previous-token score."""
-    prefix, prev = r["prefix"][-1], r["prev"][-1]
-    return tuple(int(i) for i in np.unravel_index(np.nanargmax(prefix), prefix.shape)), (0, int(np.nanargmax(prev[0])))
-
-
 def head_sections(report: Report, runs: dict, seeds: Sequence[int]) -> None:
     """The head-score tables, CSVs and figure, and the ablation tables."""
     report.section("Which heads do it: previous-token and prefix-matching scores")
@@ -389,7 +237,7 @@ def head_sections(report: Report, runs: dict, seeds: Sequence[int]) -> None:
     rows = []
     for (layers, seed), r in runs.items():
         steps = r["hist"]["position_loss_step"]
-        (pl, ph), (ql, qh) = top_heads(r)
+        (pl, ph), (ql, qh) = top_heads(r["prev"][-1], r["prefix"][-1])
         t_prefix = half_final_step(steps, r["prefix"][:, pl, ph])
         t_prev = half_final_step(steps, r["prev"][:, ql, qh])
         lo, hi = r["window"]

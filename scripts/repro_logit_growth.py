@@ -48,6 +48,7 @@ import numpy as np
 from _report import Report, environment_line, mean_std, plt
 import _stats
 import _study
+from analysis import degradation_lr, lr_sensitivity
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/repro_logit_growth.py"
@@ -62,22 +63,6 @@ def final_loss(record: dict) -> float:
         return math.inf
     v = (record.get("validation") or {}).get("loss")
     return math.inf if v is None else float(v)
-
-
-def lr_sensitivity(losses: Sequence[float], init_loss: float) -> float:
-    """Wortsman et al.'s LR sensitivity over a grid: mean of min(loss, init_loss) minus the best of them."""
-    capped = [min(x, init_loss) for x in losses]
-    return float(np.mean(capped) - min(capped))
-
-
-def degradation_lr(lrs: Sequence[float], losses: Sequence[float]) -> Optional[float]:
-    """The smallest learning rate above the best one whose loss is more than DEGRADE_NATS above the best
-    (non-finite counts); None when no grid point degrades. ``lrs`` ascending, one loss each."""
-    best = int(np.argmin(losses))
-    for lr, loss in zip(lrs[best + 1:], losses[best + 1:]):
-        if not math.isfinite(loss) or loss > losses[best] + DEGRADE_NATS:
-            return float(lr)
-    return None
 
 
 def max_logit(record: dict) -> Optional[float]:
@@ -103,7 +88,8 @@ def _sweeps(rows: list[dict], lrs: Sequence[float]) -> dict[tuple[int, bool, int
         best = int(np.argmin(losses))
         acc = got[lrs[best]]["accuracy"]
         out[key] = {"losses": losses, "best_lr": lrs[best], "best_accuracy": acc,
-                    "learned": acc is not None and acc >= LEARNED, "degrade_lr": degradation_lr(lrs, losses)}
+                    "learned": acc is not None and acc >= LEARNED,
+                    "degrade_lr": degradation_lr(lrs, losses, DEGRADE_NATS)}
     return out
 
 

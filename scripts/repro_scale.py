@@ -37,79 +37,22 @@ Pass criteria (fixed before the sweep ran):
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 import sys
 from typing import Optional, Sequence
 
-import jax
-import jax.numpy as jnp
-
-import attention
 from _report import Report, environment_line, mean_std, plt
 import _stats
 import _study
 import sweep as sweep_lib
+from analysis import SCALES, first_step_at_most, init_statistics, scale_name, scale_value
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/repro_scale.py"
-SCALES = ("1", "1/sqrt(d_k)", "1/d_k")
 LEARNED = 0.9  # held-out accuracy at which a run has learned MQAR
 LEARNED_LOSS = 0.1  # mean training loss of a 100-step bin at which a run has learned (steps to learn)
 MIN_SEEDS = 3  # seeds of the baseline a comparison needs
-
-
-def scale_value(name: str, d_k: int) -> float:
-    """The logit scale called ``name`` (one of SCALES) for head dim ``d_k``."""
-    if name == "1":
-        return 1.0
-    if name == "1/sqrt(d_k)":
-        return 1.0 / math.sqrt(d_k)
-    if name == "1/d_k":
-        return 1.0 / d_k
-    raise ValueError(f"scale_value: unknown scale {name!r}; expected one of {SCALES}")
-
-
-def init_statistics(d_k: int, scale: float, *, num_queries: int, num_keys: int, num_heads: int,
-                    seed: int) -> dict[str, float]:
-    """Attention statistics for unit-variance random q, k, v: what a freshly initialized layer sees.
-
-    Every query is its own example (q: [N, 1, H, d_k], k, v: [N, Tk, H, d_k]) so gradients stay per query.
-    """
-    out = _init_statistics(jax.random.PRNGKey(seed), jnp.float32(scale), num_queries, num_keys, num_heads, d_k)
-    return {k: float(v) for k, v in out.items()}
-
-
-@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
-def _init_statistics(key, scale, num_queries: int, num_keys: int, num_heads: int, d_k: int) -> dict:
-    kq, kk, kv, kg = jax.random.split(key, 4)
-    q = jax.random.normal(kq, (num_queries, 1, num_heads, d_k), jnp.float32)
-    k = jax.random.normal(kk, (num_queries, num_keys, num_heads, d_k), jnp.float32)
-    v = jax.random.normal(kv, (num_queries, num_keys, num_heads, d_k), jnp.float32)
-    g = jax.random.normal(kg, (num_queries, 1, num_heads, d_k), jnp.float32)
-
-    _, stats = attention.attention(q, k, v, implementation="reference", scale=scale, return_stats=True)
-    logits_NxHxK = jnp.einsum("nqhd,nkhd->nhk", q, k) * scale
-
-    def loss(q_, k_):
-        return jnp.sum(attention.attention(q_, k_, v, implementation="reference", scale=scale) * g)
-
-    dq, dk = jax.grad(loss, argnums=(0, 1))(q, k)
-    gk_NxKxH = jnp.linalg.norm(dk, axis=-1)
-    gk_max = jnp.max(gk_NxKxH, axis=1, keepdims=True)
-    receiving = jnp.sum(gk_NxKxH >= 0.01 * gk_max, axis=1)  # [N, H]
-    p = gk_NxKxH / jnp.maximum(jnp.sum(gk_NxKxH, axis=1, keepdims=True), 1e-30)
-    effective = jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=1))
-    weights_NxHx1xK = stats.weights
-    return {
-        "logit_std": jnp.std(logits_NxHxK),
-        "max_weight": jnp.mean(jnp.max(weights_NxHx1xK, axis=-1)),
-        "entropy": jnp.mean(stats.entropy),
-        "keys_with_grad": jnp.mean(receiving),
-        "effective_keys": jnp.mean(effective),
-        "q_grad_rms": jnp.sqrt(jnp.mean(dq ** 2)),
-    }
 
 
 def run_init(report: Report, d_ks: Sequence[int], num_queries: int, num_keys: int, seed: int) -> list[dict]:
@@ -191,14 +134,6 @@ def init_verdict(rows: list[dict]) -> tuple[str, str]:
 
 
 # ------------------------------------------------------------------------------------------- training
-def scale_name(value: float, d_k: int) -> str:
-    """The SCALES name of a model.attention_scale value at head dim ``d_k``."""
-    for name in SCALES:
-        if math.isclose(value, scale_value(name, d_k), rel_tol=1e-6):
-            return name
-    raise ValueError(f"scale_name: attention_scale {value!r} is none of {SCALES} at d_k={d_k}")
-
-
 def accuracy(record: dict) -> Optional[float]:
     v = (record.get("validation") or {}).get("accuracy")
     return None if v is None else float(v)
@@ -208,10 +143,8 @@ def steps_to_learn(record: dict) -> tuple[int, bool]:
     """(step, reached): the first 100-step bin whose mean training loss is at most LEARNED_LOSS, else (the
     run's steps, False)."""
     c = record.get("curve") or {}
-    for step, loss in zip(c.get("step", []), c.get("train_loss", [])):
-        if loss is not None and loss <= LEARNED_LOSS:
-            return int(step), True
-    return int(record.get("steps") or 0), False
+    step = first_step_at_most(c.get("step", []), c.get("train_loss", []), LEARNED_LOSS)
+    return (step, True) if step is not None else (int(record.get("steps") or 0), False)
 
 
 def max_logit(record: dict) -> Optional[float]:

@@ -131,9 +131,9 @@ def test_logit_growth_quick(tmp_path, stand_in):
     assert {(s["QK-LayerNorm"], s["degradation lr"]) for s in sweeps} == {("False", "1.0"), ("True", "")}
     assert [v["verdict"] for v in _csv(out / "verdicts.csv")][0] == "undecided"  # one width in quick mode
     assert lg.lr_sensitivity([1.0, 2.0, 9.0], init_loss=3.0) == pytest.approx(1.0)
-    assert lg.degradation_lr([1, 2, 3, 4], [2.0, 1.0, 1.4, 1.6]) == 4
-    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, math.inf]) == 3
-    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, 1.2]) is None
+    assert lg.degradation_lr([1, 2, 3, 4], [2.0, 1.0, 1.4, 1.6], lg.DEGRADE_NATS) == 4
+    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, math.inf], lg.DEGRADE_NATS) == 3
+    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, 1.2], lg.DEGRADE_NATS) is None
     # width trend: the larger width degrades at a lower LR in every seed -> reproduced; in one seed -> partial
     def sweeps_of(deg64, deg128):
         out = {}

@@ -88,69 +88,6 @@ def test_knockout_verdicts_follow_the_share_lost(tmp_path):
         assert repro_induction.verdict_rows(str(tmp_path))[3][3] == expected
 
 
-def test_icl_score_and_phase_change():
-    loss = np.array([5.0, 5.0, 4.0, 4.0, 1.0, 1.0, 1.0, 1.0])
-    assert repro_induction.icl_score(loss, (0, 2), (6, 8)) == pytest.approx(-4.0)
-    assert repro_induction.phase_change_step([0, 10, 20, 30], [0.0, -0.1, -2.0, -2.1]) == 20
-    assert repro_induction.phase_change_step([0, 10], [0.0, 0.5]) is None
-    steps = [0, 10, 20, 30, 40, 50]
-    assert repro_induction.transition(steps, [0.0, -0.05, -0.5, -3.0, -3.9, -4.0]) == (20, 40)
-    assert repro_induction.transition(steps, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]) == (None, None)
-    assert repro_induction.half_final_step(steps, [0.05, 0.1, 0.2, 0.5, 0.8, 0.9]) == 30
-    assert repro_induction.half_final_step(steps, [0.5, 0.4, 0.3, 0.2, 0.1, 0.1]) is None  # never rose
-
-
-def test_head_scores_on_hand_made_attention():
-    """Tokens BOS a b c a b c a (a block of 3 repeated): a previous-token head, an induction head, uniform
-    attention, and a head that splits its weight over both earlier copies' successors."""
-    tokens = np.array([[1, 5, 6, 7, 5, 6, 7, 5]])
-    T = tokens.shape[1]
-    prev_head = np.eye(T, k=-1)
-    prev_head[0, 0] = 1.0
-    induction = np.zeros((T, T))
-    induction[:4, 0] = 1.0  # the first block: nothing to match, attend BOS
-    for t, k in ((4, 2), (5, 3), (6, 4), (7, 5)):  # the key after the latest earlier copy of tokens[t]
-        induction[t, k] = 1.0
-    uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
-    split = induction.copy()
-    split[7, [2, 5]] = 0.5
-    w = np.stack([prev_head, induction, uniform, split])[None].astype(np.float32)  # [1, 4, T, T]
-    valid = np.ones((1, T), bool)
-
-    prev = np.asarray(repro_induction.previous_token_score(w, valid))
-    prefix = np.asarray(repro_induction.prefix_matching_score(w, tokens, valid))
-    uniform_prev = np.mean(1.0 / np.arange(2, T + 1))
-    np.testing.assert_allclose(prev, [1.0, 1 / 7, uniform_prev, 1 / 7], rtol=1e-5)
-    # repeated queries t = 4..7; t = 7 (token 5 at 1 and 4) counts both successors, keys 2 and 5
-    np.testing.assert_allclose(prefix, [0.0, 1.0, np.mean([1 / 5, 1 / 6, 1 / 7, 2 / 8]), 1.0], rtol=1e-5)
-
-    # invalid query positions do not count: a padding row, and the last position of the real row
-    pad_w = np.concatenate([w, np.full_like(w, 0.3)])
-    pad_tokens = np.concatenate([tokens, np.zeros_like(tokens)])
-    pad_valid = np.concatenate([valid, np.zeros_like(valid)])
-    np.testing.assert_allclose(repro_induction.previous_token_score(pad_w, pad_valid), prev, rtol=1e-5)
-    np.testing.assert_allclose(repro_induction.prefix_matching_score(pad_w, pad_tokens, pad_valid), prefix, rtol=1e-5)
-    short = valid.copy()
-    short[0, 7] = False
-    np.testing.assert_allclose(repro_induction.prefix_matching_score(w, tokens, short)[2],
-                               np.mean([1 / 5, 1 / 6, 1 / 7]), rtol=1e-5)
-
-
-def test_ablation_heads_ranks_prefix_matching_and_previous_token_heads():
-    prev = np.array([[0.1, 0.9, 0.2], [0.3, 0.1, 0.1]])
-    prefix = np.array([[0.0, 0.1, 0.05], [0.2, 0.8, 0.01]])
-    assert repro_induction.ablation_heads(prev, prefix) == [
-        ("no mask", ()), ("top prefix-matching head", ((1, 1),)),
-        ("lowest prefix-matching head of that layer", ((1, 2),)),
-        ("top 2 prefix-matching heads", ((1, 1), (1, 0))),
-        ("top 3 prefix-matching heads", ((1, 1), (1, 0), (0, 1))),
-        ("top previous-token head of layer 0", ((0, 1),)), ("lowest previous-token head of layer 0", ((0, 0),)),
-        ("top 2 previous-token heads of layer 0", ((0, 1), (0, 2))),
-        ("top 3 previous-token heads of layer 0", ((0, 1), (0, 2), (0, 0)))]
-    with pytest.raises(ValueError, match="ablation_heads"):
-        repro_induction.ablation_heads(prev, prefix[:1])
-
-
 def test_induction_repeat_layout_is_a_tiled_block():
     """The layout the induction reproduction trains on: every masked target is what followed the current
     token at its previous occurrence, and the block length varies between rows."""
