@@ -81,6 +81,7 @@ def measure(out: str, *, seeds: int, steps: int, examples: int, permutations: in
         chosen = np.unique(np.linspace(0, n_test - 1, min(examples, n_test)).round().astype(int))
         m = explanation_measures(keep.setup.model(keep.params), data.make_batch("test", chosen.tolist(), len(chosen)),
                                  permutations=permutations, epsilon=epsilon, adv_steps=adv_steps, seed=seed)
+        m["max_alpha"] = m.pop("alpha_max")  # the CSV's column name
         rows += [[seed, i, int(m["length"][i]), bool(m["correct"][i])] + [float(m[k][i]) for k in FIELDS[4:]]
                  for i in range(len(m["length"]))]
         acc.append([seed, learned, uniform])
