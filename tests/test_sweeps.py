@@ -1,4 +1,4 @@
-"""scripts/sweep.py: points from a config's sweep(), sequential resumable runs, aggregation, W&B sweep files.
+"""scripts/sweep.py (studies.points, studies.sweeps): points from a config's sweep(), sequential resumable runs, aggregation, W&B sweep files.
 
 The runner is exercised end to end with a stand-in training script that writes metrics.jsonl records in
 engine/loop.py's format (so these tests take seconds); the table3 sweep configs are checked for their
@@ -14,9 +14,8 @@ import textwrap
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-
-import sweep  # noqa: E402
+from studies import points as sweep
+from studies import sweeps
 
 CONFIG = textwrap.dedent('''
     import ml_collections
@@ -47,7 +46,7 @@ def setup(tmp_path, monkeypatch):
 
 
 def _run(cfg, train, workdir, *extra):
-    return sweep.main([f"--config={cfg}", f"--workdir={workdir}", f"--train_script={train}", *extra])
+    return sweeps.main([f"--config={cfg}", f"--workdir={workdir}", f"--train_script={train}", *extra])
 
 
 def test_points_are_named_by_what_varies(setup):
@@ -76,12 +75,12 @@ def test_runs_aggregates_and_skips_finished_points(setup):
     assert float(row["H decoder_self L1"]) == pytest.approx(0.2 * 4.5)  # mean over 8 heads of 0.2 * (k + 1)
     readme = (workdir / "README.md").read_text()
     assert "2 of 2 points done" in readme and "| num_heads_8 |" in readme
-    assert (workdir / "bleu_perplexity.png").stat().st_size > 0
+    assert (workdir / "metrics.png").stat().st_size > 0
     assert (workdir / "entropy_heatmaps.png").stat().st_size > 0
 
     assert _run(cfg, train, workdir, "--set=train.num_steps=3") == 0  # rerun: both done, nothing trained again
     assert len(calls.read_text().split()) == 2
-    with pytest.raises(ValueError, match=r"num_heads_1 was trained as .*'train.num_steps': '3'.* but this sweep"):
+    with pytest.raises(ValueError, match=r"num_heads_1 .*trained with other settings .*'train.num_steps': '3'.* but this study asks"):
         _run(cfg, train, workdir)  # other settings in the same folder: refused, the finished point is kept
     assert len(calls.read_text().split()) == 2
     full = os.path.join(REPO, "configs/translation.py:heads=4")
@@ -115,6 +114,7 @@ def test_records_keep_finished_points_without_their_run_folders(setup, tmp_path)
     assert rec["point"] == "num_heads_1" and rec["config"] == str(cfg)  # outside the repository: absolute path
     assert rec["overrides"] == {"train.num_steps": "3", "model.num_heads": 1, "model.qk_dim": 64, "seed": 0}
     assert rec["steps"] == 10 and rec["params"] == 1001 and rec["end_reason"] == "num_steps"
+    assert rec["settings_sha"] == sweep.settings_hash(str(cfg), rec["overrides"])
     assert rec["validation"] == {"perplexity": 11.0} and rec["test"] == {"bleu": 13.0}
     assert rec["curve"]["step"] == [10] and rec["curve"]["train_loss"] == [2.0]
     assert rec["bleu_sentence_stats"] == {"rows": None, "reason": "no decoded hypotheses logged"}
@@ -125,7 +125,8 @@ def test_records_keep_finished_points_without_their_run_folders(setup, tmp_path)
     shutil.rmtree(workdir)
     assert _run(cfg, train, workdir, f"--records={records}", "--set=train.num_steps=3") == 0
     assert len(calls.read_text().split()) == 2
-    with pytest.raises(ValueError, match=r"num_heads_1.json was trained as .* move that record away"):
+    with pytest.raises(ValueError, match=r"sweep point num_heads_1 \(record .*num_heads_1.json\) was trained with other settings .*"
+                       r"'train.num_steps': '3'.* move that record away"):
         _run(cfg, train, workdir, f"--records={records}", "--set=train.num_steps=4")
     assert len(calls.read_text().split()) == 2
 
@@ -289,7 +290,7 @@ def test_attention_trace_replays_the_online_health_monitor(tmp_path):
     gives the warnings the monitor logged during training, value for value; other thresholds give others."""
     import engine
     import ml_collections
-    from _runs import load
+    from studies.inprocess import load
     from engine import health as health_lib
 
     c = load(os.path.join(REPO, "configs", "mqar_grid.py") + ":quick")

@@ -1,0 +1,357 @@
+"""A study: its arms (sweeps whose points leave committed records), how a record maps to a setting, its claims,
+and the report generated from the records and the claims alone.
+
+    STUDY = Study(name="table3_d256", title="...", out="docs/results/table3_d256", protocol="...",
+                  arms=(Arm("A", "configs/table3_heads.py", "seeds=3,d_model=256"), ...),
+                  setting=lambda arm, rec: f"h={rec.override('model.num_heads')}", claims=(Claim(...), ...))
+
+``train(study)`` trains the points without a record (seed-major within each arm, arms in ``order``);
+``generate(studies)`` evaluates the claims of ``studies`` together (a family may span studies) and writes each
+report: ``README.md``, ``verdicts.csv``, ``settings.csv``, ``runs.csv``, ``paired_bleu.csv`` (tasks with BLEU),
+``contrasts_by_step.csv`` and the figures. A report is a function of the records, the spec and the committed
+inputs it names (``inputs``), so regenerating it changes nothing (``tests/test_studies_reports.py``).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from studies import claims as claims_lib
+from studies import points as points_lib
+from studies import stats as stats_lib
+from studies.records import Record, records_in, values
+from studies.report import REPO, Report, markdown_table, mean_std, plt, read_csv, significant, write_csv
+
+METRICS = {"nll": "valid NLL", "ppl": "valid perplexity", "accuracy": "valid accuracy", "bleu": "test BLEU",
+           "chrf": "test chrF", "wall": "wall (min)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """A sweep of the study: ``config`` at argument ``arg`` (``quick`` is appended for ``--quick``), its records
+    in ``<out>/points/<name>/`` (``<out>/points/`` when ``name`` is empty); arms train in ``order``."""
+
+    name: str
+    config: str
+    arg: str
+    order: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    name: str
+    title: str
+    out: str  # relative to the repository
+    protocol: str  # Markdown: what was trained and how
+    arms: tuple[Arm, ...]
+    setting: Callable[[str, Record], str]  # (arm name, record) -> the label of its setting (a claim's group)
+    claims: tuple[claims_lib.Claim, ...]
+    metrics: tuple[str, ...] = ("nll", "ppl", "bleu", "chrf")  # settings-table columns (``Record.metric`` names)
+    notes: tuple[str, ...] = ()  # Markdown paragraphs after the verdicts (context fixed in the spec)
+    inputs: tuple[tuple[str, ...], ...] = ()  # (title, CSV under out[, column]) committed inputs shown as tables
+    # (only the rows where ``column`` is set, when given)
+    runner: str = "train.py"  # "train.py" (subprocess) or "in_process" (engine.run)
+    command: str = ""  # how its points are trained when not ``python -m studies train <name>``
+
+    def records_dir(self, arm: Arm, out: Optional[str] = None) -> str:
+        return os.path.join(out or os.path.join(REPO, self.out), "points", *([arm.name] if arm.name else []))
+
+    def points(self, quick: bool = False) -> list[tuple[Arm, points_lib.Point]]:
+        """Every (arm, point) of the study in training order: arms by ``order``, seed-major within each."""
+        out = []
+        for arm in sorted(self.arms, key=lambda a: a.order):
+            spec = f"{os.path.join(REPO, arm.config)}:{arm.arg}" + (",quick" if quick else "")
+            pts = points_lib.sweep_points(spec)
+            out += [(arm, p) for p in sorted(pts, key=lambda p: p.overrides.get("seed", 0))]
+        return out
+
+    def records(self, out: Optional[str] = None) -> dict[str, list[tuple[Arm, Record]]]:
+        """setting label -> (arm, record) of every committed record, in arm and point order."""
+        groups: dict[str, list[tuple[Arm, Record]]] = {}
+        order = {(a.name, p.name): i for i, (a, p) in enumerate(self.points())}
+        found = [(arm, rec) for arm in self.arms for rec in records_in(self.records_dir(arm, out)).values()]
+        found.sort(key=lambda ar: (order.get((ar[0].name, ar[1].name), len(order)), ar[0].name, ar[1].name))
+        for arm, rec in sorted(found, key=lambda ar: (ar[0].order, order.get((ar[0].name, ar[1].name), len(order)))):
+            groups.setdefault(self.setting(arm.name, rec), []).append((arm, rec))
+        return groups
+
+
+def train(study: Study, *, quick: bool = False, max_points: Optional[int] = None, out: Optional[str] = None,
+          workdir: Optional[str] = None, train_script: Optional[str] = None) -> list[str]:
+    """Train the study's points that have no record (at most ``max_points``); the names of those that failed."""
+    out = out or os.path.join(REPO, "runs/repro", f"{study.name}_quick") if quick else (out or os.path.join(
+        REPO, study.out))
+    workdir = workdir or os.path.join(REPO, "runs/repro", study.name + ("_quick" if quick else ""))
+    failed, budget = [], max_points
+    for arm, point in study.points(quick):
+        record = os.path.join(study.records_dir(arm, out), f"{point.name}.json")
+        if not os.path.exists(record):
+            if budget is not None and budget <= 0:
+                continue
+            budget = None if budget is None else budget - 1
+        spec = f"{os.path.join(REPO, arm.config)}:{arm.arg}" + (",quick" if quick else "")
+        if not points_lib.run_point(spec, os.path.join(workdir, arm.name), point, {}, group=study.name,
+                                    train_script=train_script, record=record,
+                                    in_process=study.runner == "in_process"):
+            failed.append(f"{arm.name}/{point.name}" if arm.name else point.name)
+    return failed
+
+
+# -------------------------------------------------------------------------------------------------- report
+def evaluate(studies: Sequence[Study], out: Optional[Mapping[str, str]] = None
+             ) -> dict[str, list[claims_lib.Verdict]]:
+    """study name -> the verdicts of its claims, evaluated over every study's records together (a claim's group
+    ``"<study>:<label>"`` names another study's setting; Holm runs within each family across the studies)."""
+    groups, qualified, owner = {}, [], {}
+    for s in studies:
+        for label, members in s.records((out or {}).get(s.name)).items():
+            groups[f"{s.name}:{label}"] = [r for _, r in members]
+        for c in s.claims:
+            q = lambda gs: tuple(g if ":" in g else f"{s.name}:{g}" for g in gs)  # noqa: E731
+            for g in q(c.a) + q(c.b):
+                groups.setdefault(g, [])
+            qualified.append(dataclasses.replace(c, a=q(c.a), b=q(c.b)))
+            owner[c.id] = s.name
+    verdicts: dict[str, list[claims_lib.Verdict]] = {s.name: [] for s in studies}
+    for v in claims_lib.evaluate(qualified, groups):
+        verdicts[owner[v.claim.id]].append(v)
+    return verdicts
+
+
+def _p(p: Optional[float]) -> str:
+    return "—" if p is None else ("<0.001" if p < 0.001 else significant(p, 2))
+
+
+def _label(group: str) -> str:
+    return group.split(":", 1)[1]
+
+
+def verdict_rows(verdicts: Sequence[claims_lib.Verdict]) -> list[list]:
+    """The verdicts table: one row per claim."""
+    rows = []
+    for v in verdicts:
+        c = v.claim
+        n = "—" if v.interval is None else f"{v.interval.n_a}/{v.interval.n_b}"
+        paper = "—" if c.paper is None else ("0" if c.paper == 0 else f"{c.paper:+.3f}")
+        if c.paper is None and c.sign:
+            paper = "lower" if c.sign < 0 else "higher"
+        rows.append([c.id, c.text, c.family, n, paper, f"±{c.margin:g}", v.measured(), _p(v.interval and v.interval.p),
+                     _p(v.p_adjusted), v.reading(), v.kind_raw, v.registration])
+    return rows
+
+
+VERDICT_HEADERS = ["id", "claim", "family", "n a/b", "paper Δ", "margin", "measured Δ [Welch 95%]", "p",
+                   "p (Holm)", "verdict", "verdict without correction", "registration"]
+
+
+def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
+    commits = sorted({r.commit for r in recs})
+    devices = collections.Counter(r.device or "device not recorded" for r in recs)
+    walls = sorted(w for w in (r.wall_minutes for r in recs) if w is not None)
+    text = (f"Records: {len(recs)} (`points/`, one JSON per finished point with its decoded test sentences and "
+            f"attention trace beside it where the task has them); trained on "
+            + "; ".join(f"{d} ({n})" for d, n in sorted(devices.items())) + f"; by {len(commits)} commit(s).")
+    if walls:
+        text += (f" Wall time {walls[0]:.1f} to {walls[-1]:.1f} minutes a point, {sum(walls) / 60:.1f} hours in all "
+                 "(the queue shared 2 CPU cores with other work and counts its pauses).")
+    return text
+
+
+def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Optional[str] = None) -> str:
+    """Write the study's report into ``out`` (default its ``out``); the README path."""
+    out = out or os.path.join(REPO, study.out)
+    groups = study.records(out)
+    recs = [r for members in groups.values() for _, r in members]
+    expected = study.points()
+    have = {(a.name, r.name) for members in groups.values() for a, r in members}
+    missing = [f"{a.name}/{p.name}" if a.name else p.name for a, p in expected if (a.name, p.name) not in have]
+    report = Report(out, study.title)
+    command = study.command or f"python -m studies train {study.name}"
+    report.text(study.protocol)
+    report.text(f"Generated from the records by `python -m studies report {study.name}` (never edited by hand); "
+                f"the points train with `{command}` (resumable; a point with a record is never retrained). "
+                f"Points recorded: {len(expected) - len(missing)} of {len(expected)}."
+                + (f" Not recorded yet: {', '.join(f'`{m}`' for m in missing)}." if missing else "")
+                + (" " + _budget_paragraph(study, recs) if recs else ""))
+    if study.claims:
+        _verdict_section(report, verdicts)
+    for note in study.notes:
+        report.text(note)
+    if recs:
+        _settings_section(report, study, groups)
+        _runs_section(report, study, groups)
+        if any(r.bleu_rows is not None for r in recs):
+            _paired_bleu_section(report, study, verdicts, groups)
+        _by_step_section(report, verdicts, groups)
+        _curves_figure(report, groups)
+    for title, name, *column in study.inputs:
+        report.section(title)
+        rows = [r for r in read_csv(out, name, f"the spec of {study.name}") if not column or r[column[0]]]
+        if rows:
+            report.table(list(rows[0]), [list(r.values()) for r in rows])
+        report.text(f"(committed input: [{name}]({name})" + (f", the rows with {column[0]}" if column else "") + ")")
+    return report.write()
+
+
+def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> None:
+    report.section("Verdicts")
+    report.text(
+        "Each claim is a contrast of validation NLL (nats per target token) between two groups of points, "
+        "mean(a) - mean(b) with Welch's 95% interval over seeds (with 3 to 6 seeds a side the seed bootstrap is "
+        "too coarse to show). Verdicts: **reproduced** (excludes 0 with the paper's sign and reaches the paper's "
+        "value within the margin), **direction only** (the paper's sign, another size: the ratio to the paper's "
+        "value with its interval), **no effect** (inside +- margin), **contradicted** (the other sign, or an "
+        "effect where the paper has none), **differs from 0** (no paper value), **unresolved**. \"Excludes 0\" "
+        f"is p < {claims_lib.ALPHA} after Holm's correction within the claim's family; the uncorrected verdict is "
+        "beside it. Registration: a claim is pre-registered when the commit that first held its criterion "
+        "precedes the start of every record it reads (git history); the equivalence margins and the magnitude "
+        "rule were added on 2026-12-05 after the data, so the sizes (reproduced against direction only) are "
+        "post-hoc readings everywhere.")
+    report.table(VERDICT_HEADERS, verdict_rows(verdicts), csv_name="verdicts.csv")
+    changed = [v for v in verdicts if v.changed]
+    report.text("Changed by the correction: " + ("; ".join(f"{v.claim.id} ({v.kind_raw} -> {v.kind})"
+                                                           for v in changed) if changed else "none") + ".")
+    conds = collections.OrderedDict()
+    for v in verdicts:
+        conds.setdefault(v.conditions, []).append(v.claim.id)
+    report.text("Conditions of every verdict (budget from the records, the rest from the spec):\n\n" + "\n".join(
+        f"- {', '.join(ids)}: {text}" for text, ids in conds.items()))
+
+
+def _settings_section(report: Report, study: Study, groups) -> None:
+    report.section("Results per setting (mean ± std over seeds)")
+    metrics = [m for m in study.metrics if any(r.metric(m) is not None for ms in groups.values() for _, r in ms)]
+    rows = []
+    for label, members in groups.items():
+        recs = [r for _, r in members]
+        rows.append([label, sorted({a.name for a, _ in members}) and ", ".join(sorted({a.name for a, _ in members})),
+                     str(sorted(r.seed for r in recs if r.seed is not None)), recs[0].params,
+                     claims_lib.budget_text(recs)] + [mean_std(values(recs, m)) for m in metrics])
+    report.table(["setting", "arm", "seeds", "parameters", "budget"] + [METRICS.get(m, m) for m in metrics], rows,
+                 csv_name="settings.csv")
+
+
+def _runs_section(report: Report, study: Study, groups) -> None:
+    report.section("Every run")
+    metrics = [m for m in ("nll", "ppl", "accuracy", "bleu", "chrf", "grad", "spikes", "jump", "logit", "wall",
+                           "train") if any(r.metric(m) is not None for ms in groups.values() for _, r in ms)]
+    rows = [[label, a.name, r.name, r.seed, r.steps] + [r.metric(m) for m in metrics] + [r.commit]
+            for label, members in groups.items() for a, r in members]
+    report.table(["setting", "arm", "point", "seed", "steps"] + metrics + ["commit"], rows, csv_name="runs.csv",
+                 digits=4)
+
+
+def _members(v: claims_lib.Verdict, groups, side: str) -> list[Record]:
+    names = v.claim.a if side == "a" else v.claim.b
+    return [r for g in names for _, r in groups.get(_label(g), [])]
+
+
+def _paired_bleu_section(report: Report, study: Study, verdicts, groups) -> None:
+    report.section("Test BLEU (secondary)")
+    report.text("Per claim: the difference of mean test BLEU over seeds (Welch), and a paired bootstrap over test "
+                "sentences (1,000 resamples, the same sentences for both systems) for each pair of points with the "
+                "same seed; greedy decoding, sacreBLEU. BLEU is read beside the NLL verdict, not instead of it.")
+    rows, csv_rows = [], []
+    for v in verdicts:
+        a, b = _members(v, groups, "a"), _members(v, groups, "b")
+        va, vb = values(a, "bleu"), values(b, "bleu")
+        welch = stats_lib.welch_ci(va, vb).text(2) if len(va) >= 2 and len(vb) >= 2 else "—"
+        pairs = []
+        by_seed = {r.seed: r for r in b if r.bleu_rows is not None}
+        if not {r.seed for r in a} & set(by_seed):  # other seeds (the A/A control): pair them in seed order
+            by_seed = dict(zip(sorted(r.seed for r in a), [by_seed[k] for k in sorted(by_seed)]))
+        for ra in a:
+            rb = by_seed.get(ra.seed)
+            if ra.bleu_rows is None or rb is None or ra.bleu_rows.shape != rb.bleu_rows.shape:
+                continue
+            iv = stats_lib.paired_bootstrap_bleu(ra.bleu_rows, rb.bleu_rows)
+            pairs.append(iv)
+            csv_rows.append([v.claim.id, ra.seed, ra.name, rb.name, iv.diff, iv.lo, iv.hi, iv.p])
+        below = sum(1 for iv in pairs if iv.hi is not None and iv.hi < 0)
+        above = sum(1 for iv in pairs if iv.lo is not None and iv.lo > 0)
+        rows.append([v.claim.id, v.claim.text, welch, len(pairs), above, below])
+    report.table(["id", "claim", "Δ BLEU [Welch 95%]", "seed pairs", "pairs above 0", "pairs below 0"], rows)
+    write_csv(os.path.join(report.out_dir, "paired_bleu.csv"),
+              ["claim", "seed", "point a", "point b", "Δ BLEU", "lo", "hi", "p"], csv_rows)
+    report.text("(CSV, one row per seed pair: [paired_bleu.csv](paired_bleu.csv))")
+
+
+def _by_step_section(report: Report, verdicts, groups) -> None:
+    steps_of = lambda rs: set.intersection(*[set(r.curve.valid_step) for r in rs]) if rs else set()  # noqa: E731
+    rows, series = [], []
+    for v in verdicts:
+        a, b = _members(v, groups, "a"), _members(v, groups, "b")
+        common = sorted(steps_of(a) & steps_of(b)) if a and b else []
+        pts = []
+        for s in common:
+            va = [x for x in (r.valid_nll_at(s) for r in a) if x is not None]
+            vb = [x for x in (r.valid_nll_at(s) for r in b) if x is not None]
+            if len(va) >= 2 and len(vb) >= 2:
+                iv = stats_lib.welch_ci(va, vb)
+                pts.append((s, iv))
+                rows.append([v.claim.id, s, len(va), len(vb), iv.diff, iv.lo, iv.hi])
+        if len(pts) > 1:
+            series.append((v.claim.id, pts))
+    if not series:
+        return
+    report.section("Contrasts against the training budget")
+    report.text("Each claim's Δ validation NLL at every validation step both sides evaluated (one run per point "
+                "evaluated along the way, not a run per budget): does the sign hold as training goes on?")
+    steps = sorted({s for _, pts in series for s, _ in pts})
+    table = [[cid] + [next((f"{iv.text(3)} (n {iv.n_a}/{iv.n_b})" for s, iv in pts if s == step), "—")
+                      for step in steps] for cid, pts in series]
+    report.table(["id"] + [f"Δ NLL at {s}" for s in steps], table)
+    write_csv(os.path.join(report.out_dir, "contrasts_by_step.csv"), ["id", "step", "n a", "n b", "Δ NLL", "lo", "hi"],
+              rows)
+    report.text("(CSV: [contrasts_by_step.csv](contrasts_by_step.csv))")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for cid, pts in series:
+        xs = [s for s, _ in pts]
+        ax.plot(xs, [iv.diff for _, iv in pts], marker="o", label=cid)
+        ax.fill_between(xs, [iv.lo for _, iv in pts], [iv.hi for _, iv in pts], alpha=0.12)
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xlabel("step")
+    ax.set_ylabel("Δ valid NLL (a - b)")
+    ax.legend(fontsize=6, ncol=2)
+    report.figure(fig, "contrasts_by_step", "Each claim's Δ validation NLL against the step, with its 95% Welch band.")
+
+
+def _curves_figure(report: Report, groups) -> None:
+    fig, (ax_t, ax_v) = plt.subplots(1, 2, figsize=(11, 4))
+    drawn = False
+    for label, members in groups.items():
+        recs = [r for _, r in members]
+        for ax, get in ((ax_t, lambda r: (r.curve.step, r.curve.train_loss)),
+                        (ax_v, lambda r: (r.curve.valid_step, r.curve.valid_nll))):
+            by_step: dict[int, list[float]] = {}
+            for r in recs:
+                for s, y in zip(*get(r)):
+                    if y is not None:
+                        by_step.setdefault(s, []).append(y)
+            if not by_step:
+                continue
+            xs = sorted(by_step)
+            ax.plot(xs, [float(np.mean(by_step[s])) for s in xs], label=label, lw=1)
+            if max(len(v) for v in by_step.values()) > 1:
+                ax.fill_between(xs, [min(by_step[s]) for s in xs], [max(by_step[s]) for s in xs], alpha=0.15)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return
+    ax_t.set_title("training loss (mean over seeds; band: their range)", fontsize=9)
+    ax_v.set_title("validation NLL", fontsize=9)
+    for ax in (ax_t, ax_v):
+        ax.set_xlabel("step")
+    ax_v.legend(fontsize=6, ncol=2)
+    report.section("Learning curves")
+    report.figure(fig, "learning_curves", "One line per setting, the seeds aggregated.")
+
+
+def markdown_verdicts(verdicts: Sequence[claims_lib.Verdict]) -> str:
+    """A compact verdict table (claim, measured, verdict) for the results index."""
+    return markdown_table(["claim", "measured Δ", "verdict", "registration"],
+                          [[v.claim.text, v.measured(), v.reading(), v.registration.split(" (")[0]] for v in verdicts])
