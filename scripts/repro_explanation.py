@@ -1,6 +1,6 @@
 """Is attention explanation? Jain & Wallace (2019) and Wiegreffe & Pinter (2019) on verse classification.
 
-The study is ``studies/explanation.py`` (claims, records, report); this is its command line.
+The study is ``studies/specs/explanation.py`` (claims, records, report); this is its command line.
 
     python scripts/repro_explanation.py                  # 3 seeds x 2000 steps -> docs/results/explanation/
     python scripts/repro_explanation.py --report_only    # the report from the committed records (no training)
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from studies import explanation
+from studies.specs import explanation
 
 
 def main(argv=None) -> str:

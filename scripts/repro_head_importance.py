@@ -1,6 +1,6 @@
 """Which heads matter? Michel, Voita and Vashishth et al. on the translation model, 8 heads per layer.
 
-The study is ``studies/head_importance.py`` (measurements, claims, report); this is its command line.
+The study is ``studies/specs/head_importance.py`` (measurements, claims, report); this is its command line.
 
     python scripts/repro_head_importance.py --raw /tmp/hi    # 3 seeds + 1 uniform x 12 min; a rerun reuses /tmp/hi
     python scripts/repro_head_importance.py --report_only    # docs/results/head_importance/ from its records
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import head_importance as study
+from studies.specs import head_importance as study
 
 
 def main(argv=None) -> str:

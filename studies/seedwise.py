@@ -153,3 +153,11 @@ def judge_all(claims: Sequence[SeedClaim],
 def verdict_rows(verdicts: Sequence[SeedVerdict]) -> list[list]:
     """The rows of a study's verdicts.csv (``VERDICT_COLUMNS``)."""
     return [v.row() for v in verdicts]
+
+
+def counts(verdicts: Sequence[SeedVerdict]) -> str:
+    """'3 reproduced, 2 unresolved': the verdict kinds of ``verdicts``, most frequent first."""
+    n: dict[str, int] = {}
+    for v in verdicts:
+        n[v.kind] = n.get(v.kind, 0) + 1
+    return ", ".join(f"{c} {k}" for k, c in sorted(n.items(), key=lambda kv: -kv[1]))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scripts import repro_head_importance
-from studies import head_importance as study
+from studies.specs import head_importance as study
 from studies import seedwise
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

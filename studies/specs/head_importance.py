@@ -675,3 +675,30 @@ if __name__ == "__main__":
     from engine import cli
 
     cli.script(main)
+
+
+REPORTS = (OUT, os.path.join(OUT, "replication"))  # the committed reports: seeds 0-2, and the replication 3-5
+
+
+def generate() -> list[str]:
+    """The registry's entry: the committed reports regenerated from their records."""
+    return [report_from_records(out) for out in REPORTS]
+
+
+def summary() -> list:
+    """The rows of docs/results/README.md, from the records and the claims."""
+    from studies.specs import Summary
+
+    rows = []
+    for out, title in zip(REPORTS, ("Which heads matter? (Michel, Voita, Vashishth et al.; seeds 0-2)",
+                                    "Which heads matter? replication (seeds 3-5)")):
+        with open(os.path.join(out, RUN)) as f:
+            a = json.load(f)
+        raw = os.path.join(ROOT, a["raw"])
+        runs, uniform = ([pickle.load(open(os.path.join(raw, f"{kind}{s}.pkl"), "rb"))
+                          for s in range(a["first_seed"], a["first_seed"] + n)]
+                         for kind, n in (("seed", a["seeds"]), ("uniform", a["uniform_seeds"])))
+        rows.append(Summary(os.path.relpath(out, ROOT), title,
+                            f"{a['seeds']} seeds + {a['uniform_seeds']} uniform; verdicts: "
+                            f"{seedwise.counts(judged(runs, uniform)[1])}"))
+    return rows

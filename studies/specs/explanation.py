@@ -136,7 +136,7 @@ def report(out: str = OUT) -> str:
     verdicts = seedwise.judge_all(CLAIMS, m["claims"])
     r = Report(out, "Is attention explanation? Jain & Wallace and Wiegreffe & Pinter on verse classification")
     r.text(f"{run['measured']} Total {run['minutes']} min. Regenerated from the records (`run.json`, "
-           f"[per_example.csv](per_example.csv), [accuracy.csv](accuracy.csv)) by `studies/explanation.py`.")
+           f"[per_example.csv](per_example.csv), [accuracy.csv](accuracy.csv)) by `studies/specs/explanation.py`.")
     r.text(f"`python scripts/repro_explanation.py --seeds {run['seeds']} --steps {run['steps']} --examples "
            f"{run['examples']} --permutations {run['permutations']} --epsilon {run['epsilon']} --adv_steps "
            f"{run['adv_steps']}{' --quick' if run['quick'] else ''}`")
@@ -231,3 +231,18 @@ def _summary_text(verdicts, summary, learned, uniform, run) -> str:
     lines.append("Caveats: one short training budget, small models, a coarse label; the adversarial search is a "
                  "penalty method, so its JSD is a lower bound on what is achievable.")
     return "\n".join(lines)
+
+
+def generate() -> list[str]:
+    """The registry's entry: the committed report regenerated from its records."""
+    return [report(OUT)]
+
+
+def summary() -> list:
+    """The study's row of docs/results/README.md, from its records and claims."""
+    from studies.specs import Summary
+
+    run, per, acc = _records(OUT)
+    verdicts = seedwise.judge_all(CLAIMS, measurements(per, acc)["claims"])
+    return [Summary(os.path.relpath(OUT, REPO), "Is attention explanation? (Jain & Wallace; Wiegreffe & Pinter)",
+                    f"{run['seeds']} seeds x {run['examples']} verses; verdicts: {seedwise.counts(verdicts)}")]
