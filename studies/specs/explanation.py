@@ -135,8 +135,9 @@ def report(out: str = OUT) -> str:
     config = load(CONFIG + (":quick" if run["quick"] else f":steps={run['steps']}"))
     verdicts = seedwise.judge_all(CLAIMS, m["claims"])
     r = Report(out, "Is attention explanation? Jain & Wallace and Wiegreffe & Pinter on verse classification")
-    r.text(f"{run['measured']} Total {run['minutes']} min. Regenerated from the records (`run.json`, "
-           f"[per_example.csv](per_example.csv), [accuracy.csv](accuracy.csv)) by `studies/specs/explanation.py`.")
+    r.text(f"{run['measured']} Total {run['minutes']} min.")
+    r.text("Generated from the records (`run.json`, [per_example.csv](per_example.csv), [accuracy.csv]"
+           "(accuracy.csv)) by `studies/specs/explanation.py` (`python -m studies report explanation`).")
     r.text(f"`python scripts/repro_explanation.py --seeds {run['seeds']} --steps {run['steps']} --examples "
            f"{run['examples']} --permutations {run['permutations']} --epsilon {run['epsilon']} --adv_steps "
            f"{run['adv_steps']}{' --quick' if run['quick'] else ''}`")
