@@ -27,7 +27,7 @@ from analysis import positional_fraction as _positional_fraction
 from studies import seedwise
 from studies.inprocess import load, with_overrides
 from engine.evaluation import write_hypotheses
-from studies.report import PROCESS_COMMIT, REPO, Report, environment_line, markdown_table, mean_std, plt, write_csv
+from studies.report import PROCESS_COMMIT, REPO, Report, markdown_table, mean_std, plt, write_csv
 
 ROOT = REPO
 RUN = "run.json"  # the settings of a report folder's measurements
@@ -208,6 +208,12 @@ def is_confident(m: dict, g: str, l: int, h: int) -> bool:
     return conf[l, h] >= np.quantile(conf, 0.75)
 
 
+def _when(runs: list) -> str:
+    """' (2026-12-05 00:22 to 02:07 UTC)': when the runs were measured, where they recorded it."""
+    times = sorted(m["measured_utc"] for m in runs if m.get("measured_utc"))
+    return f", {times[0]} to {times[-1]} UTC" if times else " (times not recorded)"
+
+
 def measured_by(runs: list) -> str:
     return ", ".join(sorted({m.get("commit", "not recorded") for m in runs}))
 
@@ -226,7 +232,7 @@ def report(a, runs: list, uniform: list, config) -> str:
     r = Report(a.out, "Which heads matter? Michel, Voita and Vashishth et al. on the translation model, 8 heads "
                       "per layer")
     r.text(f"""
-{environment_line()} Measurements made with commit {measured_by(runs + uniform)}. Wall time:
+Measurements made with commit {measured_by(runs + uniform)}{_when(runs + uniform)}. Wall time:
 training {sum(m["train_minutes"] for m in runs + uniform):.0f} min ({len(runs) + len(uniform)} runs), analyses
 {sum(m["measure_minutes"] for m in runs):.0f} min, as measured when each run was made.
 
