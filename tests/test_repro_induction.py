@@ -9,8 +9,13 @@ import pytest
 
 from reports import REPO, read_csv as _csv
 
-import repro_induction  # noqa: E402  (scripts/ is on the path once reports is imported)
-from _report import VERDICT_HEADERS, VERDICTS, write_csv  # noqa: E402
+from scripts import repro_induction
+from studies import seedwise
+from studies.report import write_csv
+from studies.specs import induction
+
+COMMITTED = os.path.join(REPO, "docs", "results", "induction")
+RECORDS = ("run.json", "summary.csv", "scores.csv", "ablation.csv")
 
 
 @pytest.mark.slow
@@ -53,39 +58,44 @@ def test_induction_quick(tmp_path):
         assert float(unmasked["ICL score"]) == pytest.approx(float(summary["ICL score (end)"]), abs=1e-4)
     assert "## Ablation" in text and "prefix-matching" in text
     verdicts = _csv(tmp_path / "verdicts.csv")
-    assert list(verdicts[0]) == VERDICT_HEADERS and len(verdicts) == 5
-    assert {r["verdict"] for r in verdicts} <= set(VERDICTS)
+    assert list(verdicts[0]) == seedwise.VERDICT_COLUMNS and len(verdicts) == len(induction.CLAIMS)
+    assert {r["verdict"] for r in verdicts} == {"unresolved"}  # one seed
     assert text.index("## Verdicts") < text.index("## What the data say")
+    assert "training loss" in text  # the quick run recorded its curves (curves.csv): the full figure
+    os.remove(tmp_path / "README.md")
+    repro_induction.main([f"--out={tmp_path}", "--report_only"])
+    assert (tmp_path / "README.md").read_text() == text
 
 
-def test_verdicts_only_rebuilds_the_committed_verdicts(tmp_path):
-    committed = os.path.join(REPO, "docs", "results", "induction")
-    for name in ("summary.csv", "heads.csv", "ablation.csv", "scores.csv", "README.md"):
-        shutil.copy(os.path.join(committed, name), tmp_path / name)
-    readme = (tmp_path / "README.md").read_text()
-    start = readme.index("## Verdicts")
-    (tmp_path / "README.md").write_text(readme[:start] + readme[readme.index("## What the data say"):])
-    repro_induction.main([f"--out={tmp_path}", "--verdicts_only"])
-    assert (tmp_path / "README.md").read_text() == readme  # the section comes back where it was, unchanged
-    assert _csv(tmp_path / "verdicts.csv") == _csv(os.path.join(committed, "verdicts.csv"))
-    verdicts = [r["verdict"] for r in _csv(tmp_path / "verdicts.csv")]
-    assert verdicts == ["reproduced", "reproduced", "reproduced", "not reproduced", "reproduced"]
-    os.remove(tmp_path / "heads.csv")
-    with pytest.raises(SystemExit, match="heads.csv not found"):
-        repro_induction.main([f"--out={tmp_path}", "--verdicts_only"])
+def test_report_regenerates_the_committed_report(tmp_path):
+    for name in RECORDS:
+        shutil.copy(os.path.join(COMMITTED, name), tmp_path / name)
+    induction.report(str(tmp_path))
+    for name in ("README.md", "verdicts.csv", "heads.csv", "timing.csv"):
+        assert (tmp_path / name).read_text() == open(os.path.join(COMMITTED, name)).read(), name
+    verdicts = {r["claim"]: r["verdict"] for r in _csv(tmp_path / "verdicts.csv")}
+    assert verdicts["knocking out the top induction head removes most in-context learning (2 layers)"] == \
+        "contradicted"
+    os.remove(tmp_path / "run.json")
+    with pytest.raises(FileNotFoundError, match="run.json not found"):
+        induction.report(str(tmp_path))
 
 
-def test_knockout_verdicts_follow_the_share_lost(tmp_path):
-    committed = os.path.join(REPO, "docs", "results", "induction")
-    for name in ("summary.csv", "heads.csv", "scores.csv"):
-        shutil.copy(os.path.join(committed, name), tmp_path / name)
-    rows = _csv(os.path.join(committed, "ablation.csv"))
-    for share, expected in ((0.6, "reproduced"), (0.3, "partial"), (0.1, "not reproduced")):
-        for r in rows:
+def test_knockout_claims_follow_the_share_lost(tmp_path):
+    for name in RECORDS:
+        shutil.copy(os.path.join(COMMITTED, name), tmp_path / name)
+    rows = _csv(os.path.join(COMMITTED, "ablation.csv"))
+    for top, expected in ((-0.4, "reproduced"), (0.0, "unresolved"), (0.4, "contradicted")):
+        for r in rows:  # the unmasked ICL score is negative: ICL masked = (1 - share) x unmasked
             if r["masked"] == "top prefix-matching head":
-                r["share of the drop lost"] = str(share)
+                base = next(float(b["ICL score"]) for b in rows if (b["attention layers"], b["seed"], b["masked"])
+                            == (r["attention layers"], r["seed"], "no mask"))
+                r["ICL score"] = str((1 - (0.5 - top + 0.01 * int(r["seed"]))) * base)
         write_csv(str(tmp_path / "ablation.csv"), list(rows[0]), [list(r.values()) for r in rows])
-        assert repro_induction.verdict_rows(str(tmp_path))[3][3] == expected
+        run, _, runs = induction.load_runs(str(tmp_path))
+        kinds = {v.claim.id: v.kind for v in seedwise.judge_all(
+            induction.CLAIMS, induction.measurements(runs, run["seeds"], 25, run["steps"]))}
+        assert kinds["knockout_top"] == expected, top
 
 
 def test_induction_repeat_layout_is_a_tiled_block():
