@@ -81,9 +81,10 @@ def _run_twice(module, tmp_path, stand_in, n_points):
 
 @pytest.mark.slow
 def test_scale_quick(tmp_path, stand_in):
-    import repro_scale
+    from scripts import repro_scale as cli
+    from studies.specs import scale as repro_scale
 
-    out = _run_twice(repro_scale, tmp_path, stand_in, 3)
+    out = _run_twice(cli, tmp_path, stand_in, 3)
     text = _report(out, "init", "training")
     rows = _csv(out / "init.csv")
     assert len(rows) == 9 and {r["scale"] for r in rows} == {"1", "1/sqrt(d_k)", "1/d_k"}
@@ -119,9 +120,10 @@ def test_scale_quick(tmp_path, stand_in):
 
 @pytest.mark.slow
 def test_logit_growth_quick(tmp_path, stand_in):
-    import repro_logit_growth as lg
+    from scripts import repro_logit_growth as cli
+    from studies.specs import logit_growth as lg
 
-    out = _run_twice(lg, tmp_path, stand_in, 4)
+    out = _run_twice(cli, tmp_path, stand_in, 4)
     _report(out, "loss_vs_lr")
     rows = _csv(out / "runs.csv")
     assert {r["QK-LayerNorm"] for r in rows} == {"True", "False"}
@@ -148,9 +150,10 @@ def test_logit_growth_quick(tmp_path, stand_in):
 
 @pytest.mark.slow
 def test_entropy_collapse_quick(tmp_path, stand_in):
-    import repro_entropy_collapse as ec
+    from scripts import repro_entropy_collapse as cli
+    from studies.specs import entropy_collapse as ec
 
-    out = _run_twice(ec, tmp_path, stand_in, 4)
+    out = _run_twice(cli, tmp_path, stand_in, 4)
     _report(out, "entropy_collapse")
     rec = json.loads((out / "points" / "qk_layernorm_false-learning_rate_1.0.json").read_text())
     assert rec["monitor"]["warnings"][0][:2] == [30, "entropy_collapse"] and rec["monitor"]["check_step"][:2] == [10, 20]
@@ -162,7 +165,8 @@ def test_entropy_collapse_quick(tmp_path, stand_in):
     assert (monitor["any"]["precision"], monitor["any"]["recall"], monitor["any"]["lead time median (steps)"]) == (
         "1.0", "1.0", "20.0")
     assert [v["verdict"] for v in _csv(out / "verdicts.csv")] == ["undecided"] * 3  # one seed in quick mode
-    div = ec.divergence_step
+    from analysis import divergence_step as div
+
     assert div([1, 2, 3, 4], [5.0, 3.0, 3.5, 4.5], spike=1.0) == 4
     assert div([1, 2, 3], [5.0, float("nan"), 1.0], spike=1.0) == 2
     assert div([1, 2], [5.0, 4.0], spike=1.0) is None
