@@ -2,12 +2,13 @@
 import json
 import math
 import os
+import pathlib
 import shutil
 import textwrap
 
 import pytest
 
-from reports import calls_of, install_stand_in, read_csv as _csv, read_report as _report
+from reports import REPO, calls_of, install_stand_in, read_csv as _csv, read_report as _report
 
 
 STAND_IN = textwrap.dedent('''
@@ -251,3 +252,18 @@ def test_report_rebuild_keeps_file_when_only_the_measured_line_changes(tmp_path)
     first = build("yesterday", "NLL 2.9")
     assert build("today", "NLL 2.9") == first
     assert build("today", "NLL 2.8") == "# T\n\nMeasured today.\n\nNLL 2.8\n"
+
+
+@pytest.mark.parametrize("name", ["scale", "logit_growth", "entropy_collapse"])
+def test_ported_report_regenerates_from_the_committed_records(tmp_path, name):
+    """The committed report of each study spec, rebuilt from its committed records alone (no training), is the
+    committed one (all but its "Measured" line)."""
+    import importlib
+
+    committed = os.path.join(REPO, "docs", "results", name)
+    shutil.copytree(os.path.join(committed, "points"), tmp_path / "points")
+    importlib.import_module(f"studies.specs.{name}").run(["--report_only", f"--out={tmp_path}"])
+    ours, theirs = ((d / "README.md").read_text().splitlines() for d in (tmp_path, pathlib.Path(committed)))
+    assert [x for x in ours if not x.startswith("Measured ")] == [x for x in theirs if not x.startswith("Measured ")]
+    for csv_name in ("runs.csv", "verdicts.csv"):
+        assert (tmp_path / csv_name).read_text() == open(os.path.join(committed, csv_name)).read(), csv_name
