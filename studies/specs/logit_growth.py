@@ -195,20 +195,22 @@ def _off_above_on(claim: str, paper: str, widths, samples: Callable, describe: C
     """Verdict row for "larger without QK-LayerNorm than with it, at every width": ``samples(w)`` gives (off
     values, on values, what is missing when either has fewer than 2), ``describe(off, on, interval)`` the
     measured text of one width."""
-    parts, ok, decided = [], 0, 0
+    parts, found = [], []
     for w in widths:
         off, on, lacking = samples(w)
         if len(off) < 2 or len(on) < 2:
             parts.append(f"d_model {w}: {lacking}")
             continue
-        decided += 1
-        iv = _stats.welch_ci(off, on)
-        ok += int(iv.excludes_zero() and iv.diff > 0)
-        parts.append(f"d_model {w}: {describe(off, on, iv)}")
+        found.append((w, off, on, _stats.welch_ci(off, on)))
+    decided, ok = len(found), 0
+    for (w, off, on, iv), p in zip(found, _stats.holm([iv.p for *_, iv in found])):
+        ok += int(p is not None and p < 0.05 and iv.diff > 0)  # Holm over the widths (2026-12-05, post-hoc)
+        parts.append(f"d_model {w}: {describe(off, on, iv)} (p {iv.p:.2g}, Holm {p:.2g})")
     if decided < len(widths):
         return [claim, paper, "; ".join(parts), "undecided", undecided]
     v = "reproduced" if ok == len(widths) else ("partial" if ok else "not reproduced")
-    return [claim, paper, "; ".join(parts), v, f"{higher} (interval excludes 0) at {ok} of {len(widths)} widths"]
+    return [claim, paper, "; ".join(parts), v, f"{higher} (Holm-adjusted p < 0.05 over the widths, added 2026-12-05 after the data: post-hoc) at {ok} of "
+                                           f"{len(widths)} widths"]
 
 
 def logit_growth(rows, widths, lrs) -> list:

@@ -30,6 +30,8 @@ Pass criteria (fixed before the sweep ran):
   seeds; otherwise the verdict is "undecided".
 - An alternative scale (1 or 1/d_k) is *worse* than 1/sqrt(d_k) when its mean held-out accuracy is lower or its
   mean steps to learn is larger, with the 95% Welch interval of the difference over seeds excluding 0.
+  Since 2026-12-05 (issue 45, post-hoc): "excluding 0" is Welch's p, Holm-adjusted over the four comparisons
+  (two alternatives x accuracy and steps to learn), below 0.05.
 - Vaswani et al.'s claim (scaling by 1/sqrt(d_k) is what makes dot-product attention train well at this d_k):
   reproduced when both alternatives are worse; partial when one is; not reproduced when neither is.
 - Initialization (the paper's variance argument): reproduced when the unscaled logit std is within 15% of
@@ -150,6 +152,13 @@ def max_logit(record: dict) -> Optional[float]:
     return max(vals) if vals else None
 
 
+ALPHA = 0.05  # Holm-adjusted over the four comparisons (2 alternatives x accuracy, steps to learn)
+
+
+def _p(p) -> str:
+    return "—" if p is None else f"{p:.2g}"
+
+
 def compare(rows_by_scale: dict[str, list[dict]]) -> tuple[list[list], str, str]:
     """Per alternative scale: accuracy and steps-to-learn differences against 1/sqrt(d_k) with Welch 95%
     intervals; the verdict and its reason (criteria in the module docstring)."""
@@ -161,26 +170,38 @@ def compare(rows_by_scale: dict[str, list[dict]]) -> tuple[list[list], str, str]
     if unlearned:
         return table, "undecided", (f"the 1/sqrt(d_k) baseline did not learn (accuracy < {LEARNED:g}) in seed(s) "
                                     f"{unlearned}: nothing to compare against")
+    tests = {}  # (alt, what) -> Welch interval of the difference, positive = worse than 1/sqrt(d_k)
     for alt in ("1", "1/d_k"):
         rows = rows_by_scale.get(alt, [])
         if len(rows) < 2:
-            table.append([alt, len(rows), "—", "—", "not enough seeds"])
             worse[alt] = None
             continue
-        d_acc = _stats.welch_ci([r["accuracy"] for r in base], [r["accuracy"] for r in rows])
-        d_steps = _stats.welch_ci([r["steps_to_learn"] for r in rows], [r["steps_to_learn"] for r in base])
-        w_acc = d_acc.excludes_zero() and d_acc.diff > 0
-        w_steps = d_steps.excludes_zero() and d_steps.diff > 0
+        tests[alt, "accuracy"] = _stats.welch_ci([r["accuracy"] for r in base], [r["accuracy"] for r in rows])
+        tests[alt, "steps"] = _stats.welch_ci([r["steps_to_learn"] for r in rows], [r["steps_to_learn"] for r in base])
+    adjusted = dict(zip(tests, _stats.holm([iv.p for iv in tests.values()])))
+
+    def worse_in(alt, what) -> bool:
+        iv, p = tests[alt, what], adjusted[alt, what]
+        return p is not None and p < ALPHA and iv.diff > 0
+
+    for alt in ("1", "1/d_k"):
+        if worse.get(alt, True) is None:
+            table.append([alt, len(rows_by_scale.get(alt, [])), "—", "—", "not enough seeds"])
+            continue
+        w_acc, w_steps = worse_in(alt, "accuracy"), worse_in(alt, "steps")
         worse[alt] = w_acc or w_steps
-        table.append([alt, len(rows), d_acc.text(3), d_steps.text(0),
+        acc, steps = tests[alt, "accuracy"], tests[alt, "steps"]
+        table.append([alt, len(rows_by_scale[alt]),
+                      f"{acc.text(3)} (p {_p(acc.p)}, Holm {_p(adjusted[alt, 'accuracy'])})",
+                      f"{steps.text(0)} (p {_p(steps.p)}, Holm {_p(adjusted[alt, 'steps'])})",
                       ", ".join(x for x, w in (("lower accuracy", w_acc), ("slower", w_steps)) if w) or
-                      "not worse (intervals include 0 or favour it)"])
+                      "not shown worse (Holm-adjusted p >= 0.05, or the difference favours it)"])
     if any(v is None for v in worse.values()):
         return table, "undecided", "an alternative scale has fewer than 2 finished seeds"
     n = sum(worse.values())
     verdict = {2: "reproduced", 1: "partial", 0: "not reproduced"}[n]
     reason = ("worse than 1/sqrt(d_k): " + (", ".join(a for a, w in worse.items() if w) or "neither") + "; not "
-              "worse: " + (", ".join(a for a, w in worse.items() if not w) or "none"))
+              "shown worse: " + (", ".join(a for a, w in worse.items() if not w) or "none"))
     return table, verdict, reason
 
 
@@ -248,8 +269,9 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         _training_figure(report, rows, d_k)
     table, verdict, reason = compare(by_scale)
     if table:
-        report.text("Against 1/sqrt(d_k) (95% Welch intervals over seeds; accuracy: baseline minus alternative, "
-                    "steps: alternative minus baseline; positive = the alternative is worse):")
+        report.text("Against 1/sqrt(d_k) (95% Welch intervals over seeds with Welch's p and its Holm adjustment over "
+                    "the four comparisons; accuracy: baseline minus alternative, steps: alternative minus baseline; "
+                    "positive = the alternative is worse):")
         report.table(["alternative", "seeds", "Δ accuracy", "Δ steps to learn", "reading"], table,
                      csv_name="contrasts.csv")
 
@@ -259,7 +281,9 @@ def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bo
         ["q.k variance grows with d_k; 1/sqrt(d_k) keeps the logit std at 1", "Var(q.k) = d_k (section 3.2.1 "
          "footnote)", "init.csv", i_verdict, i_reason],
         ["1/sqrt(d_k) trains better than no scale and than 1/d_k", "argument only, no measurement",
-         "runs.csv, contrasts.csv" if table else "runs.csv", verdict, reason]], csv_name="verdicts.csv")
+         "runs.csv, contrasts.csv" if table else "runs.csv", verdict,
+         reason + " (Holm over the four comparisons added 2026-12-05 after the data: post-hoc)"]],
+                 csv_name="verdicts.csv")
     report.section("What the data say")
     report.text(what_the_data_say(init_rows, by_scale, verdict, reason, missing, d_k, num_keys))
     return report.write()
