@@ -566,6 +566,11 @@ def claims(fresh: bool, end_fraction: float) -> list[seedwise.SeedClaim]:
     ]
 
 
+def _share(bleu: np.ndarray, base: np.ndarray) -> list[Optional[float]]:
+    """bleu / base per seed (None where the unmodified model scores 0 BLEU)."""
+    return [float(b / a) if a > 0 else None for b, a in zip(bleu, base)]
+
+
 def measurements(c: dict, runs: list, uniform: list) -> dict:
     """{claim id: (per-seed values, None)} from ``claim_numbers`` and the runs."""
     fractions, base = c["fractions"], c["base"]
@@ -574,8 +579,8 @@ def measurements(c: dict, runs: list, uniform: list) -> dict:
            "confidence": ([float(np.nanmean(r)) for r in c["rho_within"]], None),
            "positional": ([sum(c["positional"][g][s] for g in SELF_GROUPS) for s in range(c["n"])], None),
            "positional_late": (c["late"], None),
-           "permuted": (c["cross_bleu"]["permute, all layers"] / base, None),
-           "uniform_decode": (c["cross_bleu"]["uniform, all layers"] / base, None),
+           "permuted": (_share(c["cross_bleu"]["permute, all layers"], base), None),
+           "uniform_decode": (_share(c["cross_bleu"]["uniform, all layers"], base), None),
            "uniform_trained": ([m["base_bleu"] - u["base_bleu"] for m, u in zip(runs, uniform)], None)}
     for tag, loss in (("50%", c["loss_half"]), (f"{fractions[-1]:.0%}", c["loss_end"])):
         for g in SELF_GROUPS:
@@ -621,8 +626,8 @@ def verdict(c: dict, verdicts: list, sentences: int) -> str:
         "- **Which group is most sensitive.** BLEU lost with 50% / 90% of one group's heads pruned: "
         + "; ".join(f"{g} {_ms(loss_half[g])} / {_ms(loss_end[g])}" for g in GROUPS)
         + ". Cross-attention against each self-attention group, same model: "
-        + "; ".join(f"{v.claim.id.removeprefix('cross_vs_').replace('_', ' at ')} {v.interval.text(2) if v.interval else '—'}"
-                    f" ({v.kind})" for v in contrasts)
+        + "; ".join("vs {} at {}".format(*v.claim.id.removeprefix("cross_vs_").rsplit("_", 1))
+                    + f" {v.interval.text(2) if v.interval else '—'} ({v.kind})" for v in contrasts)
         + (". Cross-attention is the most sensitive group at both fractions, as in Michel et al."
            if all(v.kind == "reproduced" for v in contrasts) else
            ". So cross-attention is not resolved as the most sensitive group: at least one contrast's interval "
