@@ -74,7 +74,8 @@ def get_config(arg=None):
 
 
 def sweep(arg=None):
-    """Points: seed x h in HEADS (those dividing d_model), with qk_dim = v_dim = d_model / h; with ``aa``, the
+    """Points: seed x h in HEADS (those dividing d_model; quick: h 1 and 8, one seed), with qk_dim = v_dim =
+    d_model / h; with ``aa``, the
     base point h = 8 only, at seeds seeds .. 2 * seeds - 1 (the A/A control against seeds 0 .. seeds - 1); with
     ``more_h1``, h = 1 only at those seeds; with ``h1_base_dk``, h = 1 with d_k = d_model / 8 and d_v = d_model at
     seeds 0 .. seeds - 1."""
@@ -91,8 +92,8 @@ def sweep(arg=None):
         for seed in range(a.seeds, 2 * a.seeds):
             yield {"model.num_heads": h, "model.qk_dim": d_model // h, "model.v_dim": d_model // h, "seed": seed}
         return
-    for seed in range(a.seeds):
-        for h in HEADS:
+    for seed in range(1 if a.quick else a.seeds):
+        for h in (1, 8) if a.quick else HEADS:  # quick: the single head against the base, one seed (2 points)
             if d_model % h == 0:
                 yield {"model.num_heads": h, "model.qk_dim": d_model // h, "model.v_dim": d_model // h,
                        "seed": seed}

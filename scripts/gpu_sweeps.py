@@ -5,7 +5,7 @@ Studies (``--studies``, trained in this order):
 - ``table3_d512``: Vaswani et al. Table 3 at d_model 512, the paper's own d_k values (rows (A) h = 1 .. 32 give
   d_k 512 .. 16; rows (B) d_k 32 and 16 at 8 heads), 3 seeds, with the A/A control, the single-head extension and
   the single-head d_k control, as at d_model 128 and 256: 33 points, the second table of the ablations issue, out of
-  reach of the 2-core CPU (``scripts/repro_table3.py --d_model=512``).
+  reach of the 2-core CPU (``python -m studies train table3_d512``).
 - ``table3_d256``: the d_model 256 points still without a committed record (the CPU queue's last study).
 - ``heads_vs_depth``: the heads-vs-depth points still without a record.
 
@@ -54,29 +54,25 @@ import tarfile
 import tempfile
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
-from _report import source_commit
-import _study
-import repro_heads_depth
-import repro_table3
-import sweep as sweep_lib
+from studies import points as sweep_lib
+from studies import specs
+from studies import study as study_lib
+from studies.records import Record
+from studies.report import REPO, source_commit
+from studies.runner import Job
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STUDIES: dict[str, Callable[[bool, str], list[_study.Job]]] = {
-    # name -> (dry run?, dry-run folder) -> jobs in training order, done or not
-    "table3_d512": lambda dry, tmp: repro_table3.jobs(
-        _dry(tmp, "table3_d512", "--rows=A,B") if dry else ["--d_model=512"]),
-    "table3_d256": lambda dry, tmp: repro_table3.jobs(
-        _dry(tmp, "table3_d256", "--rows=AA") if dry else ["--d_model=256"]),
-    "heads_vs_depth": lambda dry, tmp: repro_heads_depth.jobs(_dry(tmp, "heads_vs_depth") if dry else []),
-}
-REPORTS: dict[str, tuple[Callable[[list[str]], str], list[str]]] = {
-    # records folder -> (report script's main, its arguments) that rebuilds the report from the records
-    "docs/results/table3_d512": (repro_table3.main, ["--report_only", "--d_model=512"]),
-    "docs/results/table3_d256": (repro_table3.main, ["--report_only", "--d_model=256"]),
-    "docs/results/heads_vs_depth": (repro_heads_depth.main, ["--report_only"]),
-}
+STUDY_NAMES = ("table3_d512", "table3_d256", "heads_vs_depth")  # the registered studies it trains, in this order
+
+
+def study_jobs(name: str, dry_run: bool, tmp: str) -> list[Job]:
+    """The jobs of registered study ``name`` in training order, done or not; with ``dry_run`` its --quick points,
+    records and run folders under ``tmp``."""
+    study = specs.study(name)
+    if dry_run:
+        return study_lib.jobs(study, quick=True, out=os.path.join(tmp, name), workdir=os.path.join(tmp, "runs", name))
+    return study_lib.jobs(study)
 EXECUTION = {"model.attention_impl": "xla"}
 ENVIRONMENT = {"JAX_DEFAULT_MATMUL_PRECISION": "highest", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
                "WANDB_MODE": "disabled", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -92,11 +88,6 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x
 CACHE_PARTS = ("tfds", "tokenizers", "encoded")  # not "xla": compiled CPU programs
 TRAVEL_LIMIT_MIB = 64  # what one device call takes: tracked files plus carried paths
 COMMIT_FILE = "source_commit"  # in .gpu_cache: the commit --prepare saw (the device's copy has no git)
-
-
-def _dry(tmp: str, study: str, *extra: str) -> list[str]:
-    """A study script's arguments for the dry run: --quick, its records and run folders under ``tmp``."""
-    return ["--quick", *extra, "--out", os.path.join(tmp, study), "--workdir", os.path.join(tmp, "runs", study)]
 
 
 def prepare(repo: str = REPO) -> None:
@@ -171,12 +162,12 @@ def versions() -> str:
     return f"python {sys.version.split()[0]}; " + ", ".join(found) + f"; GPUs: {gpus or 'none listed'}"
 
 
-def pending_jobs(studies: Sequence[str], dry_run: bool, tmp: str) -> list[tuple[str, _study.Job]]:
+def pending_jobs(studies: Sequence[str], dry_run: bool, tmp: str) -> list[tuple[str, Job]]:
     """(study, job) of every job without a record, studies in the given order."""
-    unknown = [s for s in studies if s not in STUDIES]
+    unknown = [s for s in studies if s not in STUDY_NAMES]
     if unknown:
-        raise ValueError(f"--studies: unknown {unknown}; expected some of {list(STUDIES)}")
-    return [(s, j) for s in studies for j in STUDIES[s](dry_run, tmp) if not os.path.exists(j.record)]
+        raise ValueError(f"--studies: unknown {unknown}; expected some of {list(STUDY_NAMES)}")
+    return [(s, j) for s in studies for j in study_jobs(s, dry_run, tmp) if not os.path.exists(j.record)]
 
 
 class Archive:
@@ -206,10 +197,10 @@ class Archive:
             os.replace(tmp, os.path.join(self.out, "records.tar.gz"))
 
 
-IN_FLIGHT = re.compile(r"\.tmp\d+$")  # sweep._write_text_atomic's temporary file, renamed when written
+IN_FLIGHT = re.compile(r"\.tmp\d+$")  # studies.points._write_text_atomic's temporary file, renamed when written
 
 
-def run(jobs: Sequence[tuple[str, _study.Job]], out: str, *, workers: int, budget_s: float, first_estimate_s: float,
+def run(jobs: Sequence[tuple[str, Job]], out: str, *, workers: int, budget_s: float, first_estimate_s: float,
         train_script: Optional[str] = None, root: str = REPO) -> list[dict]:
     """Train ``jobs`` on ``workers`` threads (each a ``train.py`` process at a time) until done or no point fits
     in the rest of ``budget_s``; records go into ``<out>/records.tar.gz`` by path relative to ``root``. One
@@ -246,10 +237,9 @@ def run(jobs: Sequence[tuple[str, _study.Job]], out: str, *, workers: int, budge
             row = {"study": study, "point": job.name, "ok": ok, "wall_s": round(wall, 1),
                    "valid_nll": None, "test_bleu": None, "device": None, "matmul_precision": None, "error": error}
             if ok:
-                record = sweep_lib.read_record(staged)
-                row.update(valid_nll=(record.get("validation") or {}).get("nll"),
-                           test_bleu=(record.get("test") or {}).get("bleu"), device=record.get("device"),
-                           matmul_precision=record.get("matmul_precision"))
+                record = Record.load(staged)
+                row.update(valid_nll=record.valid_nll, test_bleu=record.test_bleu, device=record.device,
+                           matmul_precision=record.raw.get("matmul_precision"))
                 archive.pack()
             with lock:
                 if ok:
@@ -295,15 +285,20 @@ def collect(archive: str, repo: str = REPO) -> tuple[list[str], list[str]]:
     return added, skipped
 
 
-def touched_reports(added: Sequence[str]) -> list[tuple[Callable[[list[str]], str], list[str]]]:
-    """The (report main, arguments) of ``REPORTS`` whose records folder holds one of the ``added`` paths."""
-    return [REPORTS[folder] for folder in REPORTS if any(a.startswith(folder + "/") for a in added)]
+def touched_reports(added: Sequence[str]) -> list[str]:
+    """The registered studies (of ``STUDY_NAMES``) whose records folder holds one of the ``added`` paths."""
+    found = []
+    for name in STUDY_NAMES:
+        if any(a.startswith(specs.study(name).out + "/") for a in added):
+            found.append(name)
+    return found
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="where records.tar.gz and points.csv go (the device's $OUT)")
-    parser.add_argument("--studies", default=",".join(STUDIES), help=f"some of {', '.join(STUDIES)}, in order")
+    parser.add_argument("--studies", default=",".join(STUDY_NAMES),
+                        help=f"some of {', '.join(STUDY_NAMES)}, in order")
     parser.add_argument("--workers", type=int, default=8, help="points training at once")
     parser.add_argument("--budget", type=float, default=420.0, help="seconds; no point starts that would overrun")
     parser.add_argument("--first_estimate", type=float, default=150.0,
@@ -325,8 +320,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         added, skipped = collect(args.collect)
         print(f"collected {len(added)} files into the repository; {len(skipped)} existed and were kept: "
               f"{skipped}")
-        for report, report_args in touched_reports(added):
-            report(report_args)
+        for module in dict.fromkeys(specs.find(name) for name in touched_reports(added)):
+            for path in specs.generate(module):
+                print(f"wrote {path}")
         return 0
     if not args.out and not args.list:
         raise SystemExit("gpu_sweeps: --out is required to train (the device's $OUT)")
@@ -357,4 +353,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from engine import cli
+
+    sys.exit(cli.script(main))

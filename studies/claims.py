@@ -10,6 +10,7 @@ claim's family, the verdict before and after the correction, the ratio to the pa
 direction holds, the budget its records trained for, and whether it was pre-registered. The verdict kinds:
 
 - ``reproduced``: the interval excludes 0 with the paper's sign and reaches the paper's value (within the margin);
+  for a "no worse" claim (paper 0 with a ``sign``), the interval stays within the margin on the worse side;
 - ``direction only``: the paper's sign, another size: the ratio measured / paper with its interval is printed;
 - ``no effect``: the interval lies inside +- margin (when the paper has no effect, that agrees with it);
 - ``contradicted``: the interval excludes 0 with the other sign (or any sign where the paper has no effect);
@@ -24,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import subprocess
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from studies import stats as stats_lib
 from studies.records import Record, values
@@ -71,7 +72,8 @@ class Claim:
     family: str
     conditions: Conditions
     paper: Optional[float] = None
-    sign: int = 0  # with paper None: the direction the paper reports without a value (+1 / -1), 0 for none
+    sign: int = 0  # paper None: the direction the paper reports without a value (+1 / -1); paper 0: the paper says
+    # a - b is no worse than 0 in this direction (non-inferiority: -1 "not higher", +1 "not lower")
     margin: float = 0.01
     metric: str = "nll"
     min_seeds: int = 3
@@ -80,10 +82,22 @@ class Claim:
     def __post_init__(self):
         if self.margin < 0:
             raise ValueError(f"claim {self.id}: margin={self.margin}; expected >= 0")
-        if self.sign not in (-1, 0, 1) or (self.sign and self.paper is not None):
-            raise ValueError(f"claim {self.id}: sign={self.sign}; expected -1, 0 or 1, and only without a paper value")
+        if self.sign not in (-1, 0, 1) or (self.sign and self.paper not in (None, 0.0)):
+            raise ValueError(f"claim {self.id}: sign={self.sign}; expected -1, 0 or 1, and only with paper None or 0")
         if self.min_seeds < 2:
             raise ValueError(f"claim {self.id}: min_seeds={self.min_seeds}; Welch's interval needs >= 2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Criterion:
+    """A pre-declared rule without a test statistic (e.g. "every cell reaches accuracy 0.95"): ``rule`` maps the
+    study's groups (label -> records) to (measured, verdict, reason). No family-wise correction applies."""
+
+    id: str
+    text: str
+    rule: Callable[[Mapping[str, Sequence[Record]]], tuple[str, str, str]]
+    conditions: Conditions
+    registered: Optional[Registration] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +119,9 @@ class Verdict:
     def conditions(self) -> str:
         return self.claim.conditions.text(self.budget)
 
-    def measured(self, digits: int = 3) -> str:
-        return "—" if self.interval is None else self.interval.text(digits)
+    def measured(self) -> str:
+        """``+0.099 [+0.065, +0.133]``: 3 decimals, 1 for metrics measured in larger units (margin >= 1)."""
+        return "—" if self.interval is None else self.interval.text(3 if self.claim.margin < 1 else 1)
 
     def reading(self) -> str:
         """The verdict with its magnitude: ``direction only (x5.5 [3.6, 7.4] the paper's)``."""
@@ -132,6 +147,11 @@ def judge(interval: Optional[stats_lib.Interval], p: Optional[float], paper: Opt
         if sign == 0:
             return DIFFERS, None
         return (REPRODUCED if (interval.diff > 0) == (sign > 0) else CONTRADICTED), None
+    if paper == 0 and sign:  # non-inferiority: a - b is not beyond the margin against ``sign``
+        if (interval.hi <= margin) if sign < 0 else (interval.lo >= -margin):
+            return REPRODUCED, None
+        against = interval.diff > 0 if sign < 0 else interval.diff < 0
+        return (CONTRADICTED if significant and against else UNRESOLVED), None
     if abs(paper) <= margin:  # the paper found no effect
         return (CONTRADICTED if significant else NO_EFFECT if inside else UNRESOLVED), None
     if not significant:
@@ -181,6 +201,17 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
     return out
 
 
+def judge_criteria(criteria: Sequence[Criterion], groups: Mapping[str, Sequence[Record]]) -> list[list[str]]:
+    """One row per criterion: id, claim, measured, verdict, reason, conditions, registration."""
+    rows = []
+    for c in criteria:
+        measured, verdict, reason = c.rule(groups)
+        records = [r for rs in groups.values() for r in rs]
+        rows.append([c.id, c.text, measured, verdict, reason, c.conditions.text(budget_text(records)),
+                     registration(c, records)])
+    return rows
+
+
 # ------------------------------------------------------------------------------------------ pre-registration
 def _git(*args: str) -> Optional[str]:
     try:
@@ -206,7 +237,8 @@ def first_start(records: Sequence[Record]) -> Optional[str]:
 
 def registered_before(reg: Registration, records: Sequence[Record]) -> Optional[bool]:
     """True when ``reg.path`` held ``reg.marker`` at ``reg.commit`` and that commit precedes the start of every
-    record; False when it does not; None when git history is not available (no checkout)."""
+    record; False when it does not; None when git history is not available (no checkout) or no record carries
+    its start time."""
     when = commit_time(reg.commit)
     text = _git("show", f"{reg.commit}:{reg.path}")
     if when is None or text is None:
@@ -214,10 +246,10 @@ def registered_before(reg: Registration, records: Sequence[Record]) -> Optional[
     if reg.marker not in text:
         return False
     first = first_start(records)
-    return first is None or when.strftime("%Y-%m-%d %H:%M:%S") < first
+    return None if first is None else when.strftime("%Y-%m-%d %H:%M:%S") < first
 
 
-def registration(claim: Claim, records: Sequence[Record]) -> str:
+def registration(claim: "Claim | Criterion", records: Sequence[Record]) -> str:
     """``pre-registered (<commit>, <time>)`` when the claim's criterion was committed before every record it
     reads; else ``post-hoc`` with why."""
     reg = claim.registered
@@ -227,7 +259,8 @@ def registration(claim: Claim, records: Sequence[Record]) -> str:
     when = commit_time(reg.commit)
     at = f"{reg.commit[:7]}, {when:%Y-%m-%d %H:%M} UTC" if when else reg.commit[:7]
     if ok is None:
-        return f"registered at {at} (git history not available to check)"
+        why = "git history not available" if when is None else "its records carry no start time"
+        return f"registered at {at} ({why}: pre-registration not checked)"
     if ok:
         return f"pre-registered ({at})"
     stamp = when.strftime("%Y-%m-%d %H:%M:%S")

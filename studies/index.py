@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
+from studies import claims as claims_lib
 from studies import specs
 from studies import study as study_lib
 from studies.report import REPO, markdown_table
@@ -23,14 +24,19 @@ def summaries(module) -> list[specs.Summary]:
         for v in verdicts[s.name]:
             counts[v.kind] = counts.get(v.kind, 0) + 1
         reading = f"{records} of {len(s.points())} points recorded"
-        if counts:
+        if counts and records:
             reading += "; verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            decided = [f"{v.claim.id}: {v.reading()}" for v in verdicts[s.name] if v.kind != "unresolved"]
+            reading += (" — " + "; ".join(decided)) if decided else ""
+        if s.criteria and records:
+            rows = claims_lib.judge_criteria(s.criteria, {k: [r for _, r in m] for k, m in s.records().items()})
+            reading += "; rules: " + "; ".join(f"{row[0]}: {row[3]}" for row in rows)
         out.append(specs.Summary(s.out, s.title, reading))
     return out
 
 
-def write(modules: Sequence = ()) -> str:
-    """Write docs/results/README.md; its path."""
+def write(modules: Sequence = (), path: Optional[str] = None) -> str:
+    """Write docs/results/README.md (or ``path``); its path."""
     modules = list(modules) or specs.modules()
     rows = [s for m in modules for s in summaries(m)]
     listed = {os.path.relpath(os.path.join(REPO, s.out), RESULTS) for s in rows}
@@ -46,7 +52,7 @@ def write(modules: Sequence = ()) -> str:
     if others:
         text += ["", "Reports not generated from a spec yet (written by their scripts): "
                  + ", ".join(f"[{d}]({d}/)" for d in others) + "."]
-    path = os.path.join(RESULTS, "README.md")
+    path = path or os.path.join(RESULTS, "README.md")
     with open(path, "w") as f:
         f.write("\n".join(text) + "\n")
     return path

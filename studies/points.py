@@ -219,17 +219,14 @@ def _repo_spec(config_spec: str) -> str:
 def _check_same(where: str, found: Mapping[str, Any], config_spec: str, overrides: Mapping[str, Any],
                 hint: str) -> None:
     """Raise ValueError naming ``where`` when a marker or record ``found`` was made with other settings: another
-    ``settings_sha`` where it has one, else another config or other overrides."""
-    if found.get("settings_sha") is not None:
-        if found["settings_sha"] != settings_hash(config_spec, overrides):
-            raise ValueError(f"sweep point {where} was trained with other settings (config {found.get('config')}, "
-                             f"overrides {found.get('overrides')}), but this study asks for {_repo_spec(config_spec)} "
-                             f"with {json.loads(json.dumps(overrides))}; {hint}")
-        return
+    ``settings_sha`` (where it keeps one), or another config or other overrides."""
     wanted = {"config": same_file_spec(config_spec), "overrides": json.loads(json.dumps(overrides))}
     got = {"config": same_file_spec(found.get("config", "")), "overrides": found.get("overrides")}
-    if got != wanted:
-        raise ValueError(f"sweep point {where} was trained as {got}, but this sweep asks for {wanted}; {hint}")
+    sha = found.get("settings_sha")
+    if got != wanted or (sha is not None and sha != settings_hash(config_spec, overrides)):
+        raise ValueError(f"sweep point {where} was trained with other settings (config {found.get('config')}, "
+                         f"overrides {found.get('overrides')}), but this study asks for {_repo_spec(config_spec)} "
+                         f"with {wanted['overrides']}; {hint}")
 
 
 PROGRESS_S = 60.0  # seconds between a training point's progress lines

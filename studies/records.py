@@ -218,16 +218,21 @@ class Record:
 
     def metric(self, name: str) -> Optional[float]:
         """A number by name, for claims and tables: ``nll``, ``ppl``, ``accuracy``, ``bleu``, ``chrf``, ``grad``,
-        ``spikes``, ``jump``, ``logit``, ``warnings``, ``wall``, ``train``, ``params``, ``steps``, ``epochs``."""
+        ``spikes``, ``jump``, ``logit``, ``warnings``, ``wall``, ``train``, ``params``, ``steps``, ``epochs``, or a
+        study's own scalar kept in the record's ``metrics`` section."""
         st = self.stability
         table = {"nll": self.valid_nll, "ppl": self.valid_ppl, "accuracy": self.valid_accuracy,
                  "bleu": self.test_bleu, "chrf": self.test_chrf, "grad": st.max_grad_norm,
                  "spikes": _finite(st.loss_spikes), "jump": st.max_loss_jump, "logit": st.max_logit,
                  "warnings": _finite(st.health_warnings), "wall": self.wall_minutes, "train": self.train_minutes,
                  "params": _finite(self.params), "steps": float(self.steps), "epochs": self.epochs}
-        if name not in table:
-            raise ValueError(f"record metric {name!r}; expected one of {sorted(table)}")
-        return table[name]
+        if name in table:
+            return table[name]
+        own = _section(self.raw, "metrics")
+        if name in own:
+            return _finite(own[name])
+        raise ValueError(f"record metric {name!r} of {self.name}; expected one of {sorted(table)} or of its "
+                         f"metrics {sorted(own)}")
 
     # files beside the record
     def trace(self) -> Optional[dict[str, Any]]:
@@ -245,12 +250,20 @@ class Record:
             return f.read().rstrip("\n").split("\n")
 
 
+_CACHE: dict[str, tuple[tuple, dict[str, Record]]] = {}
+
+
 def records_in(folder: str) -> dict[str, Record]:
-    """point name -> Record for every ``<folder>/<point>.json`` (empty when the folder is missing)."""
+    """point name -> Record for every ``<folder>/<point>.json`` (empty when the folder is missing); read again
+    only when a file of the folder was added, removed or changed."""
     if not os.path.isdir(folder):
         return {}
-    return {f[: -len(".json")]: Record.load(os.path.join(folder, f))
-            for f in sorted(os.listdir(folder)) if f.endswith(".json")}
+    files = sorted((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in os.scandir(folder)
+                   if e.name.endswith(".json"))
+    key = os.path.abspath(folder)
+    if key not in _CACHE or _CACHE[key][0] != tuple(files):
+        _CACHE[key] = (tuple(files), {f[: -len(".json")]: Record.load(os.path.join(folder, f)) for f, _, _ in files})
+    return dict(_CACHE[key][1])
 
 
 def values(records: Sequence[Record], name: str) -> list[float]:

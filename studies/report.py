@@ -149,6 +149,7 @@ class Report:
         self.out_dir = out_dir
         self.parts: list[str] = [f"# {title}"]
         self.figures: list[str] = []
+        self.files: list[str] = []  # every file written (names in out_dir): tables' CSVs, figures, README.md
         os.makedirs(out_dir, exist_ok=True)
 
     def text(self, markdown: str) -> None:
@@ -164,7 +165,14 @@ class Report:
         self.parts.append(markdown_table(headers, rows, digits))
         if csv_name:
             write_csv(os.path.join(self.out_dir, csv_name), headers, rows)
+            self.files.append(csv_name)
             self.parts.append(f"(CSV: [{csv_name}]({csv_name}))")
+
+    def csv(self, name: str, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """A CSV file beside the report, linked, without a table in the text."""
+        write_csv(os.path.join(self.out_dir, name), headers, rows)
+        self.files.append(name)
+        self.parts.append(f"(CSV: [{name}]({name}))")
 
     def figure(self, fig: "plt.Figure", name: str, caption: str = "") -> str:
         """Save ``fig`` as ``<name>.png`` beside the report and embed it; returns the file path."""
@@ -174,6 +182,7 @@ class Report:
         fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
         plt.close(fig)
         self.figures.append(path)
+        self.files.append(f"{name}.png")
         self.parts.append(f"![{caption or name}]({name}.png)" + (f"\n\n*{caption}*" if caption else ""))
         return path
 
@@ -181,6 +190,7 @@ class Report:
         """Write ``README.md`` and return its path; an existing one that differs only in its "Measured ..." line
         is left as it is, so a rebuild from the same records does not churn the report."""
         path = os.path.join(self.out_dir, "README.md")
+        self.files.append("README.md")
         text = "\n\n".join(self.parts) + "\n"
         if os.path.isfile(path):
             with open(path) as f:

@@ -102,7 +102,8 @@ def study_jobs(spec: str, points: Sequence[sweep_lib.Point], workdir: str, recor
 
 
 def train_jobs(jobs: Sequence[Job], train_script: Optional[str] = None, *, max_points: Optional[int] = None,
-               after: Optional[Callable[[str, Any], None]] = None, in_process: bool = False) -> list[str]:
+               after: Optional[Callable[[str, Any], None]] = None, in_process: bool = False,
+               group: Optional[str] = None) -> list[str]:
     """Train each job that has no record yet, in the given order (at most ``max_points`` of them when given);
     ``after(record path, point)`` runs after each job that trained or already had a record. The names of the
     jobs that failed."""
@@ -113,7 +114,7 @@ def train_jobs(jobs: Sequence[Job], train_script: Optional[str] = None, *, max_p
             if budget is not None and budget <= 0:
                 continue
             budget = None if budget is None else budget - 1
-        if not sweep_lib.run_point(j.spec, j.workdir, j.point, {}, group=sweep_lib.sweep_name(j.spec),
+        if not sweep_lib.run_point(j.spec, j.workdir, j.point, {}, group=group or sweep_lib.sweep_name(j.spec),
                                    train_script=train_script, record=j.record, in_process=in_process):
             failed.append(j.name)
             continue

@@ -137,12 +137,26 @@ def corpus_bleu(stats: np.ndarray) -> float:
                                    smooth_method="exp").score)
 
 
-def _bleu_of_sums(t: np.ndarray) -> float:
-    """sacreBLEU's corpus BLEU from the 10 summed statistics."""
-    from sacrebleu.metrics import BLEU
-
-    return float(BLEU.compute_bleu([int(x) for x in t[0:4]], [int(x) for x in t[4:8]], int(t[8]), int(t[9]),
-                                   smooth_method="exp").score)
+def _bleu_of_sums(t: Sequence[int]) -> float:
+    """sacreBLEU's corpus BLEU (``BLEU.compute_bleu`` with exp smoothing, order 4) from the 10 summed statistics,
+    the same arithmetic without its result object (the bootstrap calls it thousands of times)."""
+    correct, total, sys_len, ref_len = t[0:4], t[4:8], t[8], t[9]
+    bp = 1.0
+    if sys_len < ref_len:
+        bp = math.exp(1 - ref_len / sys_len) if sys_len > 0 else 0.0
+    if not any(correct):
+        return 0.0
+    precisions = [0.0] * 4
+    smooth = 1.0
+    for n in range(4):
+        if total[n] == 0:
+            break
+        if correct[n] == 0:
+            smooth *= 2
+            precisions[n] = 100. / (smooth * total[n])
+        else:
+            precisions[n] = 100. * correct[n] / total[n]
+    return bp * math.exp(sum([math.log(p) if p != 0.0 else -9999999999 for p in precisions]) / 4)
 
 
 def paired_bootstrap_bleu(stats_a: np.ndarray, stats_b: np.ndarray, level: float = 0.95, resamples: int = 1000,
@@ -156,10 +170,12 @@ def paired_bootstrap_bleu(stats_a: np.ndarray, stats_b: np.ndarray, level: float
                          f"sentences; got {a.shape} and {b.shape}")
     rng = np.random.default_rng(seed)
     n = a.shape[0]
-    diffs = np.empty(resamples)
-    for i in range(resamples):
-        w = np.bincount(rng.integers(0, n, n), minlength=n)
-        diffs[i] = _bleu_of_sums(w @ a) - _bleu_of_sums(w @ b)
+    idx = rng.integers(0, n, (resamples, n))  # the same draws as one row at a time
+    weights = np.bincount((np.arange(resamples)[:, None] * n + idx).ravel(), minlength=resamples * n)
+    weights = weights.reshape(resamples, n).astype(np.float64)
+    sums_a = np.rint(weights @ a.astype(np.float64)).astype(np.int64).tolist()  # exact: counts far below 2^53
+    sums_b = np.rint(weights @ b.astype(np.float64)).astype(np.int64).tolist()
+    diffs = np.asarray([_bleu_of_sums(x) - _bleu_of_sums(y) for x, y in zip(sums_a, sums_b)])
     lo, hi = np.quantile(diffs, [0.5 - level / 2, 0.5 + level / 2])
     p = min(1.0, 2 * min(float(np.mean(diffs <= 0)), float(np.mean(diffs >= 0))))
     return Interval(corpus_bleu(a) - corpus_bleu(b), float(lo), float(hi), n, n, "paired bootstrap", p)

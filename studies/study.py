@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -24,21 +25,58 @@ from studies import claims as claims_lib
 from studies import points as points_lib
 from studies import stats as stats_lib
 from studies.records import Record, records_in, values
-from studies.report import REPO, Report, markdown_table, mean_std, plt, read_csv, significant, write_csv
+from studies.runner import Job, train_jobs
+from studies.report import REPO, Report, markdown_table, mean_std, plt, read_csv, significant
 
 METRICS = {"nll": "valid NLL", "ppl": "valid perplexity", "accuracy": "valid accuracy", "bleu": "test BLEU",
-           "chrf": "test chrF", "wall": "wall (min)"}
+           "chrf": "test chrF", "wall": "wall (min)", "grad": "max grad norm", "jump": "max loss jump",
+           "logit": "max attention logit"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """A sweep of the study: ``config`` at argument ``arg`` (``quick`` is appended for ``--quick``), its records
+    """A sweep of the study: ``config`` at argument ``arg`` (``quick,seeds=1`` is appended for ``--quick``), its records
     in ``<out>/points/<name>/`` (``<out>/points/`` when ``name`` is empty); arms train in ``order``."""
 
     name: str
     config: str
     arg: str
     order: int = 0
+    records: str = ""  # the records folder relative to the study's (default points/<name>)
+    only: tuple[str, ...] = ()  # the sweep's points this arm trains, by name (default every one)
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """A study-specific table computed from the records (``Study.sections``): written as ``csv`` beside the
+    report and shown under ``title`` after ``intro``."""
+
+    title: str
+    intro: str
+    headers: Sequence[str]
+    rows: Sequence[Sequence]
+    csv: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Plot:
+    """A figure of ``metric`` against override ``x``, one line per value of override ``line`` (one panel per
+    value of ``panel`` when given), the seeds aggregated: mean, with their range as a band."""
+
+    name: str
+    metric: str
+    x: str
+    line: str
+    panel: Optional[str] = None
+
+
+@functools.lru_cache(maxsize=None)
+def _sweep_points(spec: str) -> tuple[points_lib.Point, ...]:
+    """A config's sweep points (configs do not change while a process runs)."""
+    return tuple(points_lib.sweep_points(spec))
+
+
+Groups = Mapping[str, Sequence[tuple[Arm, Record]]]  # setting label -> (arm, record), as ``Study.records``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,49 +94,64 @@ class Study:
     # (only the rows where ``column`` is set, when given)
     runner: str = "train.py"  # "train.py" (subprocess) or "in_process" (engine.run)
     command: str = ""  # how its points are trained when not ``python -m studies train <name>``
+    quick: Optional[Callable[[Arm, points_lib.Point], bool]] = None  # the --quick points (default: every one)
+    sections: tuple[Callable[["Groups"], Optional["Section"]], ...] = ()  # study-specific tables from the records
+    criteria: tuple[claims_lib.Criterion, ...] = ()  # rules without a test statistic
+    plots: tuple["Plot", ...] = ()  # metric against a setting, one line per another setting, seeds aggregated
+    keep: tuple[str, ...] = ()  # committed files in the report folder that other tools write (not inputs)
+    source: Optional[Callable[[str], list[tuple[Arm, Record]]]] = None  # records from a committed table instead
+    # of points/*.json (studies whose points left no record), given the report folder
+
 
     def records_dir(self, arm: Arm, out: Optional[str] = None) -> str:
-        return os.path.join(out or os.path.join(REPO, self.out), "points", *([arm.name] if arm.name else []))
+        base = out or os.path.join(REPO, self.out)
+        return os.path.join(base, arm.records) if arm.records else os.path.join(base, "points",
+                                                                                 *([arm.name] if arm.name else []))
 
     def points(self, quick: bool = False) -> list[tuple[Arm, points_lib.Point]]:
         """Every (arm, point) of the study in training order: arms by ``order``, seed-major within each."""
         out = []
         for arm in sorted(self.arms, key=lambda a: a.order):
-            spec = f"{os.path.join(REPO, arm.config)}:{arm.arg}" + (",quick" if quick else "")
-            pts = points_lib.sweep_points(spec)
-            out += [(arm, p) for p in sorted(pts, key=lambda p: p.overrides.get("seed", 0))]
+            pts = _sweep_points(self.spec(arm, quick))
+            out += [(arm, p) for p in sorted(pts, key=lambda p: p.overrides.get("seed", 0))
+                    if (not quick or self.quick is None or self.quick(arm, p)) and (not arm.only or p.name in arm.only)]
         return out
+
+    def spec(self, arm: Arm, quick: bool = False) -> str:
+        """The config spec of ``arm`` (absolute path), with ``quick`` sizes and one seed when asked."""
+        return f"{os.path.join(REPO, arm.config)}:{arm.arg}" + (",quick,seeds=1" if quick else "")
 
     def records(self, out: Optional[str] = None) -> dict[str, list[tuple[Arm, Record]]]:
         """setting label -> (arm, record) of every committed record, in arm and point order."""
         groups: dict[str, list[tuple[Arm, Record]]] = {}
         order = {(a.name, p.name): i for i, (a, p) in enumerate(self.points())}
-        found = [(arm, rec) for arm in self.arms for rec in records_in(self.records_dir(arm, out)).values()]
+        if self.source is not None:
+            found = self.source(out or os.path.join(REPO, self.out))
+        else:
+            found = [(arm, rec) for arm in self.arms for rec in records_in(self.records_dir(arm, out)).values()]
         found.sort(key=lambda ar: (order.get((ar[0].name, ar[1].name), len(order)), ar[0].name, ar[1].name))
         for arm, rec in sorted(found, key=lambda ar: (ar[0].order, order.get((ar[0].name, ar[1].name), len(order)))):
             groups.setdefault(self.setting(arm.name, rec), []).append((arm, rec))
         return groups
 
 
+def jobs(study: Study, *, quick: bool = False, out: Optional[str] = None, workdir: Optional[str] = None
+         ) -> list[Job]:
+    """The study's points as jobs in training order, recorded or not: records under ``out`` (default the study's
+    folder, or ``runs/repro/<name>_quick`` with ``quick``), run folders under ``workdir``."""
+    tag = study.name + ("_quick" if quick else "")
+    out = out or os.path.join(REPO, "runs/repro" if quick else "", tag if quick else study.out)
+    workdir = workdir or os.path.join(REPO, "runs/repro", tag)
+    return [Job(study.spec(arm, quick), point, os.path.join(workdir, arm.name),
+                os.path.join(study.records_dir(arm, out), f"{point.name}.json"),
+                f"{arm.name}/{point.name}" if arm.name else point.name) for arm, point in study.points(quick)]
+
+
 def train(study: Study, *, quick: bool = False, max_points: Optional[int] = None, out: Optional[str] = None,
           workdir: Optional[str] = None, train_script: Optional[str] = None) -> list[str]:
     """Train the study's points that have no record (at most ``max_points``); the names of those that failed."""
-    out = out or os.path.join(REPO, "runs/repro", f"{study.name}_quick") if quick else (out or os.path.join(
-        REPO, study.out))
-    workdir = workdir or os.path.join(REPO, "runs/repro", study.name + ("_quick" if quick else ""))
-    failed, budget = [], max_points
-    for arm, point in study.points(quick):
-        record = os.path.join(study.records_dir(arm, out), f"{point.name}.json")
-        if not os.path.exists(record):
-            if budget is not None and budget <= 0:
-                continue
-            budget = None if budget is None else budget - 1
-        spec = f"{os.path.join(REPO, arm.config)}:{arm.arg}" + (",quick" if quick else "")
-        if not points_lib.run_point(spec, os.path.join(workdir, arm.name), point, {}, group=study.name,
-                                    train_script=train_script, record=record,
-                                    in_process=study.runner == "in_process"):
-            failed.append(f"{arm.name}/{point.name}" if arm.name else point.name)
-    return failed
+    return train_jobs(jobs(study, quick=quick, out=out, workdir=workdir), train_script, max_points=max_points,
+                      in_process=study.runner == "in_process", group=study.name)
 
 
 # -------------------------------------------------------------------------------------------------- report
@@ -139,12 +192,15 @@ def verdict_rows(verdicts: Sequence[claims_lib.Verdict]) -> list[list]:
         paper = "—" if c.paper is None else ("0" if c.paper == 0 else f"{c.paper:+.3f}")
         if c.paper is None and c.sign:
             paper = "lower" if c.sign < 0 else "higher"
-        rows.append([c.id, c.text, c.family, n, paper, f"±{c.margin:g}", v.measured(), _p(v.interval and v.interval.p),
+        elif c.paper == 0 and c.sign:
+            paper = "no higher" if c.sign < 0 else "no lower"
+        rows.append([c.id, c.text, c.family, METRICS.get(c.metric, c.metric), n, paper, f"±{c.margin:g}", v.measured(),
+                     _p(v.interval and v.interval.p),
                      _p(v.p_adjusted), v.reading(), v.kind_raw, v.registration])
     return rows
 
 
-VERDICT_HEADERS = ["id", "claim", "family", "n a/b", "paper Δ", "margin", "measured Δ [Welch 95%]", "p",
+VERDICT_HEADERS = ["id", "claim", "family", "metric", "n a/b", "paper Δ", "margin", "measured Δ [Welch 95%]", "p",
                    "p (Holm)", "verdict", "verdict without correction", "registration"]
 
 
@@ -152,8 +208,10 @@ def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     commits = sorted({r.commit for r in recs})
     devices = collections.Counter(r.device or "device not recorded" for r in recs)
     walls = sorted(w for w in (r.wall_minutes for r in recs) if w is not None)
-    text = (f"Records: {len(recs)} (`points/`, one JSON per finished point with its decoded test sentences and "
-            f"attention trace beside it where the task has them); trained on "
+    where = ("the study's committed per-run table (its points predate records)" if study.source is not None else
+             "`points/`, one JSON per finished point with its decoded test sentences and attention trace beside it "
+             "where the task has them")
+    text = (f"Records: {len(recs)} ({where}); trained on "
             + "; ".join(f"{d} ({n})" for d, n in sorted(devices.items())) + f"; by {len(commits)} commit(s).")
     if walls:
         text += (f" Wall time {walls[0]:.1f} to {walls[-1]:.1f} minutes a point, {sum(walls) / 60:.1f} hours in all "
@@ -161,15 +219,18 @@ def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     return text
 
 
-def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Optional[str] = None) -> str:
-    """Write the study's report into ``out`` (default its ``out``); the README path."""
+def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Optional[str] = None,
+                 into: Optional[str] = None, quick: bool = False) -> str:
+    """Write the study's report from the records under ``out`` (default its ``out``) into ``into`` (default
+    ``out``; ``quick``: the --quick points are the expected ones); the README path. The names of the files it
+    wrote are listed in its ``generated.txt``."""
     out = out or os.path.join(REPO, study.out)
     groups = study.records(out)
     recs = [r for members in groups.values() for _, r in members]
-    expected = study.points()
+    expected = study.points(quick)
     have = {(a.name, r.name) for members in groups.values() for a, r in members}
     missing = [f"{a.name}/{p.name}" if a.name else p.name for a, p in expected if (a.name, p.name) not in have]
-    report = Report(out, study.title)
+    report = Report(into or out, study.title)
     command = study.command or f"python -m studies train {study.name}"
     report.text(study.protocol)
     report.text(f"Generated from the records by `python -m studies report {study.name}` (never edited by hand); "
@@ -179,6 +240,11 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
                 + (" " + _budget_paragraph(study, recs) if recs else ""))
     if study.claims:
         _verdict_section(report, verdicts)
+    if study.criteria:
+        report.section("Rules without a test statistic")
+        rows = claims_lib.judge_criteria(study.criteria, {k: [r for _, r in m] for k, m in groups.items()})
+        report.table(["id", "claim", "measured", "verdict", "reason", "conditions", "registration"], rows,
+                     csv_name="criteria.csv")
     for note in study.notes:
         report.text(note)
     if recs:
@@ -188,21 +254,36 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
             _paired_bleu_section(report, study, verdicts, groups)
         _by_step_section(report, verdicts, groups)
         _curves_figure(report, groups)
+        for plot in study.plots:
+            _plot(report, plot, groups)
+        for make in study.sections:
+            section = make(groups)
+            if section is not None:
+                report.section(section.title)
+                report.text(section.intro)
+                report.table(section.headers, section.rows, csv_name=section.csv)
     for title, name, *column in study.inputs:
         report.section(title)
         rows = [r for r in read_csv(out, name, f"the spec of {study.name}") if not column or r[column[0]]]
         if rows:
             report.table(list(rows[0]), [list(r.values()) for r in rows])
         report.text(f"(committed input: [{name}]({name})" + (f", the rows with {column[0]}" if column else "") + ")")
-    return report.write()
+    path = report.write()
+    with open(os.path.join(report.out_dir, GENERATED), "w") as f:
+        f.write("\n".join(sorted(set(report.files + [GENERATED]))) + "\n")
+    return path
+
+
+GENERATED = "generated.txt"  # in a report folder: the files its last generation wrote
 
 
 def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> None:
     report.section("Verdicts")
+    metrics = ", ".join(dict.fromkeys(METRICS.get(v.claim.metric, v.claim.metric) for v in verdicts))
     report.text(
-        "Each claim is a contrast of validation NLL (nats per target token) between two groups of points, "
-        "mean(a) - mean(b) with Welch's 95% interval over seeds (with 3 to 6 seeds a side the seed bootstrap is "
-        "too coarse to show). Verdicts: **reproduced** (excludes 0 with the paper's sign and reaches the paper's "
+        f"Each claim is a contrast of one metric ({metrics}; NLL in nats per target token) between two groups of "
+        "points, mean(a) - mean(b) with Welch's 95% interval over seeds (with 3 to 6 seeds a side the seed "
+        "bootstrap is too coarse to show). Verdicts: **reproduced** (excludes 0 with the paper's sign and reaches the paper's "
         "value within the margin), **direction only** (the paper's sign, another size: the ratio to the paper's "
         "value with its interval), **no effect** (inside +- margin), **contradicted** (the other sign, or an "
         "effect where the paper has none), **differs from 0** (no paper value), **unresolved**. \"Excludes 0\" "
@@ -225,24 +306,27 @@ def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> 
 def _settings_section(report: Report, study: Study, groups) -> None:
     report.section("Results per setting (mean ± std over seeds)")
     metrics = [m for m in study.metrics if any(r.metric(m) is not None for ms in groups.values() for _, r in ms)]
+    arms = any(a.name for ms in groups.values() for a, _ in ms)
     rows = []
     for label, members in groups.items():
         recs = [r for _, r in members]
-        rows.append([label, sorted({a.name for a, _ in members}) and ", ".join(sorted({a.name for a, _ in members})),
-                     str(sorted(r.seed for r in recs if r.seed is not None)), recs[0].params,
-                     claims_lib.budget_text(recs)] + [mean_std(values(recs, m)) for m in metrics])
-    report.table(["setting", "arm", "seeds", "parameters", "budget"] + [METRICS.get(m, m) for m in metrics], rows,
-                 csv_name="settings.csv")
+        rows.append([label] + ([", ".join(sorted({a.name for a, _ in members}))] if arms else [])
+                    + [str(sorted(r.seed for r in recs if r.seed is not None)), recs[0].params,
+                       claims_lib.budget_text(recs)] + [mean_std(values(recs, m)) for m in metrics])
+    report.table(["setting"] + (["arm"] if arms else []) + ["seeds", "parameters", "budget"]
+                 + [METRICS.get(m, m) for m in metrics], rows, csv_name="settings.csv")
 
 
 def _runs_section(report: Report, study: Study, groups) -> None:
     report.section("Every run")
-    metrics = [m for m in ("nll", "ppl", "accuracy", "bleu", "chrf", "grad", "spikes", "jump", "logit", "wall",
-                           "train") if any(r.metric(m) is not None for ms in groups.values() for _, r in ms)]
-    rows = [[label, a.name, r.name, r.seed, r.steps] + [r.metric(m) for m in metrics] + [r.commit]
-            for label, members in groups.items() for a, r in members]
-    report.table(["setting", "arm", "point", "seed", "steps"] + metrics + ["commit"], rows, csv_name="runs.csv",
-                 digits=4)
+    names = list(dict.fromkeys(("nll", "ppl", "accuracy", "bleu", "chrf") + study.metrics + (
+        "grad", "spikes", "jump", "logit", "wall", "train")))
+    metrics = [m for m in names if any(r.metric(m) is not None for ms in groups.values() for _, r in ms)]
+    arms = any(a.name for ms in groups.values() for a, _ in ms)
+    rows = [[label] + ([a.name] if arms else []) + [r.name, r.seed, r.steps] + [r.metric(m) for m in metrics]
+            + [r.commit] for label, members in groups.items() for a, r in members]
+    report.table(["setting"] + (["arm"] if arms else []) + ["point", "seed", "steps"] + metrics + ["commit"], rows,
+                 csv_name="runs.csv", digits=4)
 
 
 def _members(v: claims_lib.Verdict, groups, side: str) -> list[Record]:
@@ -275,9 +359,7 @@ def _paired_bleu_section(report: Report, study: Study, verdicts, groups) -> None
         above = sum(1 for iv in pairs if iv.lo is not None and iv.lo > 0)
         rows.append([v.claim.id, v.claim.text, welch, len(pairs), above, below])
     report.table(["id", "claim", "Δ BLEU [Welch 95%]", "seed pairs", "pairs above 0", "pairs below 0"], rows)
-    write_csv(os.path.join(report.out_dir, "paired_bleu.csv"),
-              ["claim", "seed", "point a", "point b", "Δ BLEU", "lo", "hi", "p"], csv_rows)
-    report.text("(CSV, one row per seed pair: [paired_bleu.csv](paired_bleu.csv))")
+    report.csv("paired_bleu.csv", ["claim", "seed", "point a", "point b", "Δ BLEU", "lo", "hi", "p"], csv_rows)
 
 
 def _by_step_section(report: Report, verdicts, groups) -> None:
@@ -305,10 +387,9 @@ def _by_step_section(report: Report, verdicts, groups) -> None:
     table = [[cid] + [next((f"{iv.text(3)} (n {iv.n_a}/{iv.n_b})" for s, iv in pts if s == step), "—")
                       for step in steps] for cid, pts in series]
     report.table(["id"] + [f"Δ NLL at {s}" for s in steps], table)
-    write_csv(os.path.join(report.out_dir, "contrasts_by_step.csv"), ["id", "step", "n a", "n b", "Δ NLL", "lo", "hi"],
-              rows)
-    report.text("(CSV: [contrasts_by_step.csv](contrasts_by_step.csv))")
+    report.csv("contrasts_by_step.csv", ["id", "step", "n a", "n b", "Δ NLL", "lo", "hi"], rows)
     fig, ax = plt.subplots(figsize=(7, 4))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)
     for cid, pts in series:
         xs = [s for s, _ in pts]
         ax.plot(xs, [iv.diff for _, iv in pts], marker="o", label=cid)
@@ -349,6 +430,32 @@ def _curves_figure(report: Report, groups) -> None:
     ax_v.legend(fontsize=6, ncol=2)
     report.section("Learning curves")
     report.figure(fig, "learning_curves", "One line per setting, the seeds aggregated.")
+
+
+def _plot(report: Report, plot: Plot, groups) -> None:
+    recs = [r for members in groups.values() for _, r in members if r.metric(plot.metric) is not None]
+    order = lambda v: (not isinstance(v, (int, float)), v if isinstance(v, (int, float)) else str(v))  # noqa: E731
+    panels = sorted({r.override(plot.panel) for r in recs}, key=order) if plot.panel else [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False, sharey=True)
+    for ax, panel in zip(axes[0], panels):
+        lines: dict = {}
+        for r in recs:
+            if plot.panel and r.override(plot.panel) != panel:
+                continue
+            lines.setdefault(r.override(plot.line), {}).setdefault(r.override(plot.x), []).append(r.metric(plot.metric))
+        every = sorted({x for by_x in lines.values() for x in by_x})
+        for key in sorted(lines, key=order):
+            xs = sorted(lines[key])
+            ax.plot(xs, [float(np.mean(lines[key][x])) for x in xs], marker="o", label=str(key))
+            ax.fill_between(xs, [min(lines[key][x]) for x in xs], [max(lines[key][x]) for x in xs], alpha=0.15)
+        if every and min(every) > 0 and max(every) / min(every) >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(plot.x.rsplit(".", 1)[-1])
+        ax.set_title(f"{plot.panel.rsplit('.', 1)[-1]} = {panel}" if plot.panel else plot.metric, fontsize=9)
+        ax.legend(fontsize=7, title=plot.line.rsplit(".", 1)[-1], title_fontsize=7)
+    axes[0][0].set_ylabel(METRICS.get(plot.metric, plot.metric))
+    report.figure(fig, plot.name, f"{METRICS.get(plot.metric, plot.metric)} against {plot.x.rsplit('.', 1)[-1]}, one "
+                  f"line per {plot.line.rsplit('.', 1)[-1]} (mean over seeds; band: their range).")
 
 
 def markdown_verdicts(verdicts: Sequence[claims_lib.Verdict]) -> str:

@@ -60,12 +60,27 @@ def _is_seed(field: str) -> bool:
     return field.rsplit(".", 1)[-1] == "seed"
 
 
+def _line_fields(fields: Sequence[str], xf: str, summaries) -> list[str]:
+    """The varied non-seed fields besides ``xf`` that are not a function of it (``v_dim = d_model / num_heads``
+    follows the heads: a line per value of it would be a line per point)."""
+    out = []
+    for f in fields:
+        if f == xf or _is_seed(f):
+            continue
+        by_x: dict = {}
+        for p, _ in summaries:
+            by_x.setdefault(str(p.overrides.get(xf)), set()).add(str(p.overrides.get(f)))
+        if any(len(v) > 1 for v in by_x.values()):
+            out.append(f)
+    return out
+
+
 def metric_lines(fields: Sequence[str], summaries, column: str) -> tuple[str, dict[tuple, list[tuple]]]:
     """(x field, {values of the other non-seed fields: [(x, mean, lo, hi, seeds)]}): ``column`` against the
     first varied non-seed field, one line per setting of the other non-seed fields, the seeds of each x
     aggregated (mean, min, max)."""
     xf = _axis_field(fields)
-    others = [f for f in fields if f != xf and not _is_seed(f)]
+    others = _line_fields(fields, xf, summaries)
     cells: dict[tuple, dict[Any, list[float]]] = {}
     for p, s in summaries:
         x, y = p.overrides.get(xf), s[column]
@@ -85,7 +100,7 @@ def _plot_metrics(report: Report, fields: Sequence[str], summaries) -> None:
         return
     fig, axes = plt.subplots(1, len(series), figsize=(4.2 * len(series), 3.2), squeeze=False)
     xf = _axis_field(fields)
-    others = [f for f in fields if f != xf and not _is_seed(f)]
+    others = _line_fields(fields, xf, summaries)
     numeric = all(_num(p.overrides.get(xf)) is not None for p, _ in summaries)
     for ax, col in zip(axes[0], series):
         _, lines = metric_lines(fields, summaries, col)

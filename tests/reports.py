@@ -1,14 +1,25 @@
-"""Shared by the reproduction tests: ``scripts/`` on the import path, and readers for the reports they write."""
+"""Shared by the study tests: a command-line script loaded by path (``load_script``), and readers for the reports
+the studies write."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")
+# Transitional: the reproduction scripts not yet ported to the studies package import each other by name.
 if SCRIPTS not in sys.path:
     sys.path.insert(0, SCRIPTS)
+
+
+def load_script(name: str):
+    """The module of ``scripts/<name>.py``, loaded by its path (scripts are command lines, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}", os.path.join(SCRIPTS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def read_csv(path) -> list[dict[str, str]]:

@@ -8,19 +8,21 @@ import tarfile
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+from studies import points as sweep
+from studies import specs
+from studies import study as study_lib
+from tests.reports import load_script
 
-import gpu_sweeps  # noqa: E402
-import repro_table3  # noqa: E402
-import sweep  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+gpu_sweeps = load_script("gpu_sweeps")
 
 FAKE_TRAIN = os.path.join(REPO, "tests", "fake_train.py")
 
 
 def quick_jobs(tmp_path):
-    """The --quick Table 3 jobs (rows (A) h = 1, 8; rows (B); the late rows), records and runs under tmp_path."""
-    return repro_table3.jobs(["--quick", "--out", str(tmp_path / "table3"), "--workdir", str(tmp_path / "runs")])
+    """The --quick Table 3 jobs (rows (A) h = 1, 8; rows (B)), records and runs under tmp_path."""
+    return study_lib.jobs(specs.study("table3"), quick=True, out=str(tmp_path / "table3"),
+                          workdir=str(tmp_path / "runs"))
 
 
 def members(archive) -> dict[str, bytes]:
@@ -75,11 +77,12 @@ def test_pending_leaves_out_recorded_points_and_names_an_unknown_study(tmp_path)
 
 
 def test_the_real_studies_are_the_cpu_queues_points_plus_the_d512_table():
-    d512 = gpu_sweeps.STUDIES["table3_d512"](False, "")
+    d512 = gpu_sweeps.study_jobs("table3_d512", False, "")
     assert len(d512) == 33 and all("/docs/results/table3_d512/points/" in j.record for j in d512)
     assert sorted({j.point.overrides["model.qk_dim"] for j in d512}) == [16, 32, 64, 128, 256, 512]
-    d256 = gpu_sweeps.STUDIES["table3_d256"](False, "")
-    assert [j.record for j in d256] == [j.record for j in repro_table3.jobs(["--d_model=256"])]
+    d256 = gpu_sweeps.study_jobs("table3_d256", False, "")
+    assert [j.record for j in d256] == [j.record for j in study_lib.jobs(specs.study("table3_d256"))]
+    assert all(os.path.exists(j.record) for j in d256)  # every d_model 256 point is recorded
 
 
 def test_collect_adds_new_files_and_keeps_existing_ones(tmp_path):
@@ -122,15 +125,14 @@ def test_collect_rebuilds_the_reports_of_the_studies_it_added_to():
     added = ["docs/results/table3_d512/points/A/num_heads_1-seed_0.json",
              "docs/results/table3_d512/points/A/num_heads_1-seed_0.test.txt",
              "docs/results/heads_vs_depth/points/num_encoder_layers_3-qk_layernorm_true-seed_2.json"]
-    assert gpu_sweeps.touched_reports(added) == [(repro_table3.main, ["--report_only", "--d_model=512"]),
-                                                 gpu_sweeps.REPORTS["docs/results/heads_vs_depth"]]
+    assert gpu_sweeps.touched_reports(added) == ["table3_d512", "heads_vs_depth"]
     assert gpu_sweeps.touched_reports(["docs/results/table3_d5120/points/x.json"]) == []
 
 
 def test_without_git_records_name_the_commit_prepare_saw(monkeypatch):
     import subprocess
 
-    import _report
+    from studies import report as _report
 
     def no_git(*args, **kwargs):
         raise OSError("no git on the device machine")

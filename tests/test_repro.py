@@ -197,21 +197,26 @@ def test_entropy_collapse_quick(tmp_path, stand_in):
 
 @pytest.mark.slow
 def test_mqar_quick(tmp_path):
-    import repro_mqar
+    """The MQAR grid study's --quick points in-process through the engine, then its report from their records."""
+    from studies import specs
+    from studies import study as study_lib
 
-    repro_mqar.main(["--quick", f"--out={tmp_path}"])
-    text = _report(tmp_path, "accuracy_grid")
-    rows = _csv(tmp_path / "grid.csv")
-    assert [(r["num_heads"], r["qk_dim"], r["seed"]) for r in rows] == [("1", "8", "0"), ("2", "8", "0")]
-    assert all(0.0 <= float(r["eval accuracy"]) <= 1.0 for r in rows)
-    assert all(math.isfinite(float(r["eval loss"])) and float(r["eval loss"]) > 0 for r in rows)
-    assert "## What the data say" in text and "Steps to learn" in text and "Mean accuracy by d_k" in text
-    assert repro_mqar.solve_step([10, 20, 30, 40], [3.0, 0.7, 0.4, 0.1]) == 30
-    assert repro_mqar.solve_step([10, 20], [3.0, 2.0]) is None
+    from reports import load_script
+
+    out = tmp_path / "mqar"
+    assert load_script("repro_mqar").study_main("mqar", ["--quick", f"--out={out}", f"--workdir={tmp_path}"]) == 0
+    (out / "grid.csv").write_text("num_heads,qk_dim,seed,v_dim,parameters,last train loss,steps to learn,eval loss,"
+                                  "eval accuracy,seconds\n")  # no committed rows: the records alone
+    study = specs.study("mqar")
+    recs = [r for ms in study.records(str(out)).values() for _, r in ms]
+    assert sorted(r.name for r in recs) == ["num_heads_1", "num_heads_2"]
+    assert all(0.0 <= r.valid_accuracy <= 1.0 for r in recs)
+    text = open(study_lib.write_report(study, [], out=str(out), quick=True)).read()
+    assert "Points recorded: 2 of 2." in text and "](accuracy_grid.png)" in text
 
 
 def test_report_numbers_keep_their_significant_zeros_and_group_thousands():
-    import _report
+    from studies import report as _report
 
     assert [_report.fmt(x) for x in (1262.0, 999.6, 37.5, 0.5604, None, 12_000)] == [
         "1,262", "1,000", "37.5", "0.560", "—", "12,000"]
@@ -222,7 +227,7 @@ def test_report_numbers_keep_their_significant_zeros_and_group_thousands():
 
 
 def test_reports_state_the_health_defaults_their_runs_were_made_with():
-    import _study
+    from studies import runner as _study
 
     from engine import config as config_lib
 
@@ -240,7 +245,7 @@ def test_reports_state_the_health_defaults_their_runs_were_made_with():
 
 
 def test_report_rebuild_keeps_file_when_only_the_measured_line_changes(tmp_path):
-    import _report
+    from studies import report as _report
 
     def build(measured: str, body: str) -> str:
         rep = _report.Report(str(tmp_path), "T")

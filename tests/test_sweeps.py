@@ -189,6 +189,7 @@ def test_wandb_agent_run_id_is_handed_to_train(setup, monkeypatch):
     ("table3_dk.py", "", {(None, dk, None, s) for dk in (8, 4) for s in (0, 1, 2)}),
     ("table3_heads.py", "d_model=256,seeds=1", {(h, 256 // h, 256 // h, 0) for h in (1, 2, 4, 8, 16, 32)}),
     ("table3_dk.py", "d_model=256,seeds=1", {(None, dk, None, 0) for dk in (16, 8)}),
+    ("table3_heads.py", "quick", {(1, 64, 64, 0), (8, 8, 8, 0)}),  # quick: two points, not 18
 ])
 def test_table3_sweeps(name, arg, expected):
     spec = os.path.join(REPO, "configs", name) + (f":{arg}" if arg else "")

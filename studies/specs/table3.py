@@ -27,6 +27,7 @@ def paper(ppl: float) -> float:
     return math.log(ppl / 4.92)
 
 
+MARGIN = 0.005  # nats: repro_table3.py's NO_EFFECT since a2e6db3 (paper effects below it count as none)
 FOLLOW_UPS = "Table 3 follow-ups (single head, equal d_k), every width"  # one Holm family across the widths
 
 LR = {128: "0.003 (the CPU translation config's rate, for every row; not tuned per row)",
@@ -57,7 +58,7 @@ def width(d_model: int, name: str, title: str, command: str = "", inputs=()) -> 
     head = lambda h: f"h={h} (d_k={d_model // h})"  # noqa: E731
     rows_b = lambda k: f"h=8, d_k={dk // k} (B)"  # noqa: E731
     claim = lambda cid, text, a, b, fam, reg, **kw: Claim(  # noqa: E731
-        f"d{d_model} {cid}", text, a, b, fam, cond, registered=reg, **kw)
+        f"d{d_model} {cid}", text, a, b, fam, cond, registered=reg, **{"margin": MARGIN, **kw})
     single = FOLLOW_UPS
     claims = (
         claim("h1", "h = 1 is worse than h = 8", (head(1),), (base,), family, MAIN, paper=paper(5.29)),
@@ -93,7 +94,13 @@ def width(d_model: int, name: str, title: str, command: str = "", inputs=()) -> 
                        Arm("AA", "configs/table3_heads.py", arg + ",aa", 1),
                        Arm("A1", "configs/table3_heads.py", arg + ",more_h1", 2),
                        Arm("A1dk", "configs/table3_heads.py", arg + ",h1_base_dk", 3)),
-                 claims=claims, metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=command, inputs=inputs)
+                 claims=claims, metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=command, inputs=inputs,
+                 quick=quick)
+
+
+def quick(arm: Arm, point) -> bool:
+    """The --quick points (tiny models, one seed): rows (A) h = 1 and 8, and rows (B)."""
+    return arm.name == "B" or (arm.name == "A" and point.overrides["model.num_heads"] in (1, 8))
 
 
 PILOTS = (("Learning-rate pilots (the base point h = 8, validation NLL at step 300)", "../table3_d512/pilot_lr.csv",

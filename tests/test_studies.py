@@ -1,0 +1,116 @@
+"""A tiny study end to end: its points train (a stand-in train.py, and the real engine in-process), leave records
+with the study's settings hash, are never retrained, refuse a changed setting naming the point, and the report
+carries the claims' verdicts; the running sweep's progress line; the study command line's errors."""
+import json
+import os
+import textwrap
+
+import pytest
+
+from studies import cli, points, specs
+from studies import study as study_lib
+from studies.claims import Claim, Conditions
+from studies.records import records_in
+from studies.study import Arm, Study
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAKE_TRAIN = os.path.join(REPO, "tests", "fake_train.py")
+CONFIG = textwrap.dedent('''
+    import ml_collections
+
+    def get_config(arg=None):
+        c = ml_collections.ConfigDict()
+        c.seed = 0
+        c.model = ml_collections.ConfigDict({"num_heads": 8, "qk_dim": 64})
+        c.train = ml_collections.ConfigDict({"num_steps": 10})
+        return c
+
+    def sweep(arg=None):
+        seeds = int(dict(kv.split("=") for kv in (arg or "seeds=3").split(","))["seeds"])
+        for seed in range(seeds):
+            for h in (1, 8):
+                yield {"model.num_heads": h, "model.qk_dim": 64 // h, "seed": seed}
+''')
+
+
+def tiny_study(tmp_path, arg="seeds=3") -> Study:
+    config = tmp_path / "tiny.py"
+    config.write_text(CONFIG)
+    claim = Claim("h1", "one head has the higher perplexity", ("h=1",), ("h=8",), "tiny", Conditions(lr="fixed"),
+                  metric="ppl", sign=1, margin=0.5)
+    return Study(name="tiny", title="A tiny study", out=str(tmp_path / "out"), protocol="Protocol: a stand-in.",
+                 arms=(Arm("A", str(config), arg),), setting=lambda arm, r: f"h={r.override('model.num_heads')}",
+                 claims=(claim,), metrics=("ppl", "bleu"))
+
+
+def test_a_tiny_study_trains_once_records_and_reports(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CALLS_FILE", str(tmp_path / "calls.txt"))
+    study = tiny_study(tmp_path)
+    out, runs = str(tmp_path / "out"), str(tmp_path / "runs")
+    assert study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN) == []
+    assert len((tmp_path / "calls.txt").read_text().split()) == 6
+    recs = records_in(os.path.join(out, "points", "A"))
+    assert sorted(recs) == sorted(f"num_heads_{h}-seed_{s}" for h in (1, 8) for s in range(3))  # qk_dim follows h
+    rec = recs["num_heads_1-seed_2"]
+    assert rec.settings_sha == points.settings_hash(study.spec(study.arms[0]), rec.overrides)
+    assert rec.valid_ppl == 10.0 + 1 + 2 and rec.test_bleu == 5.0 + 8 + 2  # fake_train's formulas
+
+    assert study_lib.train(study, out=out, workdir=str(tmp_path / "fresh"), train_script=FAKE_TRAIN) == []
+    assert len((tmp_path / "calls.txt").read_text().split()) == 6  # every point has a record: nothing trains
+
+    (v,) = study_lib.evaluate([study], out={"tiny": out})["tiny"]
+    assert (v.kind, v.interval.diff) == ("reproduced", pytest.approx((10 + 1) - (10 / 8 + 8 / 64)))
+    readme = study_lib.write_report(study, [v], out=out)
+    text = open(readme).read()
+    assert "| h1 | one head has the higher perplexity | tiny | valid perplexity | 3/3 | higher |" in text
+    assert "Points recorded: 6 of 6." in text and "10 steps; learning rate fixed" in text
+    with open(os.path.join(out, "generated.txt")) as f:
+        assert {"README.md", "verdicts.csv", "settings.csv", "runs.csv"} <= set(f.read().split())
+
+    changed = tiny_study(tmp_path, "seeds=3,warmup=5")  # another setting, the same points: refused, naming one
+    with pytest.raises(ValueError, match=r"sweep point num_heads_1-seed_0 \(record .*\) was trained with "
+                                         r"other settings"):
+        study_lib.train(changed, out=out, workdir=runs, train_script=FAKE_TRAIN)
+
+
+def test_a_tiny_study_trains_in_process_through_the_engine(tmp_path):
+    """The real engine, in-process: configs/mqar_grid.py's --quick points (1-layer d_model 16, 5 steps)."""
+    study = Study(name="mqar_tiny", title="MQAR, tiny", out=str(tmp_path / "out"), protocol="Protocol: tiny.",
+                  arms=(Arm("", "configs/mqar_grid.py", "seeds=1"),), runner="in_process",
+                  setting=lambda arm, r: f"h={r.override('model.num_heads')}", claims=(), metrics=("accuracy",))
+    assert study_lib.train(study, quick=True, out=str(tmp_path / "out"), workdir=str(tmp_path / "runs")) == []
+    recs = records_in(str(tmp_path / "out" / "points"))
+    assert sorted(recs) == ["num_heads_1", "num_heads_2"]
+    assert all(0.0 <= r.valid_accuracy <= 1.0 and r.steps == 5 and r.settings_sha for r in recs.values())
+    readme = study_lib.write_report(study, [], out=str(tmp_path / "out"), quick=True)
+    assert "Points recorded: 2 of 2." in open(readme).read()
+
+
+def test_the_progress_line_gives_settings_step_loss_and_time_left(tmp_path):
+    run = tmp_path / "p"
+    run.mkdir()
+    assert "starting" in points.progress_line("p", {"model.num_heads": 4}, str(run), 0.0, 100)
+    with open(run / "metrics.jsonl", "w") as f:
+        for step, loss in ((10, 3.0), (20, 2.5)):
+            f.write(json.dumps({"step": step, "train/loss": loss, "time": 1.0}) + "\n")
+    import time
+
+    line = points.progress_line("p", {"model.num_heads": 4, "seed": 1}, str(run), time.time() - 60, 110)
+    assert line.startswith("[sweep] p (num_heads=4 seed=1): step 20/110, loss 2.5000, 1.0 min elapsed, ~")
+    assert line.endswith(" min left")
+
+
+def test_the_study_command_line_names_bad_input():
+    with pytest.raises(ValueError, match=r"study 'nope' is not registered; expected one of \[.*'table3'"):
+        cli.main(["train", "nope"])
+    with pytest.raises(ValueError, match=r"--max_points=-1; expected a number >= 0"):
+        cli.main(["train", "table3", "--max_points=-1"])
+    with pytest.raises(SystemExit):
+        cli.study_main("table3", ["--bogus"])
+
+
+def test_every_registered_study_knows_its_points():
+    for module in specs.modules():
+        for study in getattr(module, "STUDIES", ()):
+            assert study.points(), study.name
+            assert len(study.claims) + len(study.criteria) > 0, study.name
