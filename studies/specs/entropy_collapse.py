@@ -49,9 +49,10 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from analysis import divergence_step
-from studies.report import REPO, Report, environment_line, mean_std, plt
-from studies import runner as _study
 from studies import points as sweep_lib
+from studies import runner as _study
+from studies.regenerate import regenerate
+from studies.report import REPO, Report, environment_line, mean_std, plt
 
 CONFIG = "configs/repro_entropy_collapse.py"
 LEARNED = 0.9  # held-out accuracy below which a run failed to learn
@@ -384,6 +385,8 @@ def what_the_data_say(rows, lrs, verdict_rows, missing) -> str:
     return "\n\n".join(paras)
 
 
-def generate() -> list[str]:
-    """The registry's entry: the committed report regenerated from its records (no training)."""
-    return [run(["--report_only"])]
+def generate(into: Optional[str] = None) -> list[str]:
+    """The registry's entry: the committed report regenerated from its records (no training; under ``into`` when
+    given)."""
+    return [regenerate(os.path.join(REPO, "docs", "results", "entropy_collapse"), ("points", "attempt_1head"),
+                       lambda out: run(["--report_only", f"--out={out}"]), into)]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Optional
 
 import numpy as np
 
 from studies import seedwise
+from studies.regenerate import regenerate
 from studies.claims import NO_EFFECT
 from studies.inprocess import load, with_overrides
 from studies.report import REPO, Report, environment_line, fmt, mean_std, plt, read_csv, write_csv
@@ -60,6 +62,7 @@ PAPERS = """- Jain & Wallace, *Attention is not Explanation*, NAACL 2019 (arXiv:
 - Wiegreffe & Pinter, *Attention is not not Explanation*, EMNLP 2019 (arXiv:1908.04626): a uniform-weights
   baseline reveals cases where learned attention gives no significant improvement over uniform weights.
 The papers' per-dataset tables were not retrieved, so the comparison is with these qualitative results."""
+RECORDS = ("run.json", "per_example.csv", "accuracy.csv")
 FIELDS = ["seed", "example", "tokens", "correct", "max_alpha", "tau_grad", "tau_loo", "perm_median_tvd", "adv_jsd"]
 
 
@@ -234,9 +237,9 @@ def _summary_text(verdicts, summary, learned, uniform, run) -> str:
     return "\n".join(lines)
 
 
-def generate() -> list[str]:
-    """The registry's entry: the committed report regenerated from its records."""
-    return [report(OUT)]
+def generate(into: Optional[str] = None) -> list[str]:
+    """The registry's entry: the committed report regenerated from its records (under ``into`` when given)."""
+    return [regenerate(OUT, RECORDS, report, into)]
 
 
 def summary() -> list:

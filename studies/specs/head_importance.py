@@ -25,6 +25,7 @@ from analysis import (GROUPS, POSITIONAL, SELF_GROUPS, KeepModel, Probe, head_li
                       within_layer_spearman)
 from analysis import positional_fraction as _positional_fraction
 from studies import seedwise
+from studies.regenerate import regenerate
 from studies.inprocess import load, with_overrides
 from engine.evaluation import write_hypotheses
 from studies.report import PROCESS_COMMIT, REPO, Report, markdown_table, mean_std, plt, write_csv
@@ -691,9 +692,9 @@ if __name__ == "__main__":
 REPORTS = (OUT, os.path.join(OUT, "replication"))  # the committed reports: seeds 0-2, and the replication 3-5
 
 
-def generate() -> list[str]:
-    """The registry's entry: the committed reports regenerated from their records."""
-    return [report_from_records(out) for out in REPORTS]
+def generate(into: Optional[str] = None) -> list[str]:
+    """The registry's entry: the committed reports regenerated from their records (under ``into`` when given)."""
+    return [regenerate(out, (RUN, "decoded"), report_from_records, into) for out in REPORTS]
 
 
 def summary() -> list:

@@ -21,6 +21,7 @@ import numpy as np
 from analysis import (HeadScores, ablation_heads, half_final_step, head_label, head_mask, icl_score,
                       phase_change_step, top_heads, transition)
 from studies import seedwise
+from studies.regenerate import regenerate
 from studies.inprocess import config_path, history, load, points, with_overrides
 from studies.report import REPO, Report, environment_line, mean_std, plt, read_csv, write_csv
 
@@ -52,6 +53,7 @@ CLAIMS = [
        "share of the ICL drop lost with all layer-1 heads masked", "olsson", OLD, threshold=MOST,
        side=seedwise.ABOVE),
 ]
+RECORDS = ("run.json", "summary.csv", "scores.csv", "ablation.csv", "curves.csv")
 SUMMARY = ["attention layers", "seed", "parameters", "ICL score (start)", "ICL score (end)", "phase change at step",
            "10%→90% of the fall (steps)", "loss late (end)", "loss early (end)", "accuracy on repeats (end)", "seconds"]
 
@@ -510,9 +512,9 @@ def olsson_paragraph(runs: dict, seeds: Sequence[int], every: int) -> str:
         "natural-language text, so the ICL score here measures copying alone.")
 
 
-def generate() -> list[str]:
-    """The registry's entry: the committed report regenerated from its records."""
-    return [report(OUT)]
+def generate(into: Optional[str] = None) -> list[str]:
+    """The registry's entry: the committed report regenerated from its records (under ``into`` when given)."""
+    return [regenerate(OUT, RECORDS, report, into)]
 
 
 def summary() -> list:

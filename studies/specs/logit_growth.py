@@ -45,9 +45,10 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from analysis import degradation_lr, lr_sensitivity
-from studies.report import REPO, Report, environment_line, mean_std, plt
-from studies import stats as _stats
 from studies import runner as _study
+from studies import stats as _stats
+from studies.regenerate import regenerate
+from studies.report import REPO, Report, environment_line, mean_std, plt
 
 CONFIG = "configs/repro_logit_growth.py"
 LEARNED = 0.9  # held-out accuracy at which a sweep's best run has learned MQAR
@@ -341,6 +342,8 @@ def what_the_data_say(rows, sweeps, widths, lrs, verdicts, missing, init_loss) -
     return "\n\n".join(paras)
 
 
-def generate() -> list[str]:
-    """The registry's entry: the committed report regenerated from its records (no training)."""
-    return [run(["--report_only"])]
+def generate(into: Optional[str] = None) -> list[str]:
+    """The registry's entry: the committed report regenerated from its records (no training; under ``into`` when
+    given)."""
+    return [regenerate(os.path.join(REPO, "docs", "results", "logit_growth"), ("points", "attempt_1head"),
+                       lambda out: run(["--report_only", f"--out={out}"]), into)]

@@ -39,15 +39,17 @@ Pass criteria (fixed before the sweep ran):
 """
 from __future__ import annotations
 
+import csv
 import math
 import os
 from typing import Optional, Sequence
 
 from analysis import SCALES, first_step_at_most, init_statistics, scale_name, scale_value
-from studies.report import REPO, Report, environment_line, mean_std, plt
-from studies import stats as _stats
-from studies import runner as _study
 from studies import points as sweep_lib
+from studies import runner as _study
+from studies import stats as _stats
+from studies.regenerate import regenerate
+from studies.report import REPO, Report, environment_line, mean_std, plt
 
 CONFIG = "configs/repro_scale.py"
 LEARNED = 0.9  # held-out accuracy at which a run has learned MQAR
@@ -55,13 +57,24 @@ LEARNED_LOSS = 0.1  # mean training loss of a 100-step bin at which a run has le
 MIN_SEEDS = 3  # seeds of the baseline a comparison needs
 
 
+INIT_FIELDS = ("logit_std", "max_weight", "entropy", "keys_with_grad", "effective_keys", "q_grad_rms")
+
+
+def init_rows(out: str, d_ks: Sequence[int], num_queries: int, num_keys: int, seed: int) -> list[dict]:
+    """The initialization statistics per d_k and scale: read from ``<out>/init.csv`` when it is there (a record:
+    the last digits depend on the XLA build and flags), else computed with ``analysis.init_statistics``."""
+    path = os.path.join(out, "init.csv")
+    if os.path.isfile(path):
+        with open(path) as f:
+            rows = list(csv.reader(f))[1:]
+        return [{"d_k": int(r[0]), "scale": r[1], **{k: float(v) for k, v in zip(INIT_FIELDS, r[2:])}} for r in rows]
+    return [{"d_k": d_k, "scale": name, **init_statistics(d_k, scale_value(name, d_k), num_queries=num_queries,
+                                                          num_keys=num_keys, num_heads=4, seed=seed)}
+            for d_k in d_ks for name in SCALES]
+
+
 def run_init(report: Report, d_ks: Sequence[int], num_queries: int, num_keys: int, seed: int) -> list[dict]:
-    rows = []
-    for d_k in d_ks:
-        for name in SCALES:
-            s = init_statistics(d_k, scale_value(name, d_k), num_queries=num_queries, num_keys=num_keys,
-                                num_heads=4, seed=seed)
-            rows.append({"d_k": d_k, "scale": name, **s})
+    rows = init_rows(report.out_dir, d_ks, num_queries, num_keys, seed)
     report.section("At initialization")
     report.text(
         f"Random unit-variance q, k, v (what LeCun-initialized projections of LayerNorm'd inputs give), "
@@ -338,6 +351,8 @@ def what_the_data_say(init_rows, by_scale, verdict, reason, missing, d_k, num_ke
     return "\n\n".join(paras)
 
 
-def generate() -> list[str]:
-    """The registry's entry: the committed report regenerated from its records (no training)."""
-    return [run(["--report_only"])]
+def generate(into: Optional[str] = None) -> list[str]:
+    """The registry's entry: the committed report regenerated from its records (no training; under ``into`` when
+    given)."""
+    return [regenerate(os.path.join(REPO, "docs", "results", "scale"), ("points", "attempt_1head", "init.csv"),
+                       lambda out: run(["--report_only", f"--out={out}"]), into)]
