@@ -42,6 +42,7 @@ Definitions and pass criteria (fixed before the sweep ran):
 """
 from __future__ import annotations
 
+import csv
 import math
 import os
 from typing import Any, Callable, Optional, Sequence
@@ -54,6 +55,7 @@ from studies import runner as _study
 from studies.regenerate import regenerate
 from studies.report import REPO, Report, environment_line, mean_std, plt
 
+TITLE = "Entropy collapse and instability (Zhai et al. 2023), the health monitor, and QK-LayerNorm"
 CONFIG = "configs/repro_entropy_collapse.py"
 LEARNED = 0.9  # held-out accuracy below which a run failed to learn
 SPIKE_NATS = 0.5  # a logged loss this far above the lowest before it is a loss spike
@@ -261,7 +263,7 @@ def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
     lrs = sorted({float(p.overrides["train.learning_rate"]) for p in points})
     stable_lr, high_lrs = lrs[0], lrs[1:]
 
-    report = Report(out, "Entropy collapse and instability (Zhai et al. 2023), the health monitor, and QK-LayerNorm")
+    report = Report(out, TITLE)
     report.text(environment_line() + (" Quick mode (tiny sizes)." if quick else ""))
     m, d, t = base.model, base.data, base.train
     h, changed = _study.health_defaults(base.health, [r for _, r in recs])
@@ -390,3 +392,15 @@ def generate(into: Optional[str] = None) -> list[str]:
     given)."""
     return [regenerate(os.path.join(REPO, "docs", "results", "entropy_collapse"), ("points", "attempt_1head"),
                        lambda out: run(["--report_only", f"--out={out}"]), into)]
+
+
+def summary() -> list:
+    """The study's row of docs/results/README.md: its records and the verdicts of its generated report."""
+    from studies.specs import Summary
+
+    out = os.path.join(REPO, "docs", "results", "entropy_collapse")
+    with open(os.path.join(out, "verdicts.csv")) as f:
+        kinds = [row["verdict"] for row in csv.DictReader(f)]
+    records = len([f for f in os.listdir(os.path.join(out, "points")) if f.endswith(".json")])
+    return [Summary(os.path.relpath(out, REPO), TITLE, f"{records} points recorded; verdicts: "
+                    + ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)))]

@@ -38,6 +38,7 @@ Pass criteria (fixed before the sweep ran). A *sweep* is one (width, QK-LayerNor
 """
 from __future__ import annotations
 
+import csv
 import math
 import os
 from typing import Callable, Optional, Sequence
@@ -50,6 +51,7 @@ from studies import stats as _stats
 from studies.regenerate import regenerate
 from studies.report import REPO, Report, environment_line, mean_std, plt
 
+TITLE = "Attention logit growth, learning-rate sensitivity and width (Wortsman et al. 2023 proxies)"
 CONFIG = "configs/repro_logit_growth.py"
 LEARNED = 0.9  # held-out accuracy at which a sweep's best run has learned MQAR
 DEGRADE_NATS = 0.5  # final loss this far above the sweep's best = degraded
@@ -111,7 +113,7 @@ def write_report(out: str, points, base, *, quick: bool, command: str) -> str:
     init_loss = math.log(base.data.vocab_size)
     sweeps = _sweeps(rows, lrs)
 
-    report = Report(out, "Attention logit growth, learning-rate sensitivity and width (Wortsman et al. 2023 proxies)")
+    report = Report(out, TITLE)
     report.text(environment_line() + (" Quick mode (tiny sizes)." if quick else ""))
     m, d, t = base.model, base.data, base.train
     wall = sum(r["wall_s"] or 0.0 for r in rows)
@@ -347,3 +349,15 @@ def generate(into: Optional[str] = None) -> list[str]:
     given)."""
     return [regenerate(os.path.join(REPO, "docs", "results", "logit_growth"), ("points", "attempt_1head"),
                        lambda out: run(["--report_only", f"--out={out}"]), into)]
+
+
+def summary() -> list:
+    """The study's row of docs/results/README.md: its records and the verdicts of its generated report."""
+    from studies.specs import Summary
+
+    out = os.path.join(REPO, "docs", "results", "logit_growth")
+    with open(os.path.join(out, "verdicts.csv")) as f:
+        kinds = [row["verdict"] for row in csv.DictReader(f)]
+    records = len([f for f in os.listdir(os.path.join(out, "points")) if f.endswith(".json")])
+    return [Summary(os.path.relpath(out, REPO), TITLE, f"{records} points recorded; verdicts: "
+                    + ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)))]

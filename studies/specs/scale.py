@@ -51,6 +51,7 @@ from studies import stats as _stats
 from studies.regenerate import regenerate
 from studies.report import REPO, Report, environment_line, mean_std, plt
 
+TITLE = "Why 1/sqrt(d_k): attention logit scale at initialization and in training"
 CONFIG = "configs/repro_scale.py"
 LEARNED = 0.9  # held-out accuracy at which a run has learned MQAR
 LEARNED_LOSS = 0.1  # mean training loss of a 100-step bin at which a run has learned (steps to learn)
@@ -230,7 +231,7 @@ def run(argv: Optional[Sequence[str]] = None) -> str:
 def write_report(out: str, points: Sequence[sweep_lib.Point], base, *, quick: bool, workdir: str,
                  command: str) -> str:
     """The report: initialization measurements (recomputed) and the training comparison from the records."""
-    report = Report(out, "Why 1/sqrt(d_k): attention logit scale at initialization and in training")
+    report = Report(out, TITLE)
     report.text(environment_line() + (" Quick mode (tiny sizes)." if quick else ""))
     num_keys = 32 if quick else 128
     init_rows = run_init(report, (16, 64, 256), num_queries=16 if quick else 512, num_keys=num_keys, seed=0)
@@ -356,3 +357,15 @@ def generate(into: Optional[str] = None) -> list[str]:
     given)."""
     return [regenerate(os.path.join(REPO, "docs", "results", "scale"), ("points", "attempt_1head", "init.csv"),
                        lambda out: run(["--report_only", f"--out={out}"]), into)]
+
+
+def summary() -> list:
+    """The study's row of docs/results/README.md: its records and the verdicts of its generated report."""
+    from studies.specs import Summary
+
+    out = os.path.join(REPO, "docs", "results", "scale")
+    with open(os.path.join(out, "verdicts.csv")) as f:
+        kinds = [row["verdict"] for row in csv.DictReader(f)]
+    records = len([f for f in os.listdir(os.path.join(out, "points")) if f.endswith(".json")])
+    return [Summary(os.path.relpath(out, REPO), TITLE, f"{records} points recorded; verdicts: "
+                    + ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)))]
