@@ -69,5 +69,5 @@ def test_report_regenerates_the_committed_report(tmp_path):
     for fig in ("explanation.png", "accuracy.png"):
         assert os.path.getsize(tmp_path / fig) > 0
     (tmp_path / "run.json").unlink()
-    with pytest.raises(FileNotFoundError, match="run.json not found"):
+    with pytest.raises(ValueError, match="run.json not found"):
         explanation.report(str(tmp_path))

@@ -86,8 +86,8 @@ def test_report_regenerates_the_committed_report(tmp_path):
     assert kinds["cross-attention loses more BLEU than decoder_self when 50% of the group is pruned"] == "unresolved"
     assert kinds["confident encoder heads are the important ones within a layer (Spearman > 0.3)"] != "reproduced"
     os.remove(tmp_path / "raw" / "seed1.pkl")
-    with pytest.raises(FileNotFoundError, match="seed1.pkl not found"):
+    with pytest.raises(ValueError, match="seed1.pkl not found"):
         study.report_from_records(str(tmp_path))
     os.remove(tmp_path / "run.json")
-    with pytest.raises(FileNotFoundError, match="run.json not found"):
+    with pytest.raises(ValueError, match="run.json not found"):
         study.report_from_records(str(tmp_path))

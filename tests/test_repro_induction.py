@@ -77,7 +77,7 @@ def test_report_regenerates_the_committed_report(tmp_path):
     assert verdicts["knocking out the top induction head removes most in-context learning (2 layers)"] == \
         "contradicted"
     os.remove(tmp_path / "run.json")
-    with pytest.raises(FileNotFoundError, match="run.json not found"):
+    with pytest.raises(ValueError, match="run.json not found"):
         induction.report(str(tmp_path))
 
 

@@ -104,7 +104,7 @@ def measure(out: str, *, seeds: int, steps: int, examples: int, permutations: in
 def _records(out: str) -> tuple[dict, list[dict], list[dict]]:
     run_path = os.path.join(out, "run.json")
     if not os.path.isfile(run_path):
-        raise FileNotFoundError(f"{run_path} not found: measure the study first (scripts/repro_explanation.py)")
+        raise ValueError(f"{run_path} not found: measure the study first (scripts/repro_explanation.py)")
     with open(run_path) as f:
         run = json.load(f)
     per = read_csv(out, "per_example.csv", "scripts/repro_explanation.py")

@@ -152,7 +152,7 @@ def report_from_records(out: str = OUT) -> str:
     """The report of ``out`` regenerated from its records (``run.json`` and the measurements in its raw folder)."""
     path = os.path.join(out, RUN)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found: measure the study first (scripts/repro_head_importance.py)")
+        raise ValueError(f"{path} not found: measure the study first (scripts/repro_head_importance.py)")
     with open(path) as f:
         a = argparse.Namespace(**json.load(f))
     a.recorded_out, a.out, raw = a.out, out, os.path.join(ROOT, a.raw) if not os.path.isabs(a.raw) else a.raw
@@ -161,7 +161,7 @@ def report_from_records(out: str = OUT) -> str:
     def load_raw(name: str) -> dict:
         file = os.path.join(raw, f"{tag}{name}.pkl")
         if not os.path.isfile(file):
-            raise FileNotFoundError(f"{file} not found: the measurements of {name} are missing")
+            raise ValueError(f"{file} not found: the measurements of {name} are missing")
         with open(file, "rb") as f:
             return pickle.load(f)
 

@@ -150,7 +150,7 @@ def load_runs(out: str) -> tuple[dict, list[dict], dict]:
     returns, with ``hist``'s training curves None where the records do not have them."""
     path = os.path.join(out, "run.json")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found: measure the study first (scripts/repro_induction.py)")
+        raise ValueError(f"{path} not found: measure the study first (scripts/repro_induction.py)")
     with open(path) as f:
         run = json.load(f)
     summary, scores, ablation = (read_csv(out, n, "scripts/repro_induction.py")
