@@ -3,7 +3,7 @@
 
     python scripts/repro_heads_depth.py                 # train the points without a record, then the report
     python scripts/repro_heads_depth.py --report_only   # the report from the committed records
-    python scripts/repro_heads_depth.py --quick         # tiny models, one seed, into runs/repro/heads_vs_depth_quick (tests)
+    python scripts/repro_heads_depth.py --quick         # tiny models, one seed (for tests)
 """
 import sys
 

@@ -3,7 +3,7 @@
 
     python scripts/repro_mqar_variants.py                 # train the points without a record, then the report
     python scripts/repro_mqar_variants.py --report_only   # the report from the committed records
-    python scripts/repro_mqar_variants.py --quick         # tiny models, one seed, into runs/repro/mqar_variants_quick (tests)
+    python scripts/repro_mqar_variants.py --quick         # tiny models, one seed (for tests)
 """
 import sys
 

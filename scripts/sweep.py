@@ -25,8 +25,9 @@ Run folders are not committed. ``--records=DIR`` keeps a small record of every f
 ``DIR/<point>.json`` (``point_record``: config and overrides, commit, seed, final validation and test metrics,
 learning curve, stability statistics, per-sentence BLEU statistics of the decoded test set), the decoded
 sentences beside it (``DIR/<point>.<split>.txt``) and the attention trace the health monitor read
-(``DIR/<point>.attention.json.gz``, for ``scripts/health_calibration.py``); committed, it makes the point finished for good: a point
-whose record exists is skipped even when its run folder is gone.
+(``DIR/<point>.attention.json.gz``, for ``scripts/health_calibration.py``); committed, it makes the point finished
+for good: a point whose record exists is skipped even when its run folder is gone, and a record made with other
+settings is refused, naming the point. ``--in_process`` trains each point through ``engine.run`` in this process.
 
     python scripts/sweep.py --config=configs/table3_dk.py --records=docs/results/table3/points/B
 """

@@ -237,21 +237,24 @@ def first_start(records: Sequence[Record]) -> Optional[str]:
 
 def registered_before(reg: Registration, records: Sequence[Record]) -> Optional[bool]:
     """True when ``reg.path`` held ``reg.marker`` at ``reg.commit`` and that commit precedes the start of every
-    record; False when it does not; None when git history is not available (no checkout) or no record carries
-    its start time."""
+    record (with no record: when the commit is an ancestor of this checkout); False when it does not; None when
+    git history is not available (no checkout) or a record carries no start time."""
     when = commit_time(reg.commit)
     text = _git("show", f"{reg.commit}:{reg.path}")
     if when is None or text is None:
         return None
     if reg.marker not in text:
         return False
+    if not records:
+        return _git("merge-base", "--is-ancestor", reg.commit, "HEAD") is not None
     first = first_start(records)
     return None if first is None else when.strftime("%Y-%m-%d %H:%M:%S") < first
 
 
 def registration(claim: "Claim | Criterion", records: Sequence[Record]) -> str:
     """``pre-registered (<commit>, <time>)`` when the claim's criterion was committed before every record it
-    reads; else ``post-hoc`` with why."""
+    reads (``pre-registered (registered at <commit>, no record yet)`` before its first record); else ``post-hoc``
+    with why."""
     reg = claim.registered
     if reg is None:
         return "post-hoc (written after its records)"
@@ -261,6 +264,10 @@ def registration(claim: "Claim | Criterion", records: Sequence[Record]) -> str:
     if ok is None:
         why = "git history not available" if when is None else "its records carry no start time"
         return f"registered at {at} ({why}: pre-registration not checked)"
+    if not records:
+        return (f"pre-registered (registered at {reg.commit[:7]}, no record yet)" if ok else
+                f"post-hoc (no record yet; {reg.path} at {reg.commit[:7]} does not hold its criterion, or that "
+                "commit is not an ancestor of this checkout)")
     if ok:
         return f"pre-registered ({at})"
     stamp = when.strftime("%Y-%m-%d %H:%M:%S")

@@ -23,6 +23,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from engine import metrics as metrics_lib
+from engine import runtime
 from engine import writer as writer_lib
 from engine.config import config_name
 from studies import stats as stats_lib
@@ -471,6 +473,16 @@ SPIKE_WINDOW = 10  # logged train losses a spike is measured against (their medi
 SPIKE_NATS = 0.3  # a logged train loss this far above that median counts as a loss spike
 
 
+MACHINE_ENV = "ATTNLAB_MACHINE"  # names the machine in the records it writes (default: the host name)
+
+
+def machine(cpu: Optional[str] = None, device: Optional[str] = None) -> dict[str, Optional[str]]:
+    """The ``machine`` of a record written here: its name (``$ATTNLAB_MACHINE``, else the host name), CPU model
+    (``cpu`` as the run logged it, else this host's) and the run's device ("<platform> <kind> x<count>")."""
+    return {"name": os.environ.get(MACHINE_ENV) or platform.node() or None, "cpu": cpu or runtime.cpu_model() or None,
+            "device": device}
+
+
 def _last_logged(events: Sequence[dict], key: str) -> Any:
     """``key`` of the last event that logged it (None when none did)."""
     return next((e[key] for e in reversed(events) if e.get(key)), None)
@@ -776,6 +788,7 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
         "recorded_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "host": f"{os.uname().sysname} {os.uname().machine}, {os.cpu_count()} CPU cores",
         "device": _last_logged(starts, "device"),
+        "machine": machine(_last_logged(starts, "cpu"), _last_logged(starts, "device")),
         "matmul_precision": _last_logged(starts, "matmul_precision"),
         "cpu": _last_logged(starts, "cpu"),  # the run's CPU and libraries: runs that differ in either need not
         "software": _last_logged(starts, "software"),  # repeat each other bit for bit

@@ -126,6 +126,18 @@ class Record:
         return self.raw.get("device")
 
     @property
+    def machine(self) -> Optional[str]:
+        """The machine the record was written on, "<name> (<CPU model>; <device>)"; None in records made before
+        records named it."""
+        m = self.raw.get("machine")
+        if not m:
+            return None
+        if not isinstance(m, Mapping):
+            return str(m)
+        rest = "; ".join(str(m[k]) for k in ("cpu", "device") if m.get(k))
+        return f"{m.get('name') or 'unnamed'}" + (f" ({rest})" if rest else "")
+
+    @property
     def execution(self) -> Mapping[str, Any]:
         return _section(self.raw, "execution")
 

@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from engine.cli import UsageError
 from studies import claims as claims_lib
 from studies import points as points_lib
 from studies import stats as stats_lib
@@ -101,7 +102,9 @@ class Study:
     keep: tuple[str, ...] = ()  # committed files in the report folder that other tools write (not inputs)
     source: Optional[Callable[[str], list[tuple[Arm, Record]]]] = None  # records from a committed table instead
     # of points/*.json (studies whose points left no record), given the report folder
-
+    margins_note: str = ""  # when the claims' margins and the magnitude rule were fixed (default MARGINS_WITH_CLAIMS)
+    ready: Optional[Callable[[], Optional[str]]] = None  # the train gate: None when its points may train, else the
+    # one line that says why not (e.g. an input another study has not recorded yet); ``train`` checks it first
 
     def records_dir(self, arm: Arm, out: Optional[str] = None) -> str:
         base = out or os.path.join(REPO, self.out)
@@ -149,7 +152,12 @@ def jobs(study: Study, *, quick: bool = False, out: Optional[str] = None, workdi
 
 def train(study: Study, *, quick: bool = False, max_points: Optional[int] = None, out: Optional[str] = None,
           workdir: Optional[str] = None, train_script: Optional[str] = None) -> list[str]:
-    """Train the study's points that have no record (at most ``max_points``); the names of those that failed."""
+    """Train the study's points that have no record (at most ``max_points``); the names of those that failed.
+    Raises ``UsageError`` with the line of the study's ``ready`` gate, before anything is trained or written, when
+    the gate says its points cannot train yet (not for ``quick``: the tiny points take no committed input)."""
+    waiting = None if quick or study.ready is None else study.ready()
+    if waiting:
+        raise UsageError(waiting)
     return train_jobs(jobs(study, quick=quick, out=out, workdir=workdir), train_script, max_points=max_points,
                       in_process=study.runner == "in_process", group=study.name)
 
@@ -206,7 +214,8 @@ VERDICT_HEADERS = ["id", "claim", "family", "metric", "n a/b", "paper Δ", "marg
 
 def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     commits = sorted({r.commit for r in recs})
-    devices = collections.Counter(r.device or "device not recorded" for r in recs)
+    devices = collections.Counter(r.device or f"device not recorded, host {r.raw.get('host') or 'not recorded'}"
+                                  for r in recs)
     walls = sorted(w for w in (r.wall_minutes for r in recs) if w is not None)
     where = ("the study's committed per-run table (its points predate records)" if study.source is not None else
              "`points/`, one JSON per finished point with its decoded test sentences and attention trace beside it "
@@ -239,7 +248,7 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
                 + (f" Not recorded yet: {', '.join(f'`{m}`' for m in missing)}." if missing else "")
                 + (" " + _budget_paragraph(study, recs) if recs else ""))
     if study.claims:
-        _verdict_section(report, verdicts)
+        _verdict_section(report, study, verdicts)
     if study.criteria:
         report.section("Rules without a test statistic")
         rows = claims_lib.judge_criteria(study.criteria, {k: [r for _, r in m] for k, m in groups.items()})
@@ -277,21 +286,26 @@ def write_report(study: Study, verdicts: Sequence[claims_lib.Verdict], out: Opti
 GENERATED = "generated.txt"  # in a report folder: the files its last generation wrote
 
 
-def _verdict_section(report: Report, verdicts: Sequence[claims_lib.Verdict]) -> None:
+MARGINS_WITH_CLAIMS = ("The equivalence margins and the magnitude rule (reproduced against direction only) are part of "
+                       "each claim's criterion and share its registration.")
+POST_HOC_MARGINS = ("The equivalence margins and the magnitude rule were added on 2026-12-05 after the data, so the "
+                    "sizes (reproduced against direction only) are post-hoc readings in this study.")
+
+
+def _verdict_section(report: Report, study: Study, verdicts: Sequence[claims_lib.Verdict]) -> None:
     report.section("Verdicts")
     metrics = ", ".join(dict.fromkeys(METRICS.get(v.claim.metric, v.claim.metric) for v in verdicts))
     report.text(
         f"Each claim is a contrast of one metric ({metrics}; NLL in nats per target token) between two groups of "
         "points, mean(a) - mean(b) with Welch's 95% interval over seeds (with 3 to 6 seeds a side the seed "
-        "bootstrap is too coarse to show). Verdicts: **reproduced** (excludes 0 with the paper's sign and reaches the paper's "
+        "bootstrap is too coarse to show). Verdicts: **reproduced** (excludes 0 with the paper's sign and reaches the "
+        "paper's "
         "value within the margin), **direction only** (the paper's sign, another size: the ratio to the paper's "
         "value with its interval), **no effect** (inside +- margin), **contradicted** (the other sign, or an "
         "effect where the paper has none), **differs from 0** (no paper value), **unresolved**. \"Excludes 0\" "
         f"is p < {claims_lib.ALPHA} after Holm's correction within the claim's family; the uncorrected verdict is "
         "beside it. Registration: a claim is pre-registered when the commit that first held its criterion "
-        "precedes the start of every record it reads (git history); the equivalence margins and the magnitude "
-        "rule were added on 2026-12-05 after the data, so the sizes (reproduced against direction only) are "
-        "post-hoc readings everywhere.")
+        "precedes the start of every record it reads (git history). " + (study.margins_note or MARGINS_WITH_CLAIMS))
     report.table(VERDICT_HEADERS, verdict_rows(verdicts), csv_name="verdicts.csv")
     changed = [v for v in verdicts if v.changed]
     report.text("Changed by the correction: " + ("; ".join(f"{v.claim.id} ({v.kind_raw} -> {v.kind})"
@@ -427,7 +441,9 @@ def _curves_figure(report: Report, groups) -> None:
     ax_v.set_title("validation NLL", fontsize=9)
     for ax in (ax_t, ax_v):
         ax.set_xlabel("step")
-    ax_v.legend(fontsize=6, ncol=2)
+    for ax in (ax_t, ax_v):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, ncol=2)
     report.section("Learning curves")
     report.figure(fig, "learning_curves", "One line per setting, the seeds aggregated.")
 

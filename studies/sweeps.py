@@ -1,4 +1,5 @@
-"""The command line of ``scripts/sweep.py`` (``main``) and the report of a sweep's run folders: one table of every point's final metrics and
+"""The command line of ``scripts/sweep.py`` (``main``) and the report of a sweep's run folders: one table of every
+point's final metrics and
 figures that fit the task's metrics, one line per varied setting with the seeds aggregated (mean, with the
 seeds' range as a band), and the attention entropy per layer and head.
 """
@@ -137,7 +138,8 @@ def _plot_entropy(report: Report, summaries, groups: Sequence[str]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``scripts/sweep.py``: train the sweep's points (or list them, or write a W&B sweep file), then aggregate;
     0 when every selected point finished."""
-    parser = argparse.ArgumentParser(description="Run a sweep defined beside its config, then aggregate it into one table and plots.",
+    parser = argparse.ArgumentParser(description="Run a sweep defined beside its config, then aggregate it into one "
+                                     "table and plots.",
                                      epilog="See scripts/sweep.py and docs/studies.md.")
     parser.add_argument("--config", required=True, help="config file with sweep(), optionally ':<arg>'")
     parser.add_argument("--workdir", default=None, help="sweep folder (default runs/sweeps/<sweep name>)")

@@ -3,7 +3,6 @@ import csv
 import io
 import json
 import os
-import sys
 import tarfile
 
 import pytest

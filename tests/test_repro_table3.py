@@ -9,7 +9,6 @@ the corpus (``studies.points.split_references`` is patched), so nothing here tra
 import json
 import math
 import os
-import re
 import shutil
 import textwrap
 

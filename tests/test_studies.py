@@ -73,8 +73,10 @@ def test_a_tiny_study_trains_once_records_and_reports(tmp_path, monkeypatch, cap
         study_lib.train(changed, out=out, workdir=runs, train_script=FAKE_TRAIN)
 
 
-def test_a_tiny_study_trains_in_process_through_the_engine(tmp_path):
-    """The real engine, in-process: configs/mqar_grid.py's --quick points (1-layer d_model 16, 5 steps)."""
+def test_a_tiny_study_trains_in_process_through_the_engine(tmp_path, monkeypatch):
+    """The real engine, in-process: configs/mqar_grid.py's --quick points (1-layer d_model 16, 5 steps); each
+    record names the machine ($ATTNLAB_MACHINE), its CPU model and the device the run logged."""
+    monkeypatch.setenv(points.MACHINE_ENV, "lab-a")
     study = Study(name="mqar_tiny", title="MQAR, tiny", out=str(tmp_path / "out"), protocol="Protocol: tiny.",
                   arms=(Arm("", "configs/mqar_grid.py", "seeds=1"),), runner="in_process",
                   setting=lambda arm, r: f"h={r.override('model.num_heads')}", claims=(), metrics=("accuracy",))
@@ -82,6 +84,9 @@ def test_a_tiny_study_trains_in_process_through_the_engine(tmp_path):
     recs = records_in(str(tmp_path / "out" / "points"))
     assert sorted(recs) == ["num_heads_1", "num_heads_2"]
     assert all(0.0 <= r.valid_accuracy <= 1.0 and r.steps == 5 and r.settings_sha for r in recs.values())
+    m = recs["num_heads_1"].raw["machine"]
+    assert m["name"] == "lab-a" and m["device"].startswith("cpu ") and m["device"] == recs["num_heads_1"].device
+    assert recs["num_heads_1"].machine == "lab-a (" + "; ".join(x for x in (m["cpu"], m["device"]) if x) + ")"
     readme = study_lib.write_report(study, [], out=str(tmp_path / "out"), quick=True)
     assert "Points recorded: 2 of 2." in open(readme).read()
 

@@ -72,3 +72,26 @@ def dataclass_without_registration(claim):
     import dataclasses
 
     return dataclasses.replace(claim, registered=None)
+
+
+def test_a_claim_without_records_reads_pre_registered_when_its_commit_is_an_ancestor_holding_its_marker():
+    head = _git("rev-parse", "HEAD").stdout.strip()
+    claim = Claim("c", "t", ("a",), ("b",), "f", Conditions(lr="x"),
+                  registered=Registration(head, "studies/claims.py", "def registration"))
+    assert registration(claim, []) == f"pre-registered (registered at {head[:7]}, no record yet)"
+    assert evaluate([claim], {"a": [], "b": []})[0].registration == registration(claim, [])
+    missing = dataclass_with_marker(claim, "a marker no file holds")
+    assert registration(missing, []).startswith("post-hoc (no record yet")
+    # a commit that is not an ancestor of HEAD (a dangling commit made here) is no registration of this checkout
+    tree = _git("rev-parse", "HEAD^{tree}").stdout.strip()
+    dangling = _git("commit-tree", tree, "-m", "not an ancestor").stdout.strip()
+    if dangling:
+        other = Claim("c", "t", ("a",), ("b",), "f", Conditions(lr="x"),
+                      registered=Registration(dangling, "studies/claims.py", "def registration"))
+        assert registration(other, []).startswith("post-hoc (no record yet")
+
+
+def dataclass_with_marker(claim, marker):
+    import dataclasses
+
+    return dataclasses.replace(claim, registered=dataclasses.replace(claim.registered, marker=marker))

@@ -80,7 +80,8 @@ def test_runs_aggregates_and_skips_finished_points(setup):
 
     assert _run(cfg, train, workdir, "--set=train.num_steps=3") == 0  # rerun: both done, nothing trained again
     assert len(calls.read_text().split()) == 2
-    with pytest.raises(ValueError, match=r"num_heads_1 .*trained with other settings .*'train.num_steps': '3'.* but this study asks"):
+    with pytest.raises(ValueError, match=r"num_heads_1 .*trained with other settings .*'train.num_steps': '3'.* "
+                                         r"but this study asks"):
         _run(cfg, train, workdir)  # other settings in the same folder: refused, the finished point is kept
     assert len(calls.read_text().split()) == 2
     full = os.path.join(REPO, "configs/translation.py:heads=4")
@@ -125,7 +126,8 @@ def test_records_keep_finished_points_without_their_run_folders(setup, tmp_path)
     shutil.rmtree(workdir)
     assert _run(cfg, train, workdir, f"--records={records}", "--set=train.num_steps=3") == 0
     assert len(calls.read_text().split()) == 2
-    with pytest.raises(ValueError, match=r"sweep point num_heads_1 \(record .*num_heads_1.json\) was trained with other settings .*"
+    with pytest.raises(ValueError, match=r"sweep point num_heads_1 \(record .*num_heads_1.json\) was trained with other "
+                                         r"settings .*"
                        r"'train.num_steps': '3'.* move that record away"):
         _run(cfg, train, workdir, f"--records={records}", "--set=train.num_steps=4")
     assert len(calls.read_text().split()) == 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from studies.claims import Claim, Conditions, Registration
 from studies.records import Record
-from studies.study import Arm, Section, Study
+from studies.study import POST_HOC_MARGINS, Arm, Section, Study
 
 SCRIPT = "scripts/repro_heads_depth.py"
 MATCH = Registration("0e3fedc", SCRIPT, "matches the multi-head one")  # criteria 1-3, 2026-12-02
@@ -135,5 +135,6 @@ STUDY = Study(
     inputs=(("Post-LN pilots (300 steps, seed 0)", "pilot_post_ln.csv"),
             ("Post-LN long-warmup pilots (seed 0)", "pilot_post_ln_warmup.csv"),
             ("Admin pilots (300 steps, seed 0)", "pilot_admin.csv")),
+    margins_note=POST_HOC_MARGINS,
 )
 STUDIES = (STUDY,)

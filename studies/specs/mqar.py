@@ -10,7 +10,7 @@ import os
 
 from studies.claims import Claim, Conditions, Criterion, Registration
 from studies.records import Record, records_in
-from studies.study import Arm, Plot, Study
+from studies.study import POST_HOC_MARGINS, Arm, Plot, Study
 
 SCRIPT = "scripts/repro_mqar.py"
 RULES = Registration("35c0da9", SCRIPT, "more heads learn faster")  # both criteria, 2026-12-01
@@ -74,6 +74,7 @@ STUDY = Study(
     criteria=(Criterion("solves", "attention solves MQAR at every (heads, d_k) cell (Zoology)", every_cell, COND,
                         RULES),),
     keep=("grid.csv",),  # the committed runs (see source)
+    margins_note=POST_HOC_MARGINS,
     plots=(Plot("accuracy_grid", "accuracy", "model.qk_dim", "model.num_heads"),
            Plot("steps_to_learn", "steps_to_learn", "model.qk_dim", "model.num_heads")),
 )

@@ -8,7 +8,7 @@ import re
 
 from studies.claims import Claim, Conditions, Criterion, Registration
 from studies.records import Record
-from studies.study import Arm, Plot, Study
+from studies.study import POST_HOC_MARGINS, Arm, Plot, Study
 
 SCRIPT = "scripts/repro_mqar_variants.py"
 RULES = Registration("88e9f49", SCRIPT, "solves MQAR at every width")  # 2026-12-01, before the sweep
@@ -17,7 +17,7 @@ COND = Conditions(lr="one per width from softmax pilots (0.01 at d_model 32 and 
                   "the best of a sweep per point)",
                   differences=("1 head, 2 layers, 3,000 steps of 256 answers (Zoology: larger models and a "
                                "learning-rate sweep per point)",))
-PROBE = ("attention_kind_linear-mqar_num_kv_pairs_4-d_model_128", "attention_kind_linear-mqar_num_kv_pairs_8-d_model_128")
+PROBE = tuple(f"attention_kind_linear-mqar_num_kv_pairs_{n}-d_model_128" for n in (4, 8))  # the probed cells
 
 
 def setting(arm: str, rec: Record) -> str:
@@ -89,5 +89,6 @@ STUDY = Study(
     inputs=(("Time and memory per step (measured by the study's benchmark)", "timing.csv"),
             ("Softmax pilots that sized the grid", "pilot.csv"), ("Pilot cost", "pilot_cost.csv")),
     keep=("timing.md",),  # scripts/bench_variants.py's table
+    margins_note=POST_HOC_MARGINS,
 )
 STUDIES = (STUDY,)

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from studies.claims import Claim, Conditions, Registration
 from studies.records import Record
-from studies.study import Arm, Study
+from studies import stats
+from studies.records import values
+from studies.study import POST_HOC_MARGINS, Arm, Section, Study
 
 SCRIPT = "scripts/repro_table3.py"
 MAIN = Registration("a2e6db3", SCRIPT, "math.log(5.29 / 4.92)")  # PAPER and verdict(), 2026-12-01
@@ -46,6 +50,20 @@ def setting(arm: str, rec: Record) -> str:
     h, dk, dv = (rec.override(f"model.{k}") for k in ("num_heads", "qk_dim", "v_dim"))
     return {"A": f"h={h} (d_k={dk})", "B": f"h=8, d_k={dk} (B)", "AA": "h=8 A/A seeds",
             "A1": "h=1 more seeds", "A1dk": f"h=1, d_k={dk}, d_v={dv}"}[arm]
+
+
+def spread(groups) -> Section:
+    """Each setting's seed spread of validation NLL against the base's (h = 8): the F test of equal variances, a
+    guide only with 3 seeds (it assumes normal values)."""
+    base = next((label for label in groups if label.startswith("h=8 (")), None)
+    rows = []
+    for label, members in groups.items():
+        nll = values([r for _, r in members], "nll")
+        ratio, p = stats.variance_ratio(nll, values([r for _, r in groups[base]], "nll")) if base else (None, None)
+        rows.append([label, len(nll), float(np.std(nll, ddof=1)) if len(nll) > 1 else None, ratio, p])
+    return Section("Seed spread against the base", "Standard deviation of validation NLL over seeds, and its variance "
+                   "against the base's (h = 8) with the two-sided F test's p: with 3 seeds a side, a guide only.",
+                   ["setting", "seeds", "std NLL", "variance / base's", "F test p"], rows, "spread.csv")
 
 
 def width(d_model: int, name: str, title: str, command: str = "", inputs=()) -> Study:
@@ -95,7 +113,7 @@ def width(d_model: int, name: str, title: str, command: str = "", inputs=()) -> 
                        Arm("A1", "configs/table3_heads.py", arg + ",more_h1", 2),
                        Arm("A1dk", "configs/table3_heads.py", arg + ",h1_base_dk", 3)),
                  claims=claims, metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=command, inputs=inputs,
-                 quick=quick)
+                 quick=quick, sections=(spread,), margins_note=POST_HOC_MARGINS)
 
 
 def quick(arm: Arm, point) -> bool:

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The single-head follow-up (issue 49; docs/results/single_head/), as one queue at the lowest priority:
+#   1. the learning-rate arm (studies/specs/single_head_lr.py: 6 rows x 3 rates, 2,400 steps, one seed; about 4.5
+#      hours, from the wall times of the committed Table 3 and heads-vs-depth records), rerun until it trains
+#      nothing: a row whose chosen rate sits at the grid's edge gets one more rate beyond it on the next pass (at
+#      most 2 a side), so the passes after the first train only those;
+#   2. the long arms (studies/specs/single_head.py: 42 points of 7,200 steps; about 38 hours), which refuse to
+#      start, in one line, until every row has its rate.
+# Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/single_head*/points/
+# (commit those: a point with a record is never trained again, even in a fresh checkout), an interrupted point
+# resumes from its checkpoints in runs/repro/, and the reports are rebuilt from the records after each study.
+# The replicate arm (points/replicate, the last 3 points) is the same points as h8-s0 re-run: let a session on
+# another machine train it (its claim reads a re-run on the first run's machine as "same machine again").
+# A second copy started while one runs exits at once (lock: runs/repro/single_head.lock).
+# Log: runs/repro/single_head.log.   PYTHON=/path/to/python scripts/single_head.sh to pick the interpreter.
+set -u
+cd "$(dirname "$0")/.."
+mkdir -p runs/repro
+exec 9>runs/repro/single_head.lock
+if ! flock -n 9; then
+  echo "scripts/single_head.sh is already running (runs/repro/single_head.lock); not starting a second queue" >&2
+  exit 1
+fi
+PY="${PYTHON:-python}"
+# With the kernel's autogroup scheduler a process's nice value only counts inside its own session (see ablations.sh).
+[ -w /proc/self/autogroup ] && echo 19 > /proc/self/autogroup 2>/dev/null
+{
+  date -u +"%F %T start (commit $(git rev-parse --short HEAD 2>/dev/null))"
+  for pass in 1 2 3 4 5; do  # the grid, then at most 2 extensions a side (each pass re-reads the records)
+    nice -n 19 "$PY" -m studies train single_head_lr
+    date -u +"%F %T single_head_lr pass $pass ended ($?)"
+  done
+  nice -n 19 "$PY" -m studies train single_head
+  date -u +"%F %T single_head ended ($?)"
+} >> runs/repro/single_head.log 2>&1

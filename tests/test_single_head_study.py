@@ -1,0 +1,230 @@
+"""The single-head follow-up's specs (issue 49): they register, every arm's config builds (quick and full size),
+the learning-rate rule picks as written (ties, divergence, the edge extension and its cap) on synthetic records,
+the long arms refuse to start without their rates, and the reports generate with no records and with some."""
+import dataclasses
+import math
+import os
+import re
+
+import pytest
+
+from engine import cli
+from engine.cli import UsageError
+from studies import claims as claims_lib
+from studies import cli as studies_cli
+from studies import points as points_lib
+from studies import specs
+from studies import study as study_lib
+from studies.specs import single_head as sh
+from studies.specs import single_head_lr as lr
+
+CONFIG = os.path.join(points_lib.REPO, lr.CONFIG)
+
+
+def test_the_specs_register_with_their_claims_and_families():
+    assert specs.study("single_head") is sh.STUDY and specs.study("single_head_lr") is lr.STUDY
+    assert {c.family for c in sh.CLAIMS} == {sh.LONG, sh.PAPER_RECIPE, sh.HEADS_DEPTH, sh.NOISE}
+    labels = {spec[5] for spec in sh.ARMS.values()}
+    for c in sh.CLAIMS:  # every group a claim reads is the label of some arm (no typo leaves a claim empty)
+        assert set(c.a + c.b) <= labels, c.id
+    assert set(sh.KEY) <= {c.id for c in sh.CLAIMS}
+    assert dict((c.id, c.paper) for c in sh.CLAIMS)["L h1x6"] == pytest.approx(math.log(5.29 / 4.92))
+    # 6 rows x the 3-rate grid before any record; the long arms' 42 points, each with a lr argument
+    assert len(lr.STUDY.points()) == 18 and len(sh.STUDY.points()) == 42
+    assert all(re.search(r",lr=[0-9.e-]+,", a.arg) for a in sh.STUDY.arms)
+
+
+def _config(spec: str):
+    path, arg = points_lib.split_config_spec(spec)
+    return points_lib.load_config_module(path).get_config(arg)
+
+
+@pytest.mark.parametrize("study", [lr.STUDY, sh.STUDY], ids=lambda s: s.name)
+def test_every_arm_builds_its_config_quick_and_full_size(study):
+    for arm in study.arms:
+        row = re.search(r"row=(\w+)", arm.arg).group(1)
+        points = points_lib.sweep_points(study.spec(arm, quick=True))
+        assert len(points) == 1
+        quick = _config(study.spec(arm, quick=True))
+        assert quick.model.d_model == 64 and quick.train.num_steps <= 20  # the tiny model
+        full = _config(f"{CONFIG}:{re.sub(r'lr=[^,]*', 'lr=0.003', arm.arg)}")
+        m, t = full.model, full.train
+        assert (m.d_model, t.eval_every, t.on_non_finite, m.qk_layernorm) == (128, 600, "stop", False)
+        assert t.num_steps == (2400 if study is lr.STUDY else 7200)
+        if row in ("h1_L6", "h1_L24"):
+            k = {"h1_L6": 2, "h1_L24": 8}[row]
+            assert (m.num_heads, m.num_encoder_layers, m.qk_dim, m.d_ff) == (1, 3 * k, 128 // k, 512 // k)
+        else:
+            assert (m.num_heads, m.qk_dim, m.v_dim) == {"h1": (1, 128, 128), "h2": (2, 64, 64), "h8": (8, 16, 16),
+                                                        "h32": (32, 4, 4), "dk4": (8, 4, 16)}[row]
+        if arm.arg.endswith(",recipe"):  # post-LN, dropout 0.1, 800 warmup steps, the pre-LN schedule's tail
+            assert (m.norm, m.dropout_rate, t.warmup_steps) == ("post", 0.1, 800)
+            assert t.learning_rate == pytest.approx(0.003 * math.sqrt(100 / 800))
+        else:
+            assert (m.norm, m.dropout_rate, t.warmup_steps, t.learning_rate) == ("pre", 0.0, 100, 0.003)
+
+
+def test_the_long_arms_refuse_to_start_without_their_rates(tmp_path, monkeypatch, capsys):
+    """The study's ready gate refuses before anything trains or is written: study.train raises the line, and
+    ``python -m studies train single_head`` prints it as one ERROR line and exits 1."""
+    line = "single_head: the learning-rate arm has not chosen the rate of ['h1'] yet"
+    pending = dataclasses.replace(sh.STUDY, ready=lambda: line)
+    fake = tmp_path / "train.py"
+    fake.write_text("raise SystemExit('the gate let a point through')\n")
+    where = dict(out=str(tmp_path / "out"), workdir=str(tmp_path / "runs"), train_script=str(fake))
+    with pytest.raises(UsageError, match=re.escape(line)):
+        study_lib.train(pending, **where)
+    monkeypatch.setattr(specs, "study", lambda name: pending)
+    with pytest.raises(SystemExit) as exited:
+        cli.script(studies_cli.main, ["train", "single_head"] + [f"--{k}={v}" for k, v in where.items()])
+    assert exited.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"ERROR {line}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]  # no run folder, no record, no report
+    assert study_lib.train(pending, quick=True, max_points=0, **where) == []  # the tiny points need no rates
+    assert sh.STUDY.ready is sh.waiting
+    assert (sh.waiting() is None) == all(c.rate is not None for c in sh.CHOICES.values())
+    if sh.waiting():
+        assert sh.waiting().startswith("single_head: the learning-rate arm has not chosen the rate of")
+
+
+def _record(path, seed, nll, steps=2400, curve=None, **extra):
+    steps_v = sorted(curve or {steps: nll})
+    points_lib.write_record(str(path), {
+        "schema": 1, "point": os.path.basename(str(path))[:-5], "seed": seed, "steps": steps, "batches_per_epoch": 950,
+        "params": 1000, "commit": "abc", "first_logged_utc": "2030-01-01 00:00:00", "device": "cpu cpu x1",
+        "validation": {"nll": nll}, "curve": {"step": steps_v, "train_loss": [3.0] * len(steps_v),
+                                              "valid_step": steps_v, "valid_nll": [(curve or {steps: nll})[s]
+                                                                                    for s in steps_v]}, **extra})
+
+
+def _lr_records(out, row, nll_by_rate):
+    for rate, nll in nll_by_rate.items():
+        _record(out / lr.folder(row, rate) / "default.json", lr.LR_SEED, nll)  # one point a sweep: "default"
+
+
+def test_the_lr_rule_picks_by_nll_with_ties_divergence_and_the_edge_extension(tmp_path):
+    lo, mid, hi = lr.GRID
+    assert lr.choose({lo: 3.0, mid: 2.9, hi: 2.95}) == mid
+    assert lr.choose({lo: 2.895, mid: 2.90, hi: 3.0}) == mid  # within TIE of the best: the shared rate stays
+    assert lr.choose({lo: 2.80, mid: 2.90, hi: 2.80}) == lo  # tied and as far from 3e-3: the smaller
+    assert lr.choose({lo: 2.9, mid: None, hi: float("nan")}) == lo  # diverged counts as the worst
+    out = tmp_path / "lr"
+    _lr_records(out, "h1", {lo: 2.95, mid: 2.90})
+    assert lr.choices(str(out))["h1"] == lr.Choice(None, "pending", lr.GRID)  # a grid rate without a record
+    _lr_records(out, "h1", {hi: 2.93})
+    assert lr.choices(str(out))["h1"] == lr.Choice(mid, "chosen", lr.GRID)
+    # the lowest rate wins: the grid extends below it, and the rule reads the whole grid again
+    _lr_records(out, "h2", {lo: 2.80, mid: 2.90, hi: 3.00})
+    assert lr.choices(str(out))["h2"] == lr.Choice(None, "pending", (mid / 4, lo, mid, hi))
+    _lr_records(out, "h2", {mid / 4: 2.86})
+    assert lr.choices(str(out))["h2"] == lr.Choice(lo, "chosen", (mid / 4, lo, mid, hi))
+    # upward, twice, then the cap: the edge rate is used and marked
+    _lr_records(out, "h32", {lo: 3.0, mid: 2.9, hi: 2.8, 2 * hi: 2.7, 4 * hi: 2.6})
+    assert lr.choices(str(out))["h32"] == lr.Choice(4 * hi, "edge", (lo, mid, hi, 2 * hi, 4 * hi))
+    # every rate diverges: lower rates until the cap, then the row has no rate
+    _lr_records(out, "dk4", {r: None for r in (mid / 8, mid / 4, lo, mid, hi)})
+    assert lr.choices(str(out))["dk4"] == lr.Choice(None, "failed", (mid / 8, mid / 4, lo, mid, hi))
+    # the lr study's arms follow the records: the extension rate is an arm of its own, trained after the grid
+    assert lr.arm("h2", mid / 4).order == 1 and lr.arm("h2", mid).order == 0
+    assert lr.arm("h2", mid / 4).records == "points/h2/lr_0.00075"
+
+
+def test_the_reading_rule():
+    u, c, r, n = claims_lib.UNRESOLVED, claims_lib.CONTRADICTED, claims_lib.REPRODUCED, claims_lib.NO_EFFECT
+    assert sh.answer({}).startswith("Not answered yet")
+    assert sh.answer({"L h1x6": c, "R h1": c}).startswith("Yes: one head beats eight")
+    assert sh.answer({"L h1x6": c, "R h1": n}).startswith("Partly: one head beats eight with per-row rates")
+    assert sh.answer({"L h1x6": r, "R h1": n}).startswith("No: ")
+    assert sh.answer({"L h1x6": claims_lib.DIFFERS, "R h1": n}).startswith("Undecided")
+    assert "Caveat" in sh.answer({"L h1x6": c, "R h1": c, "AA 9-11 vs 6-8": c})
+
+
+@pytest.mark.parametrize("study", [lr.STUDY, sh.STUDY], ids=lambda s: s.name)
+def test_the_reports_generate_without_records(tmp_path, study):
+    (verdicts,) = study_lib.evaluate([study], {study.name: str(tmp_path)}).values()
+    assert all(v.kind == claims_lib.UNRESOLVED for v in verdicts)
+    text = open(study_lib.write_report(study, verdicts, out=str(tmp_path))).read()
+    assert f"Points recorded: 0 of {len(study.points())}" in text
+    if study.claims:  # registered before any record: the verdicts and the margins say so
+        assert "post-hoc readings" not in text and f"were committed with the claims at {sh.COMMIT[:7]}" in text
+        if claims_lib.commit_time(sh.COMMIT) is not None:
+            assert all(v.registration == f"pre-registered (registered at {sh.COMMIT[:7]}, no record yet)"
+                       for v in verdicts)
+
+
+def test_the_older_studies_keep_their_post_hoc_margins():
+    for name in ("table3", "table3_d256", "table3_d512", "heads_vs_depth", "mqar", "mqar_variants"):
+        assert specs.study(name).margins_note == study_lib.POST_HOC_MARGINS, name
+    text = open(os.path.join(points_lib.REPO, "docs/results/heads_vs_depth/README.md")).read()
+    assert study_lib.POST_HOC_MARGINS in text and study_lib.MARGINS_WITH_CLAIMS not in text
+
+
+def test_the_report_answers_from_records(tmp_path):
+    """Synthetic records: h = 1 below h = 8 by 0.05 at 6 seeds a side and under the recipe; the re-run of seeds
+    0-2 on the first run's machine is set apart ("same machine again")."""
+    def arm_records(name, base, seeds):
+        for i, seed in enumerate(seeds):
+            nll = base + 0.004 * i
+            _record(tmp_path / "points" / name / f"seed_{seed}.json", seed, nll, 7200,
+                    {s: nll + 0.01 * (7200 - s) / 600 for s in range(600, 7201, 600)})
+
+    for name, base, seeds in (("h1-s0", 2.50, (0, 1, 2)), ("h1-s3", 2.50, (3, 4, 5)), ("h8-s0", 2.55, (0, 1, 2)),
+                              ("h8-s3", 2.55, (3, 4, 5)), ("recipe-h1", 2.40, (0, 1, 2)),
+                              ("recipe-h8", 2.46, (0, 1, 2)), ("aa-s6", 2.55, (6, 7, 8)), ("aa-s9", 2.55, (9, 10, 11)),
+                              ("replicate", 2.55, (0, 1, 2))):
+        arm_records(name, base, seeds)
+    groups = sh.STUDY.records(str(tmp_path))
+    assert sh.SAME_MACHINE in groups and sh.A["replicate"] not in groups
+    (verdicts,) = study_lib.evaluate([sh.STUDY], {"single_head": str(tmp_path)}).values()
+    kinds = {v.claim.id: v.kind for v in verdicts}
+    assert kinds["L h1x6"] == kinds["R h1"] == claims_lib.CONTRADICTED and kinds["M machines"] == claims_lib.UNRESOLVED
+    text = open(study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))).read()
+    assert "**Does the single-head advantage survive per-row learning rates, 3x the budget and the paper's " \
+           "recipe?** Yes: one head beats eight" in text
+    assert "## Noise floor: the A/A false-positive rate" in text and "## The same points on two machines" in text
+    assert "0 of 48 contrasts (0%)" in text  # 4 A/A splits x 12 validation steps, identical sides
+
+
+def test_the_machine_claim_reads_the_records_machine(tmp_path):
+    """A re-run whose record names another machine is the replicate arm; one naming the first run's machine is
+    "same machine again"; the machines table shows the records' machine fields."""
+    box = {"name": "box-a", "cpu": "AMD EPYC", "device": "cpu cpu x1"}
+    for seed in (0, 1, 2):
+        _record(tmp_path / "points" / "h8-s0" / f"seed_{seed}.json", seed, 2.5, 7200, machine=box)
+        _record(tmp_path / "points" / "replicate" / f"seed_{seed}.json", seed, 2.5, 7200,
+                machine={**box, "name": "box-b"} if seed else box)
+    groups = sh.STUDY.records(str(tmp_path))
+    assert [r.seed for _, r in groups[sh.A["replicate"]]] == [1, 2]
+    assert [r.seed for _, r in groups[sh.SAME_MACHINE]] == [0]
+    rows = {row[0]: row[1:3] for row in sh.machine_section(groups).rows}
+    assert rows["seed_1"] == ["box-a (AMD EPYC; cpu cpu x1)", "box-b (AMD EPYC; cpu cpu x1)"]
+    assert rows["seed_0"][0] == rows["seed_0"][1]
+
+
+def test_the_claims_are_registered_by_the_commit_that_added_the_spec():
+    if not sh.COMMIT:
+        pytest.skip("the spec's registration commit is not filled in yet")
+    for c in sh.CLAIMS:
+        assert c.registered == claims_lib.Registration(sh.COMMIT, sh.SPEC, f'"{c.id}"')
+    if claims_lib.commit_time(sh.COMMIT) is None:
+        pytest.skip("no git history here")
+    later = study_lib.Record("x.json", {"first_logged_utc": "2099-01-01 00:00:00"})
+    assert all(claims_lib.registered_before(c.registered, [later]) for c in sh.CLAIMS)
+    assert all(claims_lib.registration(c, [later]).startswith("pre-registered") for c in sh.CLAIMS)
+
+
+def test_the_lr_report_shows_each_rows_choice_and_the_criterion(tmp_path):
+    lo, mid, hi = lr.GRID
+    _lr_records(tmp_path, "h1", {lo: 2.95, mid: 2.90, hi: 2.93})
+    _lr_records(tmp_path, "h8", {lo: 2.80, mid: 2.90, hi: 3.00})  # at the lower edge: one more rate to train
+    groups = lr.STUDY.records(str(tmp_path))
+    assert {k: len(v) for k, v in groups.items()} == {f"h=1 (d_k=128), lr {lr.rate_text(r)}": 1 for r in lr.GRID} | {
+        f"h=8 (d_k=16), lr {lr.rate_text(r)}": 1 for r in lr.GRID}
+    table = {row[0]: row[1:] for row in lr.choice_table(groups).rows}
+    assert table["h=1 (d_k=128)"] == ["0.0015: 2.9500, 0.003: 2.9000, 0.006: 2.9300", "chosen", "0.003"]
+    assert table["h=8 (d_k=16)"][1:] == ["pending", "—"] and table["h=8 (d_k=16)"][0].startswith("0.00075: —")
+    measured, verdict, reason = lr.inside({k: [r for _, r in v] for k, v in groups.items()})
+    assert verdict == "pending" and "h1 0.003 (chosen)" in measured and "'h8'" in reason
+    (verdicts,) = study_lib.evaluate([lr.STUDY], {lr.STUDY.name: str(tmp_path)}).values()
+    text = open(study_lib.write_report(lr.STUDY, verdicts, out=str(tmp_path))).read()
+    assert "## Each row's learning rate" in text and "Points recorded: 6 of 18" in text
