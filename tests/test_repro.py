@@ -2,12 +2,13 @@
 import json
 import math
 import os
+import pathlib
 import shutil
 import textwrap
 
 import pytest
 
-from reports import calls_of, install_stand_in, read_csv as _csv, read_report as _report
+from reports import REPO, calls_of, install_stand_in, read_csv as _csv, read_report as _report
 
 
 STAND_IN = textwrap.dedent('''
@@ -81,9 +82,10 @@ def _run_twice(module, tmp_path, stand_in, n_points):
 
 @pytest.mark.slow
 def test_scale_quick(tmp_path, stand_in):
-    import repro_scale
+    from scripts import repro_scale as cli
+    from studies.specs import scale as repro_scale
 
-    out = _run_twice(repro_scale, tmp_path, stand_in, 3)
+    out = _run_twice(cli, tmp_path, stand_in, 3)
     text = _report(out, "init", "training")
     rows = _csv(out / "init.csv")
     assert len(rows) == 9 and {r["scale"] for r in rows} == {"1", "1/sqrt(d_k)", "1/d_k"}
@@ -119,9 +121,10 @@ def test_scale_quick(tmp_path, stand_in):
 
 @pytest.mark.slow
 def test_logit_growth_quick(tmp_path, stand_in):
-    import repro_logit_growth as lg
+    from scripts import repro_logit_growth as cli
+    from studies.specs import logit_growth as lg
 
-    out = _run_twice(lg, tmp_path, stand_in, 4)
+    out = _run_twice(cli, tmp_path, stand_in, 4)
     _report(out, "loss_vs_lr")
     rows = _csv(out / "runs.csv")
     assert {r["QK-LayerNorm"] for r in rows} == {"True", "False"}
@@ -131,9 +134,9 @@ def test_logit_growth_quick(tmp_path, stand_in):
     assert {(s["QK-LayerNorm"], s["degradation lr"]) for s in sweeps} == {("False", "1.0"), ("True", "")}
     assert [v["verdict"] for v in _csv(out / "verdicts.csv")][0] == "undecided"  # one width in quick mode
     assert lg.lr_sensitivity([1.0, 2.0, 9.0], init_loss=3.0) == pytest.approx(1.0)
-    assert lg.degradation_lr([1, 2, 3, 4], [2.0, 1.0, 1.4, 1.6]) == 4
-    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, math.inf]) == 3
-    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, 1.2]) is None
+    assert lg.degradation_lr([1, 2, 3, 4], [2.0, 1.0, 1.4, 1.6], lg.DEGRADE_NATS) == 4
+    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, math.inf], lg.DEGRADE_NATS) == 3
+    assert lg.degradation_lr([1, 2, 3], [2.0, 1.0, 1.2], lg.DEGRADE_NATS) is None
     # width trend: the larger width degrades at a lower LR in every seed -> reproduced; in one seed -> partial
     def sweeps_of(deg64, deg128):
         out = {}
@@ -148,9 +151,10 @@ def test_logit_growth_quick(tmp_path, stand_in):
 
 @pytest.mark.slow
 def test_entropy_collapse_quick(tmp_path, stand_in):
-    import repro_entropy_collapse as ec
+    from scripts import repro_entropy_collapse as cli
+    from studies.specs import entropy_collapse as ec
 
-    out = _run_twice(ec, tmp_path, stand_in, 4)
+    out = _run_twice(cli, tmp_path, stand_in, 4)
     _report(out, "entropy_collapse")
     rec = json.loads((out / "points" / "qk_layernorm_false-learning_rate_1.0.json").read_text())
     assert rec["monitor"]["warnings"][0][:2] == [30, "entropy_collapse"] and rec["monitor"]["check_step"][:2] == [10, 20]
@@ -162,7 +166,8 @@ def test_entropy_collapse_quick(tmp_path, stand_in):
     assert (monitor["any"]["precision"], monitor["any"]["recall"], monitor["any"]["lead time median (steps)"]) == (
         "1.0", "1.0", "20.0")
     assert [v["verdict"] for v in _csv(out / "verdicts.csv")] == ["undecided"] * 3  # one seed in quick mode
-    div = ec.divergence_step
+    from analysis import divergence_step as div
+
     assert div([1, 2, 3, 4], [5.0, 3.0, 3.5, 4.5], spike=1.0) == 4
     assert div([1, 2, 3], [5.0, float("nan"), 1.0], spike=1.0) == 2
     assert div([1, 2], [5.0, 4.0], spike=1.0) is None
@@ -252,3 +257,20 @@ def test_report_rebuild_keeps_file_when_only_the_measured_line_changes(tmp_path)
     first = build("yesterday", "NLL 2.9")
     assert build("today", "NLL 2.9") == first
     assert build("today", "NLL 2.8") == "# T\n\nMeasured today.\n\nNLL 2.8\n"
+
+
+@pytest.mark.parametrize("name", ["scale", "logit_growth", "entropy_collapse"])
+def test_ported_report_regenerates_from_the_committed_records(tmp_path, name):
+    """The committed report of each study spec, rebuilt from its committed records alone (no training), is the
+    committed one (all but its "Measured" line)."""
+    import importlib
+
+    committed = os.path.join(REPO, "docs", "results", name)
+    shutil.copytree(os.path.join(committed, "points"), tmp_path / "points")
+    if name == "scale":  # the initialization statistics are a record too (minutes to recompute at -O0)
+        shutil.copy(os.path.join(committed, "init.csv"), tmp_path / "init.csv")
+    importlib.import_module(f"studies.specs.{name}").run(["--report_only", f"--out={tmp_path}"])
+    ours, theirs = ((d / "README.md").read_text().splitlines() for d in (tmp_path, pathlib.Path(committed)))
+    assert [x for x in ours if not x.startswith("Measured ")] == [x for x in theirs if not x.startswith("Measured ")]
+    for csv_name in ("runs.csv", "verdicts.csv"):
+        assert (tmp_path / csv_name).read_text() == open(os.path.join(committed, csv_name)).read(), csv_name

@@ -1,6 +1,5 @@
-"""The explanation study's --quick mode trains through the engine and writes a complete report; its verdicts
-follow the pass criteria and can be rebuilt from the committed CSVs without training."""
-
+"""The explanation study: --quick trains and reports, the claims' measurements on hand-made verses, and the
+committed report regenerated from its records."""
 import os
 import shutil
 
@@ -9,81 +8,66 @@ import pytest
 
 from reports import REPO
 from reports import read_csv as _rows
+from studies import seedwise
+from studies.specs import explanation
 
-import repro_explanation  # noqa: E402  (scripts/ is on the path once reports is imported)
-
-VERDICTS = {"reproduced", "partial", "not reproduced", "undecided"}
 COMMITTED = os.path.join(REPO, "docs", "results", "explanation")
+RECORDS = ("run.json", "per_example.csv", "accuracy.csv")
 
 
 @pytest.mark.slow
 def test_repro_explanation_quick(tmp_path):
+    from scripts import repro_explanation
+
     repro_explanation.main(["--quick", "--out", str(tmp_path)])
     text = (tmp_path / "README.md").read_text()
     assert "Kendall" in text and "uniform" in text and "## Verdicts" in text
+    for fig in ("explanation", "accuracy"):
+        assert os.path.getsize(tmp_path / f"{fig}.png") > 0 and f"]({fig}.png)" in text
     rows = _rows(tmp_path / "per_example.csv")
     assert len(rows) == 8
     for row in rows:
         assert 0.0 <= float(row["perm_median_tvd"]) <= 1.0
         assert 0.0 <= float(row["adv_jsd"]) <= np.log(2) + 1e-6
         assert -1.0 <= float(row["tau_grad"]) <= 1.0 or np.isnan(float(row["tau_grad"]))
-    acc = _rows(tmp_path / "accuracy.csv")[0]
-    assert 0.0 <= float(acc["test accuracy (uniform α)"]) <= 1.0
     verdicts = _rows(tmp_path / "verdicts.csv")
-    assert list(verdicts[0]) == ["claim", "paper", "measured", "verdict", "reason"]
-    assert len(verdicts) == 5 and len({v["claim"] for v in verdicts}) == 5
-    assert {v["verdict"] for v in verdicts} <= VERDICTS
+    assert list(verdicts[0]) == seedwise.VERDICT_COLUMNS and len(verdicts) == len(explanation.CLAIMS)
+    assert {v["verdict"] for v in verdicts} == {"unresolved"}  # one seed: no interval
 
 
-def _summary(tau=(0.2, 0.3, 0.25), med=(0.01, 0.1, 0.1), frac_adv=(0.1, 0.2, 0.3)) -> dict[str, list[float]]:
-    return {"mean_tau_grad": list(tau), "mean_tau_loo": [0.1] * len(tau), "median_perm_median_tvd": list(med),
-            "frac_perm_below_0.05": [0.5] * len(med), "frac_adv_jsd_above_0.5": list(frac_adv),
-            "mean_adv_jsd": [0.3] * len(frac_adv)}
+def _per_example(seed, amax, tvd, tau=0.2, adv=0.6):
+    return [{"seed": str(seed), "max_alpha": str(a), "perm_median_tvd": str(t), "tau_grad": str(tau),
+             "tau_loo": str(tau / 2), "adv_jsd": str(adv)} for a, t in zip(amax, tvd)]
 
 
-def _verdicts(rows) -> list[str]:
-    assert all(len(r) == 5 for r in rows) and len(rows) == 5
-    return [r[3] for r in rows]
-
-
-def test_verdict_rows_hand_made():
+def test_measurements_and_verdicts_on_hand_made_verses():
+    """Three seeds whose peaked verses are clearly more sensitive, with small permutation changes, weak tau,
+    adversarial JSD above 0.5 and learned attention 30 points above uniform."""
     rng = np.random.default_rng(0)
-    flat, peaked = np.full(20, 0.1), np.full(20, 0.9)
-    alpha_max = [np.concatenate([flat, peaked])] * 3
-    # peaked verses clearly more sensitive in every seed; a uniform model far less accurate
-    sensitive = [np.concatenate([rng.uniform(0, 0.01, 20), rng.uniform(0.1, 0.2, 20)]) for _ in range(3)]
-    rows = repro_explanation.verdict_rows(_summary(), [0.90, 0.91, 0.92], [0.60, 0.62, 0.61], alpha_max, sensitive)
-    assert _verdicts(rows) == ["reproduced", "partial", "reproduced", "not reproduced", "not reproduced"]
-    assert "0.2, 0.3, 0.25" in rows[0][2] and "+0.300 [" in rows[4][2]
-    # only 3 peaked verses per seed: undecided; a noisy, small accuracy difference: partial
-    few = [np.concatenate([flat, np.full(3, 0.9)])] * 3
-    rows = repro_explanation.verdict_rows(_summary(tau=(0.6, 0.7, 0.2), frac_adv=(0.9, 0.8, 0.7)),
-                                          [0.90, 0.70, 0.80], [0.75, 0.80, 0.70], few, [rng.uniform(0, 1, 23)] * 3)
-    assert _verdicts(rows) == ["partial", "partial", "undecided", "reproduced", "partial"]
-    # uniform as accurate within a tight interval: reproduced; fewer than 3 seeds: undecided
-    rows = repro_explanation.verdict_rows(_summary(), [0.80, 0.81, 0.82], [0.81, 0.80, 0.82], alpha_max, sensitive)
-    assert _verdicts(rows)[4] == "reproduced"
-    two = {k: v[:2] for k, v in _summary().items()}
-    rows = repro_explanation.verdict_rows(two, [0.8, 0.9], [0.8, 0.9], alpha_max[:2], sensitive[:2])
-    assert set(_verdicts(rows)) == {"undecided"}
+    amax = np.r_[np.full(20, 0.1), np.full(20, 0.9)]
+    per = [row for s in range(3) for row in _per_example(
+        s, amax, np.r_[rng.uniform(0, 0.01, 20), rng.uniform(0.02, 0.03, 20)], tau=0.2 + 0.01 * s)]
+    acc = [{"seed": str(s), "test accuracy (learned α)": str(0.9 + 0.01 * s),
+            "test accuracy (uniform α)": str(0.6 - 0.01 * s)} for s in range(3)]
+    m = explanation.measurements(per, acc)
+    assert m["seeds"] == [0, 1, 2]
+    assert m["claims"]["tau_grad"][0] == pytest.approx([0.2, 0.21, 0.22])
+    assert all(0.015 < x < 0.03 for x in m["claims"]["peaked"][0])
+    kinds = {v.claim.id: v.kind for v in seedwise.judge_all(explanation.CLAIMS, m["claims"])}
+    assert kinds == {"tau_grad": "reproduced", "tau_loo": "reproduced", "permutation": "reproduced",
+                     "peaked": "reproduced", "adversarial": "reproduced", "uniform": "contradicted"}
+    few = [r for r in per if float(r["max_alpha"]) < 0.5 or r is per[-1]]  # one peaked verse: no contrast
+    assert None in explanation.measurements(few, acc)["claims"]["peaked"][0]
 
 
-def test_verdicts_only_rebuilds_committed(tmp_path, capsys):
-    for name in ("README.md", "summary.csv", "accuracy.csv", "by_max_attention.csv", "per_example.csv"):
+def test_report_regenerates_the_committed_report(tmp_path):
+    for name in RECORDS:
         shutil.copy(os.path.join(COMMITTED, name), tmp_path / name)
-    readme = (tmp_path / "README.md").read_text()
-    repro_explanation.main(["--verdicts_only", "--out", str(tmp_path)])
-    assert (tmp_path / "verdicts.csv").read_text() == open(os.path.join(COMMITTED, "verdicts.csv")).read()
-    text = (tmp_path / "README.md").read_text()
-    assert text == readme  # the committed README already holds exactly this Verdicts section
-    assert text.count("## Verdicts") == 1 and text.index("## Verdicts") < text.index("## What the data say")
-    assert "post hoc" in text
-    # without a Verdicts section it is inserted before "What the data say"; the rest of the report is kept
-    start, end = readme.index("## Verdicts"), readme.index("## What the data say")
-    (tmp_path / "README.md").write_text(readme[:start] + readme[end:])
-    repro_explanation.main(["--verdicts_only", "--out", str(tmp_path)])
-    assert (tmp_path / "README.md").read_text() == readme
-    assert "partial: permutation changes the output more where attention is peaked" in capsys.readouterr().out
-    (tmp_path / "summary.csv").unlink()
-    with pytest.raises(SystemExit, match="summary.csv not found"):
-        repro_explanation.main(["--verdicts_only", "--out", str(tmp_path)])
+    explanation.report(str(tmp_path))
+    for name in ("README.md", "summary.csv", "by_max_attention.csv", "verdicts.csv"):
+        assert (tmp_path / name).read_text() == open(os.path.join(COMMITTED, name)).read(), name
+    for fig in ("explanation.png", "accuracy.png"):
+        assert os.path.getsize(tmp_path / fig) > 0
+    (tmp_path / "run.json").unlink()
+    with pytest.raises(ValueError, match="run.json not found"):
+        explanation.report(str(tmp_path))

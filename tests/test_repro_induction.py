@@ -9,8 +9,13 @@ import pytest
 
 from reports import REPO, read_csv as _csv
 
-import repro_induction  # noqa: E402  (scripts/ is on the path once reports is imported)
-from _report import VERDICT_HEADERS, VERDICTS, write_csv  # noqa: E402
+from scripts import repro_induction
+from studies import seedwise
+from studies.report import write_csv
+from studies.specs import induction
+
+COMMITTED = os.path.join(REPO, "docs", "results", "induction")
+RECORDS = ("run.json", "summary.csv", "scores.csv", "ablation.csv")
 
 
 @pytest.mark.slow
@@ -53,102 +58,44 @@ def test_induction_quick(tmp_path):
         assert float(unmasked["ICL score"]) == pytest.approx(float(summary["ICL score (end)"]), abs=1e-4)
     assert "## Ablation" in text and "prefix-matching" in text
     verdicts = _csv(tmp_path / "verdicts.csv")
-    assert list(verdicts[0]) == VERDICT_HEADERS and len(verdicts) == 5
-    assert {r["verdict"] for r in verdicts} <= set(VERDICTS)
+    assert list(verdicts[0]) == seedwise.VERDICT_COLUMNS and len(verdicts) == len(induction.CLAIMS)
+    assert {r["verdict"] for r in verdicts} == {"unresolved"}  # one seed
     assert text.index("## Verdicts") < text.index("## What the data say")
+    assert "training loss" in text  # the quick run recorded its curves (curves.csv): the full figure
+    os.remove(tmp_path / "README.md")
+    repro_induction.main([f"--out={tmp_path}", "--report_only"])
+    assert (tmp_path / "README.md").read_text() == text
 
 
-def test_verdicts_only_rebuilds_the_committed_verdicts(tmp_path):
-    committed = os.path.join(REPO, "docs", "results", "induction")
-    for name in ("summary.csv", "heads.csv", "ablation.csv", "scores.csv", "README.md"):
-        shutil.copy(os.path.join(committed, name), tmp_path / name)
-    readme = (tmp_path / "README.md").read_text()
-    start = readme.index("## Verdicts")
-    (tmp_path / "README.md").write_text(readme[:start] + readme[readme.index("## What the data say"):])
-    repro_induction.main([f"--out={tmp_path}", "--verdicts_only"])
-    assert (tmp_path / "README.md").read_text() == readme  # the section comes back where it was, unchanged
-    assert _csv(tmp_path / "verdicts.csv") == _csv(os.path.join(committed, "verdicts.csv"))
-    verdicts = [r["verdict"] for r in _csv(tmp_path / "verdicts.csv")]
-    assert verdicts == ["reproduced", "reproduced", "reproduced", "not reproduced", "reproduced"]
-    os.remove(tmp_path / "heads.csv")
-    with pytest.raises(SystemExit, match="heads.csv not found"):
-        repro_induction.main([f"--out={tmp_path}", "--verdicts_only"])
+def test_report_regenerates_the_committed_report(tmp_path):
+    for name in RECORDS:
+        shutil.copy(os.path.join(COMMITTED, name), tmp_path / name)
+    induction.report(str(tmp_path))
+    for name in ("README.md", "verdicts.csv", "heads.csv", "timing.csv"):
+        assert (tmp_path / name).read_text() == open(os.path.join(COMMITTED, name)).read(), name
+    verdicts = {r["claim"]: r["verdict"] for r in _csv(tmp_path / "verdicts.csv")}
+    assert verdicts["knocking out the top induction head removes most in-context learning (2 layers)"] == \
+        "contradicted"
+    os.remove(tmp_path / "run.json")
+    with pytest.raises(ValueError, match="run.json not found"):
+        induction.report(str(tmp_path))
 
 
-def test_knockout_verdicts_follow_the_share_lost(tmp_path):
-    committed = os.path.join(REPO, "docs", "results", "induction")
-    for name in ("summary.csv", "heads.csv", "scores.csv"):
-        shutil.copy(os.path.join(committed, name), tmp_path / name)
-    rows = _csv(os.path.join(committed, "ablation.csv"))
-    for share, expected in ((0.6, "reproduced"), (0.3, "partial"), (0.1, "not reproduced")):
-        for r in rows:
+def test_knockout_claims_follow_the_share_lost(tmp_path):
+    for name in RECORDS:
+        shutil.copy(os.path.join(COMMITTED, name), tmp_path / name)
+    rows = _csv(os.path.join(COMMITTED, "ablation.csv"))
+    for top, expected in ((-0.4, "reproduced"), (0.0, "unresolved"), (0.4, "contradicted")):
+        for r in rows:  # the unmasked ICL score is negative: ICL masked = (1 - share) x unmasked
             if r["masked"] == "top prefix-matching head":
-                r["share of the drop lost"] = str(share)
+                base = next(float(b["ICL score"]) for b in rows if (b["attention layers"], b["seed"], b["masked"])
+                            == (r["attention layers"], r["seed"], "no mask"))
+                r["ICL score"] = str((1 - (0.5 - top + 0.01 * int(r["seed"]))) * base)
         write_csv(str(tmp_path / "ablation.csv"), list(rows[0]), [list(r.values()) for r in rows])
-        assert repro_induction.verdict_rows(str(tmp_path))[3][3] == expected
-
-
-def test_icl_score_and_phase_change():
-    loss = np.array([5.0, 5.0, 4.0, 4.0, 1.0, 1.0, 1.0, 1.0])
-    assert repro_induction.icl_score(loss, (0, 2), (6, 8)) == pytest.approx(-4.0)
-    assert repro_induction.phase_change_step([0, 10, 20, 30], [0.0, -0.1, -2.0, -2.1]) == 20
-    assert repro_induction.phase_change_step([0, 10], [0.0, 0.5]) is None
-    steps = [0, 10, 20, 30, 40, 50]
-    assert repro_induction.transition(steps, [0.0, -0.05, -0.5, -3.0, -3.9, -4.0]) == (20, 40)
-    assert repro_induction.transition(steps, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]) == (None, None)
-    assert repro_induction.half_final_step(steps, [0.05, 0.1, 0.2, 0.5, 0.8, 0.9]) == 30
-    assert repro_induction.half_final_step(steps, [0.5, 0.4, 0.3, 0.2, 0.1, 0.1]) is None  # never rose
-
-
-def test_head_scores_on_hand_made_attention():
-    """Tokens BOS a b c a b c a (a block of 3 repeated): a previous-token head, an induction head, uniform
-    attention, and a head that splits its weight over both earlier copies' successors."""
-    tokens = np.array([[1, 5, 6, 7, 5, 6, 7, 5]])
-    T = tokens.shape[1]
-    prev_head = np.eye(T, k=-1)
-    prev_head[0, 0] = 1.0
-    induction = np.zeros((T, T))
-    induction[:4, 0] = 1.0  # the first block: nothing to match, attend BOS
-    for t, k in ((4, 2), (5, 3), (6, 4), (7, 5)):  # the key after the latest earlier copy of tokens[t]
-        induction[t, k] = 1.0
-    uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
-    split = induction.copy()
-    split[7, [2, 5]] = 0.5
-    w = np.stack([prev_head, induction, uniform, split])[None].astype(np.float32)  # [1, 4, T, T]
-    valid = np.ones((1, T), bool)
-
-    prev = np.asarray(repro_induction.previous_token_score(w, valid))
-    prefix = np.asarray(repro_induction.prefix_matching_score(w, tokens, valid))
-    uniform_prev = np.mean(1.0 / np.arange(2, T + 1))
-    np.testing.assert_allclose(prev, [1.0, 1 / 7, uniform_prev, 1 / 7], rtol=1e-5)
-    # repeated queries t = 4..7; t = 7 (token 5 at 1 and 4) counts both successors, keys 2 and 5
-    np.testing.assert_allclose(prefix, [0.0, 1.0, np.mean([1 / 5, 1 / 6, 1 / 7, 2 / 8]), 1.0], rtol=1e-5)
-
-    # invalid query positions do not count: a padding row, and the last position of the real row
-    pad_w = np.concatenate([w, np.full_like(w, 0.3)])
-    pad_tokens = np.concatenate([tokens, np.zeros_like(tokens)])
-    pad_valid = np.concatenate([valid, np.zeros_like(valid)])
-    np.testing.assert_allclose(repro_induction.previous_token_score(pad_w, pad_valid), prev, rtol=1e-5)
-    np.testing.assert_allclose(repro_induction.prefix_matching_score(pad_w, pad_tokens, pad_valid), prefix, rtol=1e-5)
-    short = valid.copy()
-    short[0, 7] = False
-    np.testing.assert_allclose(repro_induction.prefix_matching_score(w, tokens, short)[2],
-                               np.mean([1 / 5, 1 / 6, 1 / 7]), rtol=1e-5)
-
-
-def test_ablation_heads_ranks_prefix_matching_and_previous_token_heads():
-    prev = np.array([[0.1, 0.9, 0.2], [0.3, 0.1, 0.1]])
-    prefix = np.array([[0.0, 0.1, 0.05], [0.2, 0.8, 0.01]])
-    assert repro_induction.ablation_heads(prev, prefix) == [
-        ("no mask", ()), ("top prefix-matching head", ((1, 1),)),
-        ("lowest prefix-matching head of that layer", ((1, 2),)),
-        ("top 2 prefix-matching heads", ((1, 1), (1, 0))),
-        ("top 3 prefix-matching heads", ((1, 1), (1, 0), (0, 1))),
-        ("top previous-token head of layer 0", ((0, 1),)), ("lowest previous-token head of layer 0", ((0, 0),)),
-        ("top 2 previous-token heads of layer 0", ((0, 1), (0, 2))),
-        ("top 3 previous-token heads of layer 0", ((0, 1), (0, 2), (0, 0)))]
-    with pytest.raises(ValueError, match="ablation_heads"):
-        repro_induction.ablation_heads(prev, prefix[:1])
+        run, _, runs = induction.load_runs(str(tmp_path))
+        kinds = {v.claim.id: v.kind for v in seedwise.judge_all(
+            induction.CLAIMS, induction.measurements(runs, run["seeds"], 25, run["steps"]))}
+        assert kinds["knockout_top"] == expected, top
 
 
 def test_induction_repeat_layout_is_a_tiled_block():
