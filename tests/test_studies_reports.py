@@ -32,7 +32,7 @@ def test_committed_reports_regenerate_without_a_difference(name, tmp_path):
     readmes = specs.generate(module, into=str(tmp_path))
     assert readmes, f"spec module {name} generated no report"
     for readme in readmes:
-        folder = os.path.basename(os.path.dirname(readme))
+        folder = os.path.relpath(os.path.dirname(readme), str(tmp_path))
         new, old = os.path.dirname(readme), os.path.join(RESULTS, folder)
         with open(os.path.join(new, GENERATED)) as f:
             files = f.read().split()
