@@ -210,8 +210,8 @@ def build_model(family: str, cfg: models.TransformerConfig, tensors: Callable[[s
 
     tensors: name -> numpy array (read lazily, one at a time); names: the checkpoint's tensor names;
     num_classes: BERT's classification head (0: none); sharding: (parameter path, shape) -> the
-    ``jax.sharding.Sharding`` to place it with (None: the default device). Raises ``CheckpointMismatch`` naming a missing tensor or a
-    shape that disagrees with the config.
+    ``jax.sharding.Sharding`` to place it with (None: the default device). Raises ``CheckpointMismatch``
+    naming a missing tensor, a tensor with no place in the model, or a shape that disagrees with the config.
     """
     names = set(names)
     kwargs = {}

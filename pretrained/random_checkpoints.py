@@ -104,10 +104,10 @@ def make(family: str, directory: str, *, d_model: int = 64, layers: int = 2, hea
         raise ValueError(f"family={family!r}; expected one of {FAMILIES}")
     os.makedirs(directory, exist_ok=True)
     if tokenizer:
-        trainer = {"gpt2": lambda: _train_bpe(directory, vocab, "gpt2"), "llama": lambda: _train_bpe(directory, vocab, "llama"),
-                   "qwen2": lambda: _train_bpe(directory, vocab, "llama"), "bert": lambda: _train_wordpiece(directory, vocab),
-                   "marian": lambda: _train_marian(directory, vocab)}[family]
-        vocab = trainer()
+        if family in ("gpt2", "llama", "qwen2"):
+            vocab = _train_bpe(directory, vocab, "gpt2" if family == "gpt2" else "llama")
+        else:
+            vocab = _train_wordpiece(directory, vocab) if family == "bert" else _train_marian(directory, vocab)
     extra = dict(config_overrides or {})
     if family == "gpt2":
         cfg = T.GPT2Config(**{**dict(vocab_size=vocab, n_positions=128, n_embd=d_model, n_layer=layers, n_head=heads,

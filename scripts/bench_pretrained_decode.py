@@ -6,11 +6,12 @@
 Random-weight Marian and GPT-2 checkpoints of the real models' sizes are written with ``transformers`` and
 loaded by both sides (the same weights, float32). Greedy and beam-4 decoding of exactly ``--new_tokens``
 tokens (EOS gets a logit bias of -1e9 on attnlab's side, ``min_new_tokens`` on the reference's: the same
-suppression; a run with an EOS in its output is reported), batch 1 and 32, sources / prompts of ``--source_len`` random tokens. attnlab: ``models.
-greedy_decode`` / ``beam_search`` (Marian) and ``models.lm_greedy_decode`` / ``lm_beam_search`` (GPT-2), each
-compiled once before timing; transformers: ``model.generate`` under ``torch.inference_mode``, after a warm-up
-call. Reports generated tokens per second (batch * new tokens / seconds, the best of ``--repeats``) as a
-markdown table with the CPU's name. Needs ``pip install '.[pretrained,reference]'``.
+suppression; a run with an EOS in its output is reported), batch 1 and 32, sources / prompts of
+``--source_len`` random tokens. attnlab: ``models.greedy_decode`` / ``beam_search`` (Marian) and
+``models.lm_greedy_decode`` / ``lm_beam_search`` (GPT-2), each compiled once before timing; transformers:
+``model.generate`` under ``torch.inference_mode``, after a short warm-up call. Reports generated tokens per
+second (batch * new tokens / seconds, the best of ``--repeats``) as a markdown table with the CPU's name.
+``--threads`` (default 1) sets both libraries' CPU threads. Needs ``pip install '.[pretrained,reference]'``.
 """
 from __future__ import annotations
 
@@ -140,7 +141,8 @@ def main() -> None:
         for family in families:
             rows += bench_family(family, sizes[family], args, root)
     print(f"\nCPU: {cpu_name()}, {os.cpu_count()} cores visible, load average {os.getloadavg()[0]:.1f}; "
-          f"threads: {args.threads or 'library defaults'}; jax {jax.__version__}, torch {torch.__version__}, transformers {transformers.__version__}; float32; "
+          f"threads: {args.threads or 'library defaults'}; jax {jax.__version__}, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}; float32; "
           f"{args.new_tokens} new tokens from {args.source_len}-token sources/prompts, best of {args.repeats}.")
     print("Sizes: " + "; ".join(f"{f} d_model {sizes[f]['d_model']}, {sizes[f]['layers']} layers, vocab "
                                  f"{sizes[f]['vocab']}" for f in families) + "\n")
