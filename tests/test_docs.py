@@ -36,8 +36,10 @@ def read(path: str) -> str:
 
 
 def relative_links(text: str) -> list[str]:
-    """Link targets in ``text`` that point into the repository (no scheme, not a bare anchor)."""
-    targets = [m.group(1) for m in LINK.finditer(text)]
+    """Link targets in ``text`` that point into the repository (no scheme, not a bare anchor); code (fenced
+    blocks and inline spans) holds no links."""
+    prose = re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
+    targets = [m.group(1) for m in LINK.finditer(prose)]
     return [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I) and not t.startswith("#")]
 
 
@@ -57,6 +59,7 @@ def test_helpers_find_links_paths_and_blocks():
         ```
         """)
     assert relative_links(text) == ["docs/a.md#x", "images/p.png"]
+    assert relative_links("`TASKS[\"x\"](None)`\n```python\nf = d[\"k\"](None)\n```\n") == []
     assert CONFIG_PATH.findall(text) == ["configs/t.py"]
     assert python_blocks(text) == [(2, "x = 1\n")]
 

@@ -15,6 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 import attention
 from engine import checkpoint as ckpt_lib
+from engine import cli
 from engine import config as config_lib
 from engine import health as health_lib
 from engine import writer as logging_lib
@@ -94,6 +95,9 @@ def test_config_files_load_and_validate():
         for arg in (None, "runlocal", "quick"):
             try:
                 c = module.get_config(arg)
+            except cli.UsageError as e:  # a config whose points need an argument (single_head's chosen rate)
+                assert arg is None and os.path.basename(path) in str(e), str(e)
+                continue
             except ValueError as e:  # a config without a runlocal argument
                 assert "unknown config arg" in str(e) and arg in ("runlocal", "quick")
                 continue
