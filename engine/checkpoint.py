@@ -167,15 +167,18 @@ def flatten_config(config: Any) -> dict[str, Any]:
 
 
 class _SaveFailures(logging.Filter):
-    """On absl's logger: drops Orbax's error records (a failed background save is logged there, with its
-    traceback, and then carried on from) and keeps the first one's cause for ``Checkpointer.check``."""
+    """On absl's and asyncio's loggers: drops Orbax's error records (a failed background save is logged there,
+    with its traceback, and then carried on from; its abandoned write tasks report "Task exception was never
+    retrieved") and keeps the first one's cause for ``Checkpointer.check``."""
 
     def __init__(self):
         super().__init__()
         self.cause: Optional[str] = None
 
+    LOGGERS = ("absl", "asyncio")  # Orbax logs through absl; its abandoned write tasks through asyncio
+
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR or "orbax" not in record.pathname:
+        if record.levelno < logging.ERROR or ("orbax" not in record.pathname and "orbax" not in record.getMessage()):
             return True
         if self.cause is None:
             exc = record.exc_info[1] if record.exc_info else None
@@ -203,7 +206,8 @@ class Checkpointer:
         )
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data"))
         self._failures = _SaveFailures()
-        logging.getLogger("absl").addFilter(self._failures)
+        for name in _SaveFailures.LOGGERS:
+            logging.getLogger(name).addFilter(self._failures)
         self._saving: Optional[int] = None
         self._reported = False
 
@@ -407,8 +411,9 @@ class Checkpointer:
             self.manager.close()
         except Exception as e:  # noqa: BLE001
             self._failures.cause = self._failures.cause or _one_line(e)
-        finally:
-            logging.getLogger("absl").removeFilter(self._failures)
+        if self._failures.cause is None:  # after a failure the filter stays: abandoned writes log until exit
+            for name in _SaveFailures.LOGGERS:
+                logging.getLogger(name).removeFilter(self._failures)
 
 
 def _filter_abandoned_read_noise() -> Callable[[], None]:
