@@ -15,6 +15,11 @@ ACTIVATIONS = ("relu", "gelu", "silu")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 ATTENTION_KINDS = ("softmax", "additive", "linear", "hard")
 ATTENTION_GROUPS = ("encoder_self", "decoder_self", "cross", "pool")
+# Planted faults for the health monitor's calibration (configs/faults.py): "" (none), "no_padding_mask" (every
+# attention sees the padding keys: the segment ids of the forward pass are dropped), "causal_leak" (decoder
+# self-attention also sees the next token). Only the teacher-forced forward pass (training and scoring) has them;
+# incremental decoding keeps the correct masks.
+FAULTS = ("", "no_padding_mask", "causal_leak")
 
 
 def _is_int(x: Any) -> bool:
@@ -60,6 +65,7 @@ class TransformerConfig:
     Elhage et al. 2021). ``uniform_attention_groups``: attention groups ("encoder_self", "decoder_self",
     "cross", "pool") whose weights are frozen to uniform over the visible keys, in training and evaluation
     (Wiegreffe & Pinter's uniform baseline; the groups' query/key projections then go unused).
+    ``fault``: a planted mask fault for calibrating the health monitor (``FAULTS``; "" = none).
     ``dtype``: computation dtype; ``param_dtype``: parameter dtype.
     """
 
@@ -92,6 +98,7 @@ class TransformerConfig:
     attention_kind: str = "softmax"
     attention_only: bool = False
     uniform_attention_groups: tuple = ()
+    fault: str = ""
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 1
@@ -171,6 +178,8 @@ class TransformerConfig:
             raise ValueError(f"TransformerConfig.uniform_attention_groups must be a list of groups from "
                              f"{ATTENTION_GROUPS}; got {groups!r}")
         set_("uniform_attention_groups", tuple(groups))
+        if self.fault not in FAULTS:
+            raise ValueError(f"TransformerConfig.fault must be one of {FAULTS}; got {self.fault!r}")
         for name in ("use_bias", "share_embeddings", "tie_output", "scale_embeddings", "qk_layernorm",
                      "attention_only"):
             if not isinstance(getattr(self, name), bool):
