@@ -164,7 +164,9 @@ class HealthMonitor:
                     loss_bad = True if rise is None else rise >= c.loss_rise
                     bad = (med > thr) & (rate >= c.growth_rate) & loss_bad
                     grown = std > thr[:, None]
-                    flags["logit_growth"] = (bad, med > thr * c.recover_margin, med, thr, grown.sum(1),
+                    # The problem lasts while the spread stays high and keeps growing (both within the margin).
+                    still = (med > thr * c.recover_margin) & (rate >= c.growth_rate * c.recover_margin)
+                    flags["logit_growth"] = (bad, still, med, thr, grown.sum(1),
                                              np.full(L, rise is not None),
                                              {"early_median": base, "growth_over_window": rate,
                                               "loss_above_min": rise})

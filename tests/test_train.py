@@ -146,9 +146,11 @@ def test_a_resumed_run_warns_as_the_unbroken_run(baseline, tmp_path, corpus, mon
     c, _, _ = baseline
     c = tiny_translation_config(corpus, c.data.cache_dir)
     c.train.stats_every = 1
-    c.health.update(collapse_ratio=1.0, collapse_floor=1e9, logit_std_ratio=1.0, logit_std_floor=0.0,
-                    logit_std_high=1e9, max_logit=1e9, uniform_after_step=10**6,  # below / above the early value
-                    recover_margin=1.0)  # a head leaves a bad state as soon as it is back: warnings after the resume
+    # Logit growth flagged whenever a layer's spread grew since the last check (thresholds at zero), and cleared
+    # as soon as it did not: layers enter and leave the state, with warnings after the resume.
+    c.health.update(growth_ratio=0.0, growth_floor=0.0, growth_rate=1.0, growth_window=1, loss_rise=-1e9,
+                    max_logit=1e9, init_std_high=1e9, init_std_low=0.0, uniform_after_checks=10**6,
+                    recover_margin=1.0)
 
     def logged(workdir):
         records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
