@@ -103,3 +103,25 @@ def test_a_planted_missing_scale_is_caught_in_training(tmp_path):
     c = load(os.path.join(REPO, "configs", "faults.py") + ":task=mqar,fault=temperature_x10,quick")
     ws = engine.run(c, str(tmp_path / "run"))["health_warnings"]
     assert ws and ws[0].kind == "init_spread_high" and ws[0].cause == "scale missing or too large?"
+
+
+def test_fault_switches_plant_what_they_say():
+    """model.fault: causal_leak lets a position see the next token; no_padding_mask lets it see padding."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    import models
+
+    def outputs(fault, tokens):
+        cfg = models.TransformerConfig(vocab_size=50, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=0,
+                                       num_decoder_layers=1, dropout_rate=0.0, fault=fault)
+        out = models.DecoderOnly(cfg, rngs=nnx.Rngs(0))(tokens)
+        return out[0] if isinstance(out, tuple) else out
+
+    x = jnp.arange(3, 11)[None]
+    y = x.at[0, 5].set(40)
+    for fault, sees_next in (("", False), ("causal_leak", True)):
+        changed = jnp.abs(outputs(fault, x)[0, 4] - outputs(fault, y)[0, 4]).max() > 1e-6
+        assert bool(changed) == sees_next, fault
+    with pytest.raises(ValueError, match="fault"):
+        models.TransformerConfig(vocab_size=50, fault="no_scale")
