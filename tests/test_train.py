@@ -53,7 +53,7 @@ def tiny_translation_config(corpus: str, cache: str, *, devices: int = 1) -> ml_
                    checkpoint_every=4, eval_every=0, async_checkpoint=False, peak_flops=1e12)
     c.eval.update(decode="greedy", decode_batch_size=8, length_bucket=32, max_decode_extra=4, num_samples=2,
                   heatmap_examples=1, at_end=False)
-    c.health.uniform_after_step = 0
+    c.health.uniform_after_checks = 0
     c.wandb.mode = "disabled"
     return c
 
@@ -101,7 +101,7 @@ def test_uninterrupted_run_logs_metrics_health_and_evaluates(baseline):
     keys = set().union(*records)
     for key in ("train/loss", "train/perplexity", "train/learning_rate", "train/grad_norm", "perf/tokens_per_sec",
                 "perf/mfu", "validation/perplexity", "validation_subset/bleu", "test/bleu", "test/chrf",
-                "health/entropy_collapse"):
+                "health/logit_growth", "attn/step"):
         assert key in keys, key
     for group in ("encoder_self", "decoder_self", "cross"):
         for field in ("entropy", "max_logit", "sink", "norm_entropy"):
