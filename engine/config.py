@@ -317,23 +317,26 @@ def base_config() -> ml_collections.ConfigDict:
     m.rules = ()  # extra (regex, spec) sharding rules, tried before the built-in ones; see engine/sharding.py.
 
     h = c.health = ml_collections.ConfigDict()
-    h.baseline_checks = 2  # early entropy = mean over the first baseline_checks observations.
-    h.collapse_ratio = 0.1  # collapse: entropy < collapse_ratio * early entropy ...
-    h.collapse_floor = 0.25  # ... and < collapse_floor nats.
-    h.uniform_ratio = 0.98  # near-uniform: entropy > uniform_ratio * log(visible keys) ...
-    h.uniform_after_step = 1000  # ... from this step on.
-    # max_logit, logit_std_high and recover_margin: chosen by the rule of scripts/health_calibration.py over 40
-    # traced runs (docs/results/health_calibration/; 50, 8 and 1.0 before 2026-12-05).
-    h.max_logit = 100.0  # runaway logits: max scaled logit above this.
-    h.logit_std_high = 16.0  # logit spread too high: the std of a query's scaled logits above this (a missing
-    # 1/sqrt(d_k) gives ~sqrt(d_k) at the start, 8 at d_k 64, and grows: 25 after 100 steps of the main job at
-    # d_k 64) ...
-    h.logit_std_ratio = 10.0  # ... or above this many times its early value, once that is above ...
-    h.logit_std_floor = 6.0  # ... this floor: growth from a small start is not flagged below it (trained heads
-    # that attend sharply reach 5-6: cross-attention of the 8-head translation model, 5.2; logit growth, tens).
-    h.logit_std_low = 0.05  # logit spread too low (after uniform_after_step): queries cannot tell keys apart.
-    h.recover_margin = 0.8  # a head leaves a bad state (and can warn again) only once its value is past the
-    # threshold x this (an upper bound) or / this (a lower bound); 1.0: as soon as it is back within the threshold.
+    # The attention health monitor (engine/health.py; docs/health.md). Thresholds on whole layers, relative to the
+    # model's early state; measured on a calibration split of traced runs and reported on a held-out split in
+    # docs/results/health_calibration/ (scripts/health_calibration.py), which names the commit.
+    h.baseline_checks = 2  # early value of a layer = the mean over its first baseline_checks checks.
+    h.init_std_high = 3.0  # init_spread_high: a layer's median logit std at the first check above this (a working
+    # 1/sqrt(d_k) scale gives 0.4-2.5 in every committed healthy run; a missing one ~sqrt(d_k) times that) ...
+    h.init_sharp = 0.6  # ... cause named when every head is above it and the mean normalized entropy is below this.
+    h.init_std_low = 0.2  # init_spread_low: every layer's median logit std at the first check below this.
+    h.growth_ratio = 10.0  # logit_growth: a layer's median logit std above growth_ratio x its early value ...
+    h.growth_floor = 8.0  # ... and above this ...
+    h.growth_rate = 1.5  # ... grown this many times over the last growth_window checks ...
+    h.growth_window = 2
+    h.loss_rise = 0.1  # ... while the training loss is this many nats above its lowest value so far.
+    h.max_logit = 1000.0  # runaway_logits: a head's max scaled logit above this (healthy runs stay below 400).
+    h.uniform_ratio = 0.98  # uniform_attention: every head of a layer above this normalized entropy ...
+    h.uniform_layers = 0.5  # ... in at least this fraction of the group's layers ...
+    h.uniform_after_checks = 16  # ... from this check on (healthy 6-layer post-LN cross-attention stays uniform
+    # to check 11).
+    h.recover_margin = 0.8  # a problem clears (and can warn again) only once its value is past threshold x this
+    # (an upper bound) or threshold / this (a lower bound).
 
     c.doctor = default_thresholds()  # eval.py --diagnose: thresholds and sample sizes (see engine/doctor_report.py).
 

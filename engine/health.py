@@ -1,150 +1,231 @@
-"""Attention health monitor: turns classic attention failure symptoms into warnings.
+"""Attention health monitor: warnings about whole attention layers, relative to the model's own early state.
 
-Fed the per-layer, per-head attention summaries every ``train.stats_every`` steps (see ``engine.metrics``):
+Fed the per-layer, per-head attention summaries every ``train.stats_every`` steps (see ``engine.metrics``) and,
+optionally, the logged training losses. A sharp healthy head (a cross-attention head that aligns words, an MQAR
+head that retrieves one key) is not a fault; what a fault does is move a whole layer at once, or move it against
+the run's own early values while the loss gets worse. The checks, each per attention group and layer:
 
-- entropy collapse: a head's mean entropy falls below ``collapse_ratio`` x its early entropy (the mean over
-  the first ``baseline_checks`` observations) and below ``collapse_floor`` nats (Zhai et al. 2023);
-- near-uniform attention: after ``uniform_after_step``, a head's entropy stays above ``uniform_ratio`` x
-  log(number of visible keys) — the head attends to nothing in particular (e.g. a broken mask or scale);
-- runaway logits: a head's max logit exceeds ``max_logit`` (Dehghani et al. 2023; Wortsman et al. 2023);
-- logit spread too high (a missing or broken 1/sqrt(d_k) scale, or logit growth): a head's logit standard
-  deviation exceeds ``logit_std_high``, or ``logit_std_ratio`` x its early value once that is above
-  ``logit_std_floor`` — whichever is lower;
-- logit spread too low (queries cannot tell keys apart): after ``uniform_after_step``, the std stays below
-  ``logit_std_low``.
+- ``init_spread_high``: at the first check, the layer's median logit standard deviation is above
+  ``init_std_high``. A 1/sqrt(d_k) scale keeps a freshly initialized model's logit spread near 1 (0.4-2.5 over
+  every committed healthy run) whatever d_k is; a missing scale gives ~sqrt(d_k) times that and a 10x
+  temperature 10x. Cause named ("scale missing or too large?") when every head of the layer is above it and
+  the layer's attention is already sharp (mean normalized entropy below ``init_sharp``).
+- ``init_spread_low``: at the first check, every layer of the group has a median logit spread below
+  ``init_std_low`` (a 1/d_k scale gives ~1/sqrt(d_k) of the usual; one low layer is depth, not scale: post-LN's
+  top decoder layers start near 0.1); cause named ("scale too small?") when every layer of every group is low.
+- ``logit_growth``: the layer's median logit spread is above ``growth_floor`` and ``growth_ratio`` x its early
+  value (the mean over the first ``baseline_checks`` checks), has grown ``growth_rate`` x over the last
+  ``growth_window`` checks, and the training loss is ``loss_rise`` nats above its lowest value so far (logits
+  running away while the loss gets worse: Wortsman et al. 2023; Zhai et al. 2023). Cause named ("learning rate
+  too high or logit growth?"). Without losses the loss condition is skipped and only the symptom is described.
+- ``runaway_logits``: a head's max scaled logit is above ``max_logit`` (far beyond any healthy run).
+- ``uniform_attention``: from the ``uniform_after_checks``-th check on, every head of the layer attends almost
+  uniformly (normalized entropy above ``uniform_ratio``), in at least a ``uniform_layers`` fraction of the
+  group's layers: the layers have not learned to attend. Cause named
+  ("scale too small?") only when the layer's init spread was low.
 
-A warning is emitted when a head enters a bad state and again only after it has recovered and re-entered. A head
-recovers once its value is back within the threshold, or with ``recover_margin`` m < 1 only once it is past
-m x the threshold (upper bounds) or the threshold / m (lower bounds), so a head hovering at a threshold does not
-warn at every other check.
+One alert per problem: a problem is a (check, group, layer); it warns when it starts and not again until it has
+cleared (its value back past ``recover_margin`` x its threshold, or the threshold / ``recover_margin`` for a lower
+bound). Layers of one group that start the same problem at the same check are one warning naming the layers.
 """
 from __future__ import annotations
 
 import dataclasses
 import types
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import ml_collections
 import numpy as np
 
-KINDS = ("entropy_collapse", "uniform_attention", "max_logit", "logit_spread_high", "logit_spread_low")
+KINDS = ("init_spread_high", "init_spread_low", "logit_growth", "runaway_logits", "uniform_attention")
 FIELDS = ("entropy", "norm_entropy", "max_logit", "logit_std")  # the summary fields the monitor reads
+CAUSES = {
+    "init_spread_high": "scale missing or too large?",
+    "init_spread_low": "scale too small (1/d_k?)",
+    "logit_growth": "learning rate too high or logit growth?",
+    "uniform_attention": "scale too small?",
+}
+SYMPTOMS = {
+    "init_spread_high": "attention logits spread far wider at initialization than a 1/sqrt(d_k) scale gives",
+    "init_spread_low": "attention logits barely differ at initialization",
+    "logit_growth": "attention logits growing fast",
+    "runaway_logits": "attention logits running away",
+    "uniform_attention": "attention stays near uniform",
+}
+
+Summary = Mapping[str, Mapping[str, np.ndarray]]
 
 
 @dataclasses.dataclass(frozen=True)
 class HealthWarning:
+    """One problem: ``kind`` in ``group`` at ``layers``; ``heads`` of ``of_heads`` heads past ``threshold``
+    (``value``: the layer statistic, the worst over ``layers``); ``cause``: the likely cause, or "" when the
+    evidence does not single one out; ``evidence``: the numbers behind the warning."""
     step: int
     kind: str  # one of KINDS
-    group: str  # encoder_self / decoder_self / cross
-    layer: int
-    head: int
+    group: str  # encoder_self / decoder_self / cross / pool
+    layers: tuple
+    heads: int
+    of_heads: int
     value: float
     threshold: float
+    cause: str = ""
+    evidence: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def layer(self) -> int:
+        """The first layer of the problem."""
+        return int(self.layers[0])
+
+    @property
+    def head(self) -> int:
+        """-1: a warning is about a layer, not one head."""
+        return -1
 
     def message(self) -> str:
-        what = {
-            "entropy_collapse": "attention entropy collapsed",
-            "uniform_attention": "attention is near uniform",
-            "max_logit": "attention logits are running away",
-            "logit_spread_high": "attention logits spread far too wide (scale missing or logit growth)",
-            "logit_spread_low": "attention logits barely differ between keys (queries cannot tell keys apart)",
-        }[self.kind]
-        return (
-            f"step {self.step}: {what} in {self.group} layer {self.layer} head {self.head} "
-            f"({self.kind}: value {self.value:.4g}, threshold {self.threshold:.4g})"
-        )
+        where = (f"{self.group} layer {self.layers[0]}" if len(self.layers) == 1
+                 else f"{self.group} layers {', '.join(map(str, self.layers))}")
+        heads = f"{'every' if self.heads == self.of_heads else f'{self.heads} of'} {self.of_heads} head(s)"
+        cause = f": {self.cause}" if self.cause else ""
+        return (f"step {self.step}: {SYMPTOMS[self.kind]} in {where} ({heads}; {self.kind}: value "
+                f"{self.value:.4g}, threshold {self.threshold:.4g}){cause}")
+
+    def record(self) -> dict[str, Any]:
+        """The JSONL ``health_warning`` event's fields."""
+        return {"kind": self.kind, "group": self.group, "layer": self.layer, "head": self.head,
+                "layers": list(self.layers), "heads": self.heads, "of_heads": self.of_heads, "value": self.value,
+                "threshold": self.threshold, "cause": self.cause, "evidence": dict(self.evidence),
+                "message": self.message()}
 
 
 class HealthMonitor:
-    """Stateful monitor; ``update`` returns the new warnings for one observation."""
+    """Stateful monitor; ``observe_loss`` feeds logged training losses, ``update`` returns the new warnings for
+    one attention summary."""
 
     def __init__(self, cfg: ml_collections.ConfigDict):
         self.cfg = cfg
         # A plain snapshot of the thresholds: ConfigDict attribute reads dominate an offline replay's time.
-        self._c = types.SimpleNamespace(**{"recover_margin": 1.0, **cfg.to_dict()})
-        self._early: dict[str, list[np.ndarray]] = {}
-        self._early_std: dict[str, list[np.ndarray]] = {}
-        self._means: dict[tuple[int, str], np.ndarray] = {}  # (id of the early dict, group) -> its baseline
-        self._active: dict[tuple[str, str], np.ndarray] = {}  # (kind, group) -> [L, H] heads in that bad state
+        self._c = types.SimpleNamespace(**cfg.to_dict())
+        self._checks: dict[str, int] = {}  # group -> checks seen
+        self._early: dict[str, list[np.ndarray]] = {}  # group -> first baseline_checks layer-median spreads [L]
+        self._history: dict[str, list[np.ndarray]] = {}  # group -> recent layer-median spreads [L]
+        self._init_low: dict[str, np.ndarray] = {}  # group -> [L] bool: the layer's init spread was low
+        self._active: dict[tuple[str, str], np.ndarray] = {}  # (kind, group) -> [L] bool
+        self._min_loss = float("inf")
+        self._loss: Optional[float] = None
 
-    def baseline(self, group: str, early: dict[str, list[np.ndarray]] | None = None) -> np.ndarray | None:
-        """Early value [L, H] of ``group`` (entropy by default) once ``baseline_checks`` observations exist."""
-        early = self._early if early is None else early
-        key = (id(early), group)
-        if key not in self._means:
-            seen = early.get(group, [])
-            if len(seen) < self._c.baseline_checks:
-                return None
-            self._means[key] = np.mean(seen[: self._c.baseline_checks], axis=0)
-        return self._means[key]
+    def observe_loss(self, step: int, loss: float) -> None:
+        """A logged training loss (call in step order, before ``update`` of the same or a later step)."""
+        if loss is not None and np.isfinite(loss):
+            self._loss = float(loss)
+            self._min_loss = min(self._min_loss, float(loss))
 
-    def _observe(self, early: dict[str, list[np.ndarray]], group: str, value: np.ndarray) -> np.ndarray | None:
-        seen = early.setdefault(group, [])
-        if len(seen) < self._c.baseline_checks:
-            seen.append(value)
-        return self.baseline(group, early)
-
-    def update(self, step: int, summary: Mapping[str, Mapping[str, np.ndarray]]) -> list[HealthWarning]:
-        """summary: group -> {"entropy", "norm_entropy", "max_logit", optional "logit_std"} each [L, H] (host
-        numpy)."""
+    def update(self, step: int, summary: Summary) -> list[HealthWarning]:
+        """summary: group -> {"entropy", "norm_entropy", "max_logit", optional "logit_std"}, each [L, H]."""
         c = self._c
         out: list[HealthWarning] = []
+        # Cause of a low init spread named only when every layer of every group starts low (a scale, not depth).
+        all_low = all(self._checks.get(g, 0) == 0 and "logit_std" in s
+                      and bool((np.median(np.asarray(s["logit_std"]), axis=1) < c.init_std_low).all())
+                      for g, s in summary.items())
         for group, s in summary.items():
-            entropy = np.asarray(s["entropy"], np.float64)
-            base = self._observe(self._early, group, entropy)
-            # kind -> (value, threshold, True: bad above the threshold / False: bad below it), each [L, H]
-            flags: dict[str, tuple[np.ndarray, np.ndarray, bool]] = {}
+            n = self._checks.get(group, 0)
+            self._checks[group] = n + 1
+            ne = np.asarray(s["norm_entropy"], np.float64)
+            L, H = ne.shape
+            # kind -> (bad [L], still bad with the recovery margin [L], value [L], threshold, heads past [L],
+            #          cause [L] bool, evidence)
+            flags: dict[str, tuple] = {}
             if "logit_std" in s:
                 std = np.asarray(s["logit_std"], np.float64)
-                early_std = self._observe(self._early_std, group, std)
-                thr = np.full_like(std, c.logit_std_high)
-                if early_std is not None:
-                    thr = np.minimum(thr, np.maximum(c.logit_std_ratio * early_std, c.logit_std_floor))
-                flags["logit_spread_high"] = (std, thr, True)
-                if step >= c.uniform_after_step:
-                    flags["logit_spread_low"] = (std, np.full_like(std, c.logit_std_low), False)
-            if base is not None:
-                flags["entropy_collapse"] = (entropy, np.minimum(c.collapse_ratio * base, c.collapse_floor), False)
-            if step >= c.uniform_after_step:
-                ne = np.asarray(s["norm_entropy"], np.float64)
-                flags["uniform_attention"] = (ne, np.full_like(ne, c.uniform_ratio), True)
+                med = np.median(std, axis=1)
+                if n == 0:
+                    high, low = std > c.init_std_high, std < c.init_std_low
+                    sharp = ne.mean(axis=1) < c.init_sharp
+                    flags["init_spread_high"] = (med > c.init_std_high, med > c.init_std_high, med,
+                                                 c.init_std_high, high.sum(1), high.all(1) & sharp,
+                                                 {"mean_norm_entropy": ne.mean(axis=1)})
+                    # A scale acts on every layer; one low layer is depth (post-LN's top layers start low).
+                    group_low = np.full(L, bool((med < c.init_std_low).all()))
+                    flags["init_spread_low"] = (group_low, group_low, med, c.init_std_low, low.sum(1),
+                                                np.full(L, all_low), {})
+                    self._init_low[group] = group_low & all_low
+                early = self._early.setdefault(group, [])
+                if len(early) < c.baseline_checks:
+                    early.append(med)
+                hist = self._history.setdefault(group, [])
+                hist.append(med)
+                del hist[: max(0, len(hist) - c.growth_window - 1)]
+                if len(early) >= c.baseline_checks and len(hist) > c.growth_window:
+                    base = np.mean(early, axis=0)
+                    thr = np.maximum(c.growth_ratio * base, c.growth_floor)
+                    rate = med / np.maximum(hist[0], 1e-9)
+                    rise = self._loss - self._min_loss if self._loss is not None else None
+                    loss_bad = True if rise is None else rise >= c.loss_rise
+                    bad = (med > thr) & (rate >= c.growth_rate) & loss_bad
+                    grown = std > thr[:, None]
+                    # The problem lasts while the spread stays high and keeps growing (both within the margin).
+                    still = (med > thr * c.recover_margin) & (rate >= c.growth_rate * c.recover_margin)
+                    flags["logit_growth"] = (bad, still, med, thr, grown.sum(1),
+                                             np.full(L, rise is not None),
+                                             {"early_median": base, "growth_over_window": rate,
+                                              "loss_above_min": rise})
             ml = np.asarray(s["max_logit"], np.float64)
-            flags["max_logit"] = (ml, np.full_like(ml, c.max_logit), True)
-            margin = float(c.recover_margin)
-            for kind, (value, thr, above) in flags.items():
-                bad = value > thr if above else value < thr
-                still = value > thr * margin if above else value < thr / margin
+            worst = ml.max(axis=1)
+            flags["runaway_logits"] = (worst > c.max_logit, worst > c.max_logit * c.recover_margin, worst,
+                                       c.max_logit, (ml > c.max_logit).sum(1), np.zeros(L, bool), {})
+            if n >= c.uniform_after_checks:
+                uni = ne > c.uniform_ratio
+                least = ne.min(axis=1)
+                layer_uni = uni.all(1)  # a group-wide symptom: one idle layer of a healthy stack is not one
+                layer_uni &= layer_uni.mean() >= c.uniform_layers
+                flags["uniform_attention"] = (layer_uni, least > c.uniform_ratio * c.recover_margin, least,
+                                              c.uniform_ratio, uni.sum(1),
+                                              self._init_low.get(group, np.zeros(L, bool)), {})
+            for kind, (bad, still, value, thr, count, cause, evidence) in flags.items():
                 was = self._active.get((kind, group))
                 if was is None or was.shape != bad.shape:
                     was = np.zeros_like(bad)
                 new = bad & ~was
-                for layer, head in np.argwhere(new) if new.any() else ():
-                    out.append(HealthWarning(step, kind, group, int(layer), int(head), float(value[layer, head]),
-                                             float(thr[layer, head])))
                 self._active[(kind, group)] = bad | (was & still)
+                if not new.any():
+                    continue
+                layers = [int(i) for i in np.flatnonzero(new)]
+                thr_l = np.broadcast_to(np.asarray(thr, np.float64), value.shape)
+                pick = max(layers, key=lambda i: abs(value[i] - thr_l[i]))
+                named = all(bool(cause[i]) for i in layers)
+                ev = {"layer_values": {str(i): round(float(value[i]), 5) for i in layers}}
+                for k, v in evidence.items():
+                    if v is not None:
+                        ev[k] = ({str(i): round(float(np.asarray(v)[i]), 5) for i in layers}
+                                 if np.ndim(v) else round(float(v), 5))
+                out.append(HealthWarning(step, kind, group, tuple(layers), int(max(count[i] for i in layers)), H,
+                                         float(value[pick]), float(thr_l[pick]), CAUSES.get(kind, "") if named
+                                         else "", ev))
         return out
 
     def active_counts(self) -> dict[str, int]:
-        """Heads currently in each bad state (``health/<kind>`` metrics)."""
+        """Layers currently in each bad state (``health/<kind>`` metrics)."""
         counts = dict.fromkeys(KINDS, 0)
         for (kind, _), bad in self._active.items():
             counts[kind] += int(bad.sum())
         return counts
 
 
-Summary = Mapping[str, Mapping[str, np.ndarray]]
-
-
 def replay(observations: Iterable[tuple[int, Summary]], cfg: ml_collections.ConfigDict,
-           skip_groups: Iterable[str] = ()) -> list[HealthWarning]:
+           skip_groups: Iterable[str] = (), losses: Sequence[tuple[int, float]] = ()) -> list[HealthWarning]:
     """The warnings a fresh monitor with thresholds ``cfg`` gives over a run's logged attention summaries
-    (``(step, group -> field -> [L, H])`` in step order), leaving out ``skip_groups`` as the training hook
-    leaves out groups frozen to uniform attention. This is what the run's monitor said, for a resumed run too
-    (the training hook rebuilds its monitor from the logged summaries at a resume; runs resumed before
-    2026-12-05 restarted their early baselines at the resume instead)."""
+    (``(step, group -> field -> [L, H])`` in step order) and logged training losses (``(step, loss)``, each fed
+    before the first summary at or after its step, as the training hook feeds them), leaving out
+    ``skip_groups`` as the training hook leaves out groups frozen to uniform attention."""
     monitor = HealthMonitor(cfg)
     skip = frozenset(skip_groups)
+    pending = sorted(losses, key=lambda x: x[0])
+    i = 0
     out: list[HealthWarning] = []
     for step, summary in observations:
+        while i < len(pending) and pending[i][0] <= step:
+            monitor.observe_loss(*pending[i])
+            i += 1
         out.extend(monitor.update(step, {g: v for g, v in summary.items() if g not in skip}))
     return out

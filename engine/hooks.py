@@ -26,6 +26,7 @@ import numpy as np
 
 from engine import checkpoint as ckpt_lib
 from engine import health as health_lib
+from engine import health_wandb
 from engine import metrics as metrics_lib
 from engine import writer as writer_lib
 from engine.state import abstract_state
@@ -118,10 +119,12 @@ class AttentionStatistics(Hook):
         self.pending: list[tuple[int, Any]] = []
         self.records: list[tuple[int, dict]] = []
         self.warnings: list[health_lib.HealthWarning] = []
+        self.losses: list[tuple[int, float]] = []  # logged training losses not yet fed to the monitor
 
     def start(self, run):
         self.records, self.warnings = run.attention, run.health_warnings  # published on the run
         self.stats_step = make_stats_step(run.setup, deterministic=False)
+        self.reporter = health_wandb.HealthReporter(getattr(run.logger, "wandb_run", None))
         path = os.path.join(run.workdir, writer_lib.METRICS_FILE) if run.workdir else None
         if run.step > 0 and path and os.path.exists(path):
             self.rebuild(writer_lib.read_jsonl(path), run.step)
@@ -130,34 +133,49 @@ class AttentionStatistics(Hook):
         """Monitor, ``records`` and ``warnings`` as they stood before ``step``, from the summaries the run
         logged before it (metrics.jsonl records): after a resume at ``step`` the monitor keeps its early
         baselines and flagged heads and warns as the unbroken run would."""
+        self.losses = [(int(r["step"]), float(r["train/loss"])) for r in logged
+                       if "train/loss" in r and "step" in r and int(r["step"]) < step]
         for s_step, summary in metrics_lib.logged_summaries(logged):
             if s_step >= step:
                 break
             self.records.append((s_step, summary))
+            self._feed_losses(s_step)
             self.warnings.extend(
                 self.monitor.update(s_step, {g: v for g, v in summary.items() if g not in self.frozen_groups}))
+
+    def _feed_losses(self, step: int) -> None:
+        """Give the monitor the logged losses up to ``step`` (as ``health.replay`` does)."""
+        while self.losses and self.losses[0][0] <= step:
+            self.monitor.observe_loss(*self.losses.pop(0))
 
     def before_step(self, run, batch):
         if _every(run.step, self.every) or run.step + 1 == run.num_steps:
             self.pending.append((run.step, self.stats_step(run.state, batch)))
 
     def on_flush(self, run):
+        loss = (getattr(run, "last_train_metrics", None) or {}).get("train/loss")
+        if loss is not None and (not self.losses or self.losses[-1][0] < run.step):
+            self.losses.append((run.step, float(loss)))
         for s_step, summary in self.pending:
             # Logged at the current step (W&B steps only go forward); attn/step is the step they describe.
             host = jax.tree.map(np.asarray, jax.device_get(summary))
             self.records.append((s_step, host))
             flat = metrics_lib.flatten_summary(host)
+            self._feed_losses(s_step)
             warnings = self.monitor.update(s_step, {g: v for g, v in host.items() if g not in self.frozen_groups})
             for w in warnings:
                 log.warning("health: %s", w.message())
-                run.event("health_warning", kind=w.kind, group=w.group, layer=w.layer, head=w.head, value=w.value,
-                          threshold=w.threshold, message=w.message(), at_step=s_step)
+                run.event("health_warning", **w.record(), at_step=s_step)
+                self.reporter.warn(w)
             self.warnings.extend(warnings)
             flat.update({f"health/{k}": v for k, v in self.monitor.active_counts().items()})
             flat["health/new_warnings"] = len(warnings)
             flat["attn/step"] = s_step
             run.log(flat)
         self.pending = []
+
+    def end(self, run):
+        self.reporter.finish(run.step)
 
 
 class Evaluation(Hook):

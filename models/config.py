@@ -18,6 +18,11 @@ ACTIVATIONS = ("relu", "gelu", "gelu_exact", "silu")
 ROPE_SCALING_TYPES = ("linear", "llama3")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 ATTENTION_GROUPS = ("encoder_self", "decoder_self", "cross", "pool")
+# Planted faults for the health monitor's calibration (configs/faults.py): "" (none), "no_padding_mask" (every
+# attention sees the padding keys: the segment ids of the forward pass are dropped), "causal_leak" (decoder
+# self-attention also sees the next token). Only the teacher-forced forward pass (training and scoring) has them;
+# incremental decoding keeps the correct masks.
+FAULTS = ("", "no_padding_mask", "causal_leak")
 
 
 def _is_int(x: Any) -> bool:
@@ -106,6 +111,7 @@ class TransformerConfig:
     Elhage et al. 2021). ``uniform_attention_groups``: attention groups ("encoder_self", "decoder_self",
     "cross", "pool") whose weights are frozen to uniform over the visible keys, in training and evaluation
     (Wiegreffe & Pinter's uniform baseline; the groups' query/key projections then go unused).
+    ``fault``: a planted mask fault for calibrating the health monitor (``FAULTS``; "" = none).
     ``dtype``: computation dtype; ``param_dtype``: parameter dtype.
 
     Fields for pretrained checkpoints (``pretrained/``): ``activation`` "gelu" is the tanh approximation,
@@ -153,6 +159,7 @@ class TransformerConfig:
     token_types: int = 0
     embed_norm: bool = False
     final_logits_bias: bool = False
+    fault: str = ""
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 1
@@ -227,6 +234,8 @@ class TransformerConfig:
             raise ValueError(f"TransformerConfig.qkv_bias must be None or a bool; got {self.qkv_bias!r}")
         if not _is_int(self.token_types) or self.token_types < 0:
             raise ValueError(f"TransformerConfig.token_types must be an int >= 0; got {self.token_types!r}")
+        if self.fault not in FAULTS:
+            raise ValueError(f"TransformerConfig.fault must be one of {FAULTS}; got {self.fault!r}")
         for name in ("use_bias", "share_embeddings", "tie_output", "scale_embeddings", "qk_layernorm",
                      "attention_only", "gated_mlp", "embed_norm", "final_logits_bias"):
             if not isinstance(getattr(self, name), bool):

@@ -277,12 +277,15 @@ class Encoder(nnx.Module):
         self.dropout = make_dropout(cfg.dropout_rate, rngs)
         self.layers = nnx.List([EncoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_encoder_layers)])
         self.final_norm = make_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else nnx.data(None)
+        self.fault = cfg.fault
 
     def __call__(self, x, segmentation, positions, *, deterministic: bool = True, return_stats: bool = False,
                  interventions: Optional[Interventions] = None):
         _admin_stack_start()
         x = self.dropout(self.positions(x, positions), deterministic=deterministic)
         mask = attn.Mask(q_segment_ids=segmentation, kv_segment_ids=segmentation)
+        if self.fault == "no_padding_mask":
+            mask = attn.Mask()
         stats = []
         for i, layer in enumerate(self.layers):
             x, s = layer(x, mask, positions, deterministic=deterministic, return_stats=return_stats,
@@ -319,6 +322,7 @@ class Decoder(nnx.Module):
             [DecoderLayer(cfg, cross_attention=cross_attention, rngs=rngs) for _ in range(cfg.num_decoder_layers)]
         )
         self.final_norm = make_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else nnx.data(None)
+        self.fault = cfg.fault
 
     def __call__(self, y, segmentation, positions, encoded=None, encoder_segmentation=None, *,
                  deterministic: bool = True, return_stats: bool = False,
@@ -329,6 +333,13 @@ class Decoder(nnx.Module):
         self_mask = attn.Mask(causal=True, q_segment_ids=segmentation, kv_segment_ids=segmentation,
                               q_positions=causal_positions, kv_positions=causal_positions)
         cross_mask = attn.Mask(q_segment_ids=segmentation, kv_segment_ids=encoder_segmentation)
+        if self.fault == "no_padding_mask":
+            self_mask, cross_mask = attn.Mask(causal=True, q_positions=causal_positions,
+                                              kv_positions=causal_positions), attn.Mask()
+        elif self.fault == "causal_leak":  # each query also sees the key one step ahead of it
+            kv = causal_positions if causal_positions is not None else jnp.broadcast_to(
+                jnp.arange(y.shape[1])[None], y.shape[:2])
+            self_mask = dataclasses.replace(self_mask, q_positions=kv + 1, kv_positions=kv)
         self_stats, cross_stats = [], []
         for i, layer in enumerate(self.layers):
             y, s, c = layer(y, self_mask, positions, encoded, cross_mask,

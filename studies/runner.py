@@ -156,7 +156,11 @@ def recorded(out: str, points: Sequence) -> tuple[list[tuple[Any, dict]], list[s
 # engine/config.py's health defaults that changed: (UTC time of the change, the values before it, why), oldest
 # first.
 HEALTH_CHANGES = (("2026-12-05 03:53:47", {"logit_std_high": 8.0, "max_logit": 50.0, "recover_margin": 1.0},
-                   "the health calibration's recommendation over 40 runs, 20 of them healthy"),)
+                   "the health calibration's recommendation over 40 runs, 20 of them healthy"),
+                  ("2026-12-05 23:00:00", {"collapse_ratio": 0.1, "collapse_floor": 0.25, "uniform_after_step": 1000,
+                                           "max_logit": 100.0, "logit_std_high": 16.0, "logit_std_ratio": 10.0,
+                                           "logit_std_floor": 6.0, "logit_std_low": 0.05},
+                   "the per-layer monitor of issue 47 (docs/health.md)"))
 
 
 def health_defaults(health: Any, records: Sequence[dict]) -> tuple[Any, str]:

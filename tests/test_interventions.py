@@ -181,7 +181,7 @@ def test_uniform_attention_trains_through_the_engine():
     c.train.num_steps = 3
     c.model.uniform_attention_groups = ("pool",)
     c.train.stats_every = 1
-    c.health.uniform_after_step = 0  # a uniform head is flagged from the first check on
+    c.health.uniform_after_checks = 0  # a uniform layer is flagged from the first check on
     r = engine.run(c)
     assert r["step"] == 3 and math.isfinite(r["train/loss"])
     pool = [rec["pool"] for _, rec in r["attention"]]

@@ -232,12 +232,12 @@ def test_reports_state_the_health_defaults_their_runs_were_made_with():
     from engine import config as config_lib
 
     today = config_lib.base_config().health
-    (when, _, _), = _study.HEALTH_CHANGES
-    old, new = {"first_logged_utc": "2026-12-01 22:55:36"}, {"first_logged_utc": "2026-12-06 00:00:00"}
+    when = _study.HEALTH_CHANGES[0][0]
+    old, new = {"first_logged_utc": "2026-12-01 22:55:36"}, {"first_logged_utc": "2026-12-05 12:00:00"}
     h, changed = _study.health_defaults(today, [old])
     assert (h.max_logit, h.logit_std_high, h.recover_margin, changed) == (50.0, 8.0, 1.0, "")
     h, changed = _study.health_defaults(today, [new])
-    assert (h.max_logit, h.recover_margin, changed) == (today.max_logit, today.recover_margin, "")
+    assert (h.max_logit, h.recover_margin, changed) == (100.0, today.recover_margin, "")  # before the 2nd change
     h, changed = _study.health_defaults(today, [new, old])
     assert h.max_logit == 50.0
     assert changed == f"runs started from {when} UTC on had the later defaults of `engine/config.py`"

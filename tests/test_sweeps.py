@@ -299,8 +299,8 @@ def test_attention_trace_replays_the_online_health_monitor(tmp_path):
     c = load(os.path.join(REPO, "configs", "mqar_grid.py") + ":quick")
     c.train.update(num_steps=16, log_every=1, stats_every=1, warmup_steps=1, learning_rate=3e-2)
     # Thresholds at the run's own early values, so heads enter and leave bad states while it trains.
-    c.health.update(baseline_checks=1, collapse_ratio=1.0, collapse_floor=100.0, logit_std_ratio=1.0,
-                    logit_std_floor=0.0)
+    c.health.update(baseline_checks=1, init_std_high=0.0, max_logit=0.0, growth_floor=0.0, growth_ratio=0.0,
+                    growth_rate=0.0, growth_window=1, loss_rise=-1e9)
     workdir = tmp_path / "run"
     engine.run(c, str(workdir))
     logged = [r for r in sweep.read_records(str(workdir / sweep.METRICS)) if r.get("event") == "health_warning"]
@@ -312,7 +312,7 @@ def test_attention_trace_replays_the_online_health_monitor(tmp_path):
     trace = sweep.read_attention_trace(path)
     assert trace["steps"] == list(range(16)) and len(trace["loss"]) == len(trace["loss_step"]) == 16
     replayed = health_lib.replay(sweep.trace_observations(trace), ml_collections.ConfigDict(trace["health"]),
-                                 trace["skip_groups"])
+                                 trace["skip_groups"], list(zip(trace["loss_step"], trace["loss"])))
     assert [(w.step, w.kind, w.group, w.layer, w.head, w.value, w.threshold) for w in replayed] == [
         (r["at_step"], r["kind"], r["group"], r["layer"], r["head"], r["value"], r["threshold"]) for r in logged]
     defaults = health_lib.replay(sweep.trace_observations(trace), config_defaults_health())

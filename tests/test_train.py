@@ -54,7 +54,7 @@ def tiny_translation_config(corpus: str, cache: str, *, devices: int = 1) -> ml_
                    checkpoint_every=4, eval_every=0, async_checkpoint=False, peak_flops=1e12)
     c.eval.update(decode="greedy", decode_batch_size=8, length_bucket=32, max_decode_extra=4, num_samples=2,
                   heatmap_examples=1, at_end=False)
-    c.health.uniform_after_step = 0
+    c.health.uniform_after_checks = 0
     c.wandb.mode = "disabled"
     return c
 
@@ -102,7 +102,7 @@ def test_uninterrupted_run_logs_metrics_health_and_evaluates(baseline):
     keys = set().union(*records)
     for key in ("train/loss", "train/perplexity", "train/learning_rate", "train/grad_norm", "perf/tokens_per_sec",
                 "perf/mfu", "validation/perplexity", "validation_subset/bleu", "test/bleu", "test/chrf",
-                "health/entropy_collapse"):
+                "health/logit_growth", "attn/step"):
         assert key in keys, key
     for group in ("encoder_self", "decoder_self", "cross"):
         for field in ("entropy", "max_logit", "sink", "norm_entropy"):
@@ -147,9 +147,11 @@ def test_a_resumed_run_warns_as_the_unbroken_run(baseline, tmp_path, corpus, mon
     c, _, _ = baseline
     c = tiny_translation_config(corpus, c.data.cache_dir)
     c.train.stats_every = 1
-    c.health.update(collapse_ratio=1.0, collapse_floor=1e9, logit_std_ratio=1.0, logit_std_floor=0.0,
-                    logit_std_high=1e9, max_logit=1e9, uniform_after_step=10**6,  # below / above the early value
-                    recover_margin=1.0)  # a head leaves a bad state as soon as it is back: warnings after the resume
+    # Logit growth flagged whenever a layer's spread grew since the last check (thresholds at zero), and cleared
+    # as soon as it did not: layers enter and leave the state, with warnings after the resume.
+    c.health.update(growth_ratio=0.0, growth_floor=0.0, growth_rate=1.0, growth_window=1, loss_rise=-1e9,
+                    max_logit=1e9, init_std_high=1e9, init_std_low=0.0, uniform_after_checks=10**6,
+                    recover_margin=1.0)
 
     def logged(workdir):
         records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
