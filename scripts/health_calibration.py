@@ -44,7 +44,7 @@ import numpy as np
 from _report import Report, environment_line, fmt, source_commit
 import _study
 import sweep as sweep_lib
-from repro_entropy_collapse import divergence_step
+from analysis.curves import divergence_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS_CONFIG = "configs/faults.py"
