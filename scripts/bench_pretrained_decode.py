@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 
@@ -27,6 +26,7 @@ import numpy as np
 from flax import nnx
 
 import models
+from engine import runtime
 import pretrained
 from pretrained import random_checkpoints
 
@@ -36,17 +36,6 @@ SIZES = {  # the real checkpoints' architectures
 }
 SMALL = {"marian": dict(d_model=128, layers=2, heads=4, d_ff=256, vocab=2000),
          "gpt2": dict(d_model=128, layers=2, heads=4, d_ff=256, vocab=2000)}
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def best_of(fn, repeats: int, warm_up=None) -> tuple[float, np.ndarray]:
@@ -140,7 +129,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         for family in families:
             rows += bench_family(family, sizes[family], args, root)
-    print(f"\nCPU: {cpu_name()}, {os.cpu_count()} cores visible, load average {os.getloadavg()[0]:.1f}; "
+    print(f"\nCPU: {runtime.cpu_model() or 'unknown CPU'}, {os.cpu_count()} cores visible, load average {os.getloadavg()[0]:.1f}; "
           f"threads: {args.threads or 'library defaults'}; jax {jax.__version__}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}; float32; "
           f"{args.new_tokens} new tokens from {args.source_len}-token sources/prompts, best of {args.repeats}.")
