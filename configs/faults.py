@@ -24,7 +24,9 @@ plus the hard healthy runs (16 and 32 heads, longer training).
 """
 import math
 
-from engine.config import parse_arg, sibling_config, small_decoder_config
+from engine.config import parse_arg, sibling_config
+
+small_decoder_config = sibling_config(__file__, "_presets").small_decoder_config
 
 TASKS = ("mqar", "induction", "translation")
 FAULTS = ("healthy", "scale_missing", "scale_dk", "temperature_x10", "no_padding_mask", "causal_leak", "lr_high",

@@ -17,7 +17,6 @@ import attention
 from engine import checkpoint as ckpt_lib
 from engine import cli
 from engine import config as config_lib
-from engine import health as health_lib
 from engine import writer as logging_lib
 from engine import metrics as metrics_lib
 from engine import optim
@@ -142,54 +141,6 @@ def test_optimizer_clips_and_adamw_decays_only_matrices():
     assert np.allclose(updates["w"], -0.1 * 0.5) and np.allclose(updates["b"], 0.0)
     assert len(optim.make_optimizer(_train_cfg(grad_clip_norm=1.0))[0].init(params)) == 2  # clip, then adam
     assert len(optim.make_optimizer(_train_cfg(grad_clip_norm=0.0))[0].init(params)) == 1
-
-
-# ------------------------------------------------------------------------------------------------ health
-def _summary(entropy, norm_entropy=0.5, max_logit=5.0):
-    entropy = np.asarray(entropy, np.float64)
-    return {"encoder_self": {"entropy": entropy, "norm_entropy": np.full_like(entropy, norm_entropy),
-                             "max_logit": np.full_like(entropy, max_logit), "sink": np.zeros_like(entropy)}}
-
-
-def test_health_monitor_flags_collapse_uniform_and_logits_once():
-    cfg = config_lib.base_config().health
-    cfg.update(baseline_checks=1, uniform_after_step=100, max_logit=50.0, recover_margin=1.0)
-    mon = health_lib.HealthMonitor(cfg)
-    assert mon.update(0, _summary([[2.0, 2.0]], norm_entropy=0.99)) == []  # uniform at init is expected
-    warnings = mon.update(10, _summary([[2.0, 0.01]]))
-    assert [(w.kind, w.layer, w.head) for w in warnings] == [("entropy_collapse", 0, 1)]
-    assert "step 10" in warnings[0].message() and "head 1" in warnings[0].message()
-    assert mon.update(20, _summary([[2.0, 0.01]])) == []  # still collapsed: no repeat
-    assert mon.active_counts()["entropy_collapse"] == 1
-    kinds = {w.kind for w in mon.update(200, _summary([[2.0, 2.0]], norm_entropy=0.995, max_logit=80.0))}
-    assert kinds == {"uniform_attention", "max_logit"}
-    assert mon.active_counts()["entropy_collapse"] == 0
-
-
-def test_health_monitor_flags_logit_spread_high_and_low():
-    cfg = config_lib.base_config().health
-    cfg.update(baseline_checks=1, uniform_after_step=100, logit_std_high=8.0, recover_margin=1.0)
-    mon = health_lib.HealthMonitor(cfg)
-
-    def summary(std):
-        s = _summary([[2.0, 2.0, 2.0]])
-        s["encoder_self"]["logit_std"] = np.array([std])
-        return s
-
-    # A missing scale shows at the first observation (std ~ sqrt(d_k) = 8+): flagged on the absolute bound.
-    warnings = mon.update(0, summary([1.0, 9.0, 0.3]))
-    assert [(w.kind, w.head) for w in warnings] == [("logit_spread_high", 1)]
-    assert warnings[0].threshold == pytest.approx(8.0)
-    # Growth: head 2 started at 0.3 -> flagged above max(10 * 0.3, floor 6) = 6 (a sharp trained head's 5 is not);
-    # head 0 (early 1.0) above min(8, 10 * 1.0) = 8.
-    assert mon.update(40, summary([5.0, 9.0, 5.5])) == []
-    warnings = mon.update(50, summary([7.5, 9.0, 6.5]))
-    assert [(w.kind, w.head, w.threshold) for w in warnings] == [("logit_spread_high", 2, pytest.approx(6.0))]
-    # Too low only counts after uniform_after_step.
-    assert mon.update(60, summary([0.01, 1.0, 1.0])) == []
-    warnings = mon.update(200, summary([0.01, 1.0, 1.0]))
-    assert [(w.kind, w.head) for w in warnings] == [("logit_spread_low", 0)]
-    assert mon.active_counts()["logit_spread_high"] == 0
 
 
 # ------------------------------------------------------------------------------------------------ metrics
@@ -379,16 +330,3 @@ def test_logged_summaries_rebuild_the_monitor_input_and_keep_a_rerun_step_last()
     assert [s for s, _ in out] == [0, 5, 10]
     assert out[2][1]["cross"]["entropy"].tolist() == [[0.25, 1.0]]
     assert out[0][1]["cross"]["max_logit"].tolist() == [[3.0, 4.0]]
-
-
-def test_health_monitor_recover_margin_stops_repeat_warnings_of_a_hovering_head():
-    def summary(max_logit):
-        return _summary([[2.0]], max_logit=max_logit)
-
-    hovering = [60.0, 49.0, 55.0, 48.0, 52.0, 30.0, 51.0]  # around the max_logit threshold of 50
-    for margin, expected in ((1.0, [0, 2, 4, 6]), (0.9, [0, 6])):
-        cfg = config_lib.base_config().health
-        cfg.update(max_logit=50.0, recover_margin=margin)
-        mon = health_lib.HealthMonitor(cfg)
-        steps = [s for s, v in enumerate(hovering) for w in mon.update(s, summary(v)) if w.kind == "max_logit"]
-        assert steps == expected, margin

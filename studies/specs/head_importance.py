@@ -28,6 +28,7 @@ from studies import seedwise
 from studies.regenerate import regenerate
 from studies.inprocess import load, with_overrides
 from engine.evaluation import write_hypotheses
+from engine.workdir import RunFinished
 from studies.report import PROCESS_COMMIT, REPO, Report, markdown_table, mean_std, plt, write_csv
 
 ROOT = REPO
@@ -82,9 +83,31 @@ def train(spec: str, overrides: dict, workdir: Optional[str] = None) -> tuple[Ke
     keep = KeepModel()
     if workdir:
         overrides = {**overrides, "train.checkpoint_every": CHECKPOINT_EVERY}
-    result = engine.run(with_overrides(load(spec), overrides), workdir, hooks=[keep])
+    config = with_overrides(load(spec), overrides)
+    try:
+        result = engine.run(config, workdir, hooks=[keep])
+    except RunFinished:  # a finished run is never retrained: its last checkpoint is the model
+        return restored(config, workdir)
     return keep, {"steps": result["step"], "engine_bleu": result.get("test/bleu"),
                   "train_minutes": result["wall_minutes"], "commit": PROCESS_COMMIT}
+
+
+def restored(config, workdir: str) -> tuple[KeepModel, dict]:
+    """The model of ``workdir``'s finished run, restored from its last checkpoint, with the results its final
+    record holds (``train``'s second value)."""
+    from engine import evaluation, restore, writer
+
+    task, data, setup, state, step = restore.restore_run(config, workdir)
+    keep = KeepModel()
+    keep.params, keep.setup, keep.task, keep.data = state["params"], setup, task, data
+    keep.evaluator = evaluation.for_task(setup, data, writer.MetricLogger(None, config, process_index=0), None)
+    final: dict = {}
+    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            if '"event": "final"' in line:
+                final = json.loads(line)
+    return keep, {"steps": step, "engine_bleu": final.get("test/bleu"), "train_minutes": final.get("wall_minutes", 0.0),
+                  "commit": PROCESS_COMMIT}
 
 
 def cached(raw_dir, name: str, make):
