@@ -67,7 +67,10 @@ def script(main: Callable[..., Any], *args: Any) -> Any:
     """``main(*args)`` for a script under ``scripts/``: a bad argument (a ``ValueError`` itself, not a subclass
     such as ``statistics.StatisticsError``; a ``UsageError``; an ``engine.errors.ANTICIPATED`` error) becomes one
     ``ERROR`` line and exit code 1; any other exception is a bug and keeps its traceback."""
+    from engine.watchdog import StopRequest
+
     logs.quiet_third_party()
+    StopRequest.received = None  # a new command has seen no stop signal yet (in-process callers run several)
     try:
         return main(*args)
     except ANTICIPATED as e:
