@@ -118,10 +118,6 @@ def environment_line() -> str:
     )
 
 
-VERDICT_HEADERS = ["claim", "paper", "measured", "verdict", "reason"]  # verdicts.csv of every reproduction
-VERDICTS = ("reproduced", "partial", "not reproduced", "undecided")
-
-
 def splice_section(readme: str, title: str, body: str, before: str) -> None:
     """Put ``## <title>`` with ``body`` into the Markdown file ``readme``: in place of an existing section of that
     title, else just before the ``## <before>`` heading (at the end when there is none)."""
