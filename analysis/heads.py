@@ -6,7 +6,8 @@ evaluation steps, from the ``reference`` backend's weights, and keeps a head-mas
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import math
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,8 @@ import models
 from engine.hooks import Hook
 from engine.state import reference_graphdef
 from engine.steps import to_device
+
+from analysis.curves import half_final_step
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -141,3 +144,24 @@ def top_heads(prev: np.ndarray, prefix: np.ndarray) -> tuple[Head, Head]:
     layer 0's head with the highest previous-token score."""
     top = tuple(int(i) for i in np.unravel_index(np.nanargmax(prefix), prefix.shape))
     return (top[0], top[1]), (0, int(np.nanargmax(prev[0])))
+
+
+def share_lost(ablation: Sequence[tuple[str, Sequence[Head], float]], condition: str) -> float:
+    """1 - (ICL score with ``condition``'s heads masked) / (unmasked ICL score) over an ablation's (condition,
+    heads, ICL score) triples, the unmasked one first: 0 = masking changes nothing, 1 = the context no longer
+    helps; NaN when the unmasked score is not negative (nothing learned in context)."""
+    base = ablation[0][2]
+    icl = next((s for c, _, s in ablation if c == condition), None)
+    if icl is None:
+        raise ValueError(f"share_lost: condition {condition!r}; expected one of {[c for c, _, _ in ablation]}")
+    return 1.0 - icl / base if base < 0 else math.nan
+
+
+def formation_lags(steps: Sequence[int], scores: np.ndarray, phase: Optional[int],
+                   threshold: float) -> list[Optional[int]]:
+    """Half-final step minus ``phase`` of every head whose last score (``scores`` [steps, H]) is >= ``threshold``:
+    None for a head whose score did not rise; no lag at all when the run had no phase change."""
+    if phase is None:
+        return []
+    halves = [half_final_step(steps, scores[:, h]) for h in np.flatnonzero(scores[-1] >= threshold)]
+    return [None if t is None else t - phase for t in halves]

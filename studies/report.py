@@ -76,6 +76,16 @@ def write_csv(path: str, headers: Sequence[str], rows: Iterable[Sequence[Any]]) 
             w.writerow(["" if c is None else c for c in row])
 
 
+def number(text: str) -> Any:
+    """A CSV cell as an int or a float when it reads as one (so tables format it), else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def read_csv(out: str, name: str, script: str) -> list[dict[str, str]]:
     """The rows of ``out/name`` as dicts; a missing file ends the program with one line naming it and the
     ``script`` whose full run writes it."""

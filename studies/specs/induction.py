@@ -20,10 +20,11 @@ import numpy as np
 
 from analysis import (HeadScores, ablation_heads, half_final_step, head_label, head_mask, icl_score,
                       phase_change_step, top_heads, transition)
+from analysis.heads import formation_lags, share_lost
 from studies import seedwise
 from studies.regenerate import regenerate
 from studies.inprocess import config_path, history, load, points, with_overrides
-from studies.report import REPO, Report, environment_line, mean_std, plt, read_csv, write_csv
+from studies.report import REPO, Report, environment_line, mean_std, number, plt, read_csv, write_csv
 
 OUT = os.path.join(REPO, "docs", "results", "induction")
 HEAD_THRESHOLD = 0.5  # final score that makes a head an induction / previous-token head
@@ -126,16 +127,6 @@ def measure(out: str, *, seeds: Sequence[int], steps: Optional[int] = None, quic
                    "measured": environment_line()}, f, indent=1)
 
 
-def _number(text: str):
-    """A CSV cell as an int or float when it is one (so tables format it), else the text."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 def _int(text: str) -> Optional[int]:
     return int(text) if text.strip().lstrip("-").isdigit() else None
 
@@ -193,20 +184,18 @@ def measurements(runs: dict, seeds: Sequence[int], every: int, steps: int) -> di
         return 1.0 if lo is None else (hi - lo) / steps
 
     def lag(r) -> Optional[float]:
-        ind = [r["prefix"][:, 1, h] for h in np.flatnonzero(r["prefix"][-1, 1] >= HEAD_THRESHOLD)]
-        prev = [r["prev"][:, 0, h] for h in np.flatnonzero(r["prev"][-1, 0] >= HEAD_THRESHOLD)]
-        halves = [half_final_step(r["hist"]["position_loss_step"], v) for v in ind + prev]
-        if not ind or not prev or r["phase"] is None or None in halves:
-            return None
-        return max(abs(t - r["phase"]) for t in halves) / every
+        ind, prev = (formation_lags(r["hist"]["position_loss_step"], x, r["phase"], HEAD_THRESHOLD)
+                     for x in (r["prefix"][:, 1], r["prev"][:, 0]))
+        return None if not ind or not prev or None in ind + prev else max(abs(t) for t in ind + prev) / every
 
     H = runs[2, seeds[0]]["prefix"].shape[2]
     return {"abrupt": ([width(runs[2, s]) for s in seeds], None), "formed": ([lag(runs[2, s]) for s in seeds], None),
             "one_no_heads": ([float(runs[1, s]["prefix"][-1].max()) for s in seeds], None),
             "one_no_fall": ([width(runs[1, s]) for s in seeds], None),
             "one_worse": ([runs[1, s]["final"] - runs[2, s]["final"] for s in seeds], None),
-            "knockout_top": ([share_lost(runs[2, s], "top prefix-matching head") for s in seeds], None),
-            "knockout_all": ([share_lost(runs[2, s], f"top {H} prefix-matching heads") for s in seeds], None)}
+            "knockout_top": ([share_lost(runs[2, s]["ablation"], "top prefix-matching head") for s in seeds], None),
+            "knockout_all": ([share_lost(runs[2, s]["ablation"], f"top {H} prefix-matching heads") for s in seeds],
+                             None)}
 
 
 def report(out: str = OUT) -> str:
@@ -242,7 +231,7 @@ def report(out: str = OUT) -> str:
         "= the step where the score falls fastest between two measurements; the 10%→90% window is where the "
         "score covers 10% and 90% of its total fall. Accuracy: argmax on the targets inside the repeats."
     )
-    report.table(list(summary[0]), [[_number(x) for x in row.values()] for row in summary])
+    report.table(list(summary[0]), [[number(x) for x in row.values()] for row in summary])
     report.text("(CSV, a record of the runs: [summary.csv](summary.csv))")
 
     curves = all(r["hist"]["loss"] is not None for r in runs.values())
@@ -280,7 +269,7 @@ def report(out: str = OUT) -> str:
                 "of 2026-12-01 (post hoc); the interval rule on 2026-12-05 (post-hoc).")
     report.table(seedwise.VERDICT_COLUMNS, seedwise.verdict_rows(verdicts), csv_name="verdicts.csv")
     report.section("What the data say")
-    report.text(verdict(runs, seeds, every))
+    report.text(what_the_data_say(runs, seeds, every))
     return report.write()
 
 
@@ -370,146 +359,59 @@ def head_sections(report: Report, runs: dict, seeds: Sequence[int]) -> None:
         "helps at all, above 1 = late tokens are predicted worse than early ones. In a 1-layer model both "
         "rankings are of the same layer 0. Each cell of the first table: ICL score (heads masked).")
     conditions = [c for c, _, _ in next(iter(runs.values()))["ablation"]]
-    keys = list(runs)
-    rows = []
-    for k, condition in enumerate(conditions):
-        cells = []
-        for layers, seed in keys:
-            _, heads, icl = runs[layers, seed]["ablation"][k]
-            base = runs[layers, seed]["ablation"][0][2]
-            cells.append(f"{icl:.2f} ({head_label(heads)})")
-        rows.append([condition] + cells)
-    report.table(["masked"] + [f"{layers} layer(s), seed {seed}" for layers, seed in keys], rows)
-    rows = []
-    for layers in layer_counts:
-        for k, condition in enumerate(conditions):
-            icl = [runs[layers, s]["ablation"][k][2] for s in seeds]
-            base = [runs[layers, s]["ablation"][0][2] for s in seeds]
-            rows.append([layers, condition, mean_std(icl),
-                         mean_std([1.0 - a / b if b < 0 else math.nan for a, b in zip(icl, base)])])
+    report.table(["masked"] + [f"{layers} layer(s), seed {seed}" for layers, seed in runs],
+                 [[c] + [f"{icl:.2f} ({head_label(heads)})" for r in runs.values() for _, heads, icl in
+                         [r["ablation"][k]]] for k, c in enumerate(conditions)])
     report.text(f"Over seeds {', '.join(map(str, seeds))} (mean ± std; per run with the heads: "
                 "[ablation.csv](ablation.csv)):")
-    report.table(["attention layers", "masked", "ICL score", "share of the drop lost"], rows)
+    report.table(["attention layers", "masked", "ICL score", "share of the drop lost"],
+                 [[layers, c, mean_std([runs[layers, s]["ablation"][k][2] for s in seeds]),
+                   mean_std([share_lost(runs[layers, s]["ablation"], c) for s in seeds])]
+                  for layers in layer_counts for k, c in enumerate(conditions)])
 
 
-def share_lost(r: dict, condition: str) -> float:
-    """1 - ICL score with ``condition``'s heads masked / unmasked ICL score (NaN when the latter is >= 0)."""
-    base = r["ablation"][0][2]
-    icl = next(icl for c, _, icl in r["ablation"] if c == condition)
-    return 1.0 - icl / base if base < 0 else math.nan
-
-
-def verdict(runs: dict, seeds: Sequence[int], every: int) -> str:
-    """Markdown bullets comparing the 1- and 2-layer runs, then a paragraph against Olsson et al. (2022)."""
+def what_the_data_say(runs: dict, seeds: Sequence[int], every: int) -> str:
+    """Per depth the ICL score, accuracy and phase change; then Olsson et al.'s three claims against the numbers."""
     lines = []
     for layers in (1, 2):
-        finals = [runs[layers, s]["final"] for s in seeds]
-        phases = [runs[layers, s]["phase"] for s in seeds]
-        windows = [runs[layers, s]["window"] for s in seeds]
-        acc = [runs[layers, s]["hist"]["eval_accuracy"] for s in seeds]
-        lines.append(
-            f"- {layers} layer(s): final ICL score {mean_std(finals)}; accuracy on the repeats {mean_std(acc)}; "
-            f"steepest fall at step(s) {', '.join(str(p) for p in phases)}; 10%→90% of the fall between steps "
-            + ", ".join("—" if lo is None else f"{lo}→{hi}" for lo, hi in windows) + ".")
-    gap = np.nanmean([runs[2, s]["final"] for s in seeds]) - np.nanmean([runs[1, s]["final"] for s in seeds])
-    lines.append(f"- End-of-training difference (2 layers minus 1 layer): {gap:.3f} nats.")
-    H = runs[2, seeds[0]]["prefix"].shape[2]
-    for layers in (1, 2):
         rs = [runs[layers, s] for s in seeds]
-        last = layers - 1
-        prefix_end = [r["prefix"][-1, last] for r in rs]  # [H] per seed
-        prev_end = [r["prev"][-1, 0] for r in rs]
-        lines.append(
-            f"- {layers} layer(s), end-of-training scores per seed: prefix-matching of the layer-{last} heads "
-            + "; ".join(", ".join(f"{x:.2f}" for x in v) for v in prefix_end)
-            + "; previous-token of the layer-0 heads " + "; ".join(", ".join(f"{x:.2f}" for x in v) for v in prev_end)
-            + ". Share of the ICL drop lost with the top prefix-matching head masked "
-            + f"{mean_std([share_lost(r, 'top prefix-matching head') for r in rs])}, its control "
-            + f"{mean_std([share_lost(r, 'lowest prefix-matching head of that layer') for r in rs])}, the top "
-            + f"{H} prefix-matching heads {mean_std([share_lost(r, f'top {H} prefix-matching heads') for r in rs])}; "
-            + "the top previous-token head of layer 0 "
-            + f"{mean_std([share_lost(r, 'top previous-token head of layer 0') for r in rs])}, its control "
-            + f"{mean_std([share_lost(r, 'lowest previous-token head of layer 0') for r in rs])}.")
-    lines.append("")
-    lines.append(olsson_paragraph(runs, seeds, every))
-    return "\n".join(lines)
-
-
-def olsson_paragraph(runs: dict, seeds: Sequence[int], every: int) -> str:
-    """What the measurements say about Olsson et al.'s claims, with the numbers they rest on."""
-    two = [runs[2, s] for s in seeds]
-    one = [runs[1, s] for s in seeds]
+        lines.append(f"- {layers} layer(s): final ICL score {mean_std([r['final'] for r in rs])}; accuracy on the "
+                     f"repeats {mean_std([r['hist']['eval_accuracy'] for r in rs])}; steepest fall at step(s) "
+                     f"{', '.join(str(r['phase']) for r in rs)}; 10%→90% of the fall between steps "
+                     + ", ".join("—" if r["window"][0] is None else "{}→{}".format(*r["window"]) for r in rs) + ".")
+    two, one = [runs[2, s] for s in seeds], [runs[1, s] for s in seeds]
+    gap = np.nanmean([r["final"] for r in two]) - np.nanmean([r["final"] for r in one])
+    lines.append(f"- End-of-training difference (2 layers minus 1 layer): {gap:.3f} nats.")
     H = two[0]["prefix"].shape[2]
-
-    def span(v: list[int]) -> str:
-        return f"{min(v):+d} to {max(v):+d}" if v else "—"
-
-    def lags(r, scores, threshold):  # half-final step minus phase change of every head ending >= threshold
-        steps = r["hist"]["position_loss_step"]
-        out = []
-        for h in np.flatnonzero(scores[-1] >= threshold):
-            t = half_final_step(steps, scores[:, h])
-            if t is not None and r["phase"] is not None:
-                out.append(t - r["phase"])
-        return out
-
-    n_ind = [int(np.sum(r["prefix"][-1, 1] >= 0.5)) for r in two]
-    prev_end = [r["prev"][-1, 0] for r in two]  # [H] per seed
-    n_prev = [int(np.sum(v >= 0.5)) for v in prev_end]
-    ind_lags = [x for r in two for x in lags(r, r["prefix"][:, 1], 0.5)]
-    prev_lags = [x for r in two for x in lags(r, r["prev"][:, 0], 0.5)]
+    n_ind = [int(np.sum(r["prefix"][-1, 1] >= HEAD_THRESHOLD)) for r in two]
+    n_prev = [int(np.sum(r["prev"][-1, 0] >= HEAD_THRESHOLD)) for r in two]
+    lags = {k: [x for r in two for x in formation_lags(r["hist"]["position_loss_step"], sc(r), r["phase"],
+                                                       HEAD_THRESHOLD) if x is not None]
+            for k, sc in (("induction", lambda r: r["prefix"][:, 1]), ("previous-token", lambda r: r["prev"][:, 0]))}
+    span = lambda v: f"{min(v):+d} to {max(v):+d}" if v else "—"  # noqa: E731
+    inside = bool(lags["induction"]) and max(abs(x) for v in lags.values() for x in v) <= 2 * every
+    lost = lambda rs, c: mean_std([share_lost(r["ablation"], c) for r in rs])  # noqa: E731
+    single = [share_lost(r["ablation"], "top prefix-matching head") for r in two]
     one_prefix = max(float(r["prefix"][-1].max()) for r in one)
-    one_prev_first = [float(r["prev"][0].mean()) for r in one]
-    one_prev_end = [float(r["prev"][-1].mean()) for r in one]
-    single = [share_lost(r, "top prefix-matching head") for r in two]
-    top_k = {k: [share_lost(r, f"top {k} prefix-matching heads") for r in two] for k in range(2, H + 1)}
-    prev_single = [share_lost(r, "top previous-token head of layer 0") for r in two]
-    prev_all = [share_lost(r, f"top {H} previous-token heads of layer 0") for r in two]
-    one_singles = [share_lost(r, c) for r in one for c, heads, _ in r["ablation"] if len(heads) == 1]
-    timing_ok = bool(ind_lags) and max(abs(x) for x in ind_lags + prev_lags) <= 2 * every
-    single_ok = bool(np.all(np.asarray(single) >= 0.5))
-    return (
-        "**Against Olsson et al. (2022).** The paper argues that (1) induction heads — heads that attend from a "
-        "token to the one after its earlier occurrence (prefix matching) and copy it, built on a previous-token "
-        "head in an earlier layer — form during a phase change early in training, in the same window in which "
-        "the ICL score drops; (2) one-layer attention-only models form none and show no such phase change; (3) "
-        "knocking the induction heads out of small attention-only models removes most of their in-context "
-        "learning. Here, with 2 layers: "
-        f"{', '.join(map(str, n_ind))} of the {H} layer-1 heads end with a prefix-matching score ≥ 0.5 (seeds "
-        f"{', '.join(map(str, seeds))}), and {', '.join(map(str, n_prev))} of the {H} layer-0 heads with a "
-        f"previous-token score ≥ 0.5. The induction heads' scores reach half their final value "
-        f"{span(ind_lags)} steps from the steepest ICL fall and the previous-token heads' {span(prev_lags)} steps "
-        f"(measurements every {every} steps): "
-        + ("both kinds of head form inside the phase-change window, as in claim (1). " if timing_ok else
-           "not all of them inside the phase-change window, so claim (1) holds only in part. ")
-        + f"With 1 layer the highest prefix-matching score of any head is {one_prefix:.2f} and the mean "
-        f"previous-token score goes from {np.mean(one_prev_first):.3f} to {np.mean(one_prev_end):.3f}; the ICL "
-        f"score only drifts to {mean_std([r['final'] for r in one])} "
-        + ("without induction heads, as in claim (2). " if one_prefix < 0.2 else
-           "while some head prefix-matches, which claim (2) does not expect. ")
-        + ("Claim (3) reproduces with a single head: " if single_ok else
-           "Claim (3) does **not** reproduce head by head: ")
-        + f"masking the top prefix-matching head loses {mean_std(single)} of the ICL drop, "
-        + ", ".join(f"the top {k} together {mean_std(v)}" for k, v in top_k.items())
-        + (". Every layer-1 head becomes an induction head, and they back each other up: one left unmasked "
-           "keeps much of the drop, and only masking all of them removes the in-context learning. "
-           if min(n_ind) == H and not single_ok else ". ")
-        + f"Masking the top previous-token head of layer 0 loses {', '.join(f'{x:.2f}' for x in prev_single)} of "
-        f"the drop (seeds {', '.join(map(str, seeds))}; its control, the lowest one, "
-        f"{mean_std([share_lost(r, 'lowest previous-token head of layer 0') for r in two])}), masking all of "
-        f"layer 0 {mean_std(prev_all)}"
-        + (" (more than 1: without layer 0 the repeats are predicted worse than the first block — every "
-           "induction head reads the previous-token information layer 0 writes)" if np.all(np.asarray(prev_all) > 1) else "")
-        + ". In the 1-layer model every single head masked loses between "
-        f"{min(one_singles):.2f} and {max(one_singles):.2f} of its (smaller) drop, whichever the head: there "
-        "the ICL gain is spread over all heads. Where this differs from the paper's picture: "
-        + ("there is no single induction head to knock out (every layer-1 head is one); " if not single_ok else "")
-        + f"the previous-token function is not one head's either ({', '.join(map(str, n_prev))} layer-0 heads "
-        f"score ≥ 0.5, the others up to {max(float(np.max(v[v < 0.5], initial=0.0)) for v in prev_end):.2f}), and "
-        "how "
-        "much the top one matters varies from seed to seed; "
-        + "and the task is synthetic (repeated random blocks, every late token predictable by copying), not "
-        "natural-language text, so the ICL score here measures copying alone.")
+    lines += ["", (
+        "**Against Olsson et al. (2022).** (1) Induction heads (prefix matching in a later layer, built on a "
+        "previous-token head in an earlier one) form during a phase change, in the window in which the ICL score "
+        f"drops: here {', '.join(map(str, n_ind))} of the {H} layer-1 heads end with a prefix-matching score ≥ "
+        f"{HEAD_THRESHOLD:g} and {', '.join(map(str, n_prev))} of the layer-0 heads with a previous-token score ≥ "
+        f"{HEAD_THRESHOLD:g} (seeds {', '.join(map(str, seeds))}); their scores reach half their final value "
+        f"{span(lags['induction'])} and {span(lags['previous-token'])} steps from the steepest fall (measured every "
+        f"{every} steps): " + ("inside the phase-change window. " if inside else "not all inside the window. ")
+        + f"(2) One layer forms none: its highest prefix-matching score is {one_prefix:.2f} and its ICL score "
+        f"ends at {mean_std([r['final'] for r in one])}. (3) Knocking the induction heads out removes most in-context "
+        f"learning: masking the top prefix-matching head loses {mean_std(single)} of the drop, "
+        + ", ".join(f"the top {k} together {lost(two, f'top {k} prefix-matching heads')}" for k in range(2, H + 1))
+        + ("; every layer-1 head is an induction head and they back each other up, so only masking all of them "
+           "removes the in-context learning" if min(n_ind) == H and not np.all(np.asarray(single) >= 0.5) else "")
+        + f". Masking all of layer 0's heads loses {lost(two, f'top {H} previous-token heads of layer 0')} (the "
+        f"top previous-token head alone {lost(two, 'top previous-token head of layer 0')}). The task is "
+        "synthetic (repeated random blocks: every late token predictable by copying), so the ICL score here "
+        "measures copying alone.")]
+    return "\n".join(lines)
 
 
 def generate(into: Optional[str] = None) -> list[str]:
