@@ -6,6 +6,7 @@ A ``Report`` collects Markdown text, tables and matplotlib figures and writes th
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime
 import math
 import os
@@ -240,4 +241,57 @@ def heatmap_grid(
         ax.tick_params(labelsize=6)
     fig.tight_layout()
     fig.colorbar(im, ax=list(axes.flat), label=cbar_label, shrink=0.9)
+    return fig
+
+
+@dataclasses.dataclass
+class Panel:
+    """One axes of ``line_panels``: ``lines`` (label, xs, ys, matplotlib style) on the left axis, ``right`` on a
+    twin axis from 0 to 1 (labelled ``right_label``), vertical lines at ``vlines`` and grey bands over ``spans``."""
+
+    title: str
+    xlabel: str
+    ylabel: str = ""
+    lines: list = dataclasses.field(default_factory=list)
+    right: list = dataclasses.field(default_factory=list)
+    right_label: str = ""
+    vlines: Sequence[float] = ()
+    spans: Sequence[tuple[float, float]] = ()
+
+
+def line_panels(panels: Sequence[Panel], ncols: int, legend: str = "each") -> "plt.Figure":
+    """Panels of lines, ``ncols`` a row; ``legend``: "each" (one per panel) or "below" (the last panel's labels
+    once, under the figure)."""
+    if not panels or ncols < 1 or legend not in ("each", "below"):
+        raise ValueError(f"line_panels: {len(panels)} panels, ncols={ncols}, legend={legend!r}; expected panels, "
+                         "ncols >= 1 and legend 'each' or 'below'")
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.2 * nrows), squeeze=False)
+    handles = []
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, p in zip(axes.flat, panels):
+        for lo, hi in p.spans:
+            ax.axvspan(lo, hi, color="0.9")
+        for x in p.vlines:
+            ax.axvline(x, color="0.6", lw=0.8)
+        for label, xs, ys, style in p.lines:
+            ax.plot(xs, ys, label=label, **style)
+        handles = ax.get_legend_handles_labels()[0]
+        if p.right:
+            twin = ax.twinx()
+            for label, xs, ys, style in p.right:
+                twin.plot(xs, ys, label=label, **style)
+            twin.set_ylim(0, 1)
+            twin.set_ylabel(p.right_label, fontsize=8)
+            handles += twin.get_legend_handles_labels()[0]
+        ax.set_title(p.title, fontsize=9)
+        ax.set_xlabel(p.xlabel, fontsize=8)
+        ax.set_ylabel(p.ylabel, fontsize=8)
+        if legend == "each" and p.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    if legend == "below" and handles:
+        fig.legend(handles, [h.get_label() for h in handles], loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=len(handles), fontsize=7, frameon=False)
     return fig

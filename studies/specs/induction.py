@@ -19,12 +19,12 @@ from typing import Optional, Sequence
 import numpy as np
 
 from analysis import (HeadScores, ablation_heads, half_final_step, head_label, head_mask, icl_score,
-                      phase_change_step, top_heads, transition)
+                      phase_change_step, transition)
 from analysis.heads import formation_lags, share_lost
 from studies import seedwise
 from studies.regenerate import regenerate
 from studies.inprocess import config_path, history, load, points, with_overrides
-from studies.report import REPO, Report, environment_line, mean_std, number, plt, read_csv, write_csv
+from studies.report import REPO, Panel, Report, environment_line, line_panels, mean_std, number, read_csv, write_csv
 
 OUT = os.path.join(REPO, "docs", "results", "induction")
 HEAD_THRESHOLD = 0.5  # final score that makes a head an induction / previous-token head
@@ -235,29 +235,19 @@ def report(out: str = OUT) -> str:
     report.text("(CSV, a record of the runs: [summary.csv](summary.csv))")
 
     curves = all(r["hist"]["loss"] is not None for r in runs.values())
-    fig, axes = plt.subplots(1, 3 if curves else 1, figsize=(14, 3.4) if curves else (5.5, 3.4), squeeze=False)
-    axes = axes[0]
-    colors = {1: "tab:blue", 2: "tab:red"}
-    for (layers, seed), r in runs.items():
-        h = r["hist"]
-        label = f"{layers} layer(s), seed {seed}"
-        k = list(seeds).index(seed)
-        style = dict(color=colors[layers], alpha=1.0 if k == 0 else 0.6, linestyle=("-", "--", ":", "-.")[k % 4])
-        axes[0].plot(h["position_loss_step"], r["scores"], label=label, **style)
-        if curves:
-            axes[1].plot(h["step"], h["loss"], label=label, **style)
-            axes[2].plot(np.arange(len(h["eval_position_loss"])), h["eval_position_loss"], label=label, **style)
-    axes[0].set(title="ICL score (late - early held-out loss)", xlabel="step", ylabel="nats")
+    style = {(layers, seed): dict(color={1: "tab:blue", 2: "tab:red"}[layers], alpha=1.0 if k == 0 else 0.6,
+                                  linestyle=("-", "--", ":", "-.")[k % 4]) for layers, seed in runs
+             for k in [list(seeds).index(seed)]}
+    line = lambda key, xs, ys: (f"{key[0]} layer(s), seed {key[1]}", xs, ys, style[key])  # noqa: E731
+    panels = [Panel("ICL score (late - early held-out loss)", "step", "nats",
+                    [line(k, r["hist"]["position_loss_step"], r["scores"]) for k, r in runs.items()])]
     if curves:
-        axes[1].set(title="training loss (every token)", xlabel="step")
-        axes[2].set(title="held-out loss by position (end of training)", xlabel="position")
-        for a, b in (early, late):
-            axes[2].axvspan(a - 0.5, b - 0.5, color="0.9")
-    for ax in axes:
-        ax.legend(fontsize=7)
-        ax.title.set_fontsize(9)
-    fig.tight_layout()
-    report.figure(fig, "icl_score", "In-context-learning score over training" + (
+        panels += [Panel("training loss (every token)", "step", "", [line(k, r["hist"]["step"], r["hist"]["loss"])
+                                                                     for k, r in runs.items()]),
+                   Panel("held-out loss by position (end of training)", "position", "",
+                         [line(k, np.arange(len(r["hist"]["eval_position_loss"])), r["hist"]["eval_position_loss"])
+                          for k, r in runs.items()], spans=[(a - 0.5, b - 0.5) for a, b in (early, late)])]
+    report.figure(line_panels(panels, len(panels)), "icl_score", "In-context-learning score over training" + (
         ", training loss, and the held-out loss per position at the end (grey: the early and late windows of the "
         "score)" if curves else " (the training loss and per-position curves were not recorded by these runs)")
         + ", for 1- and 2-layer attention-only models.")
@@ -286,22 +276,7 @@ def head_sections(report: Report, runs: dict, seeds: Sequence[int]) -> None:
         "Olsson et al. (2022) use the same two scores on repeated random tokens. Uniform attention over the "
         "context gives each about 1/(t + 1) per key. Heads are named L<layer>H<head>. **Half-final step** = the "
         "first measured step at which a score reaches half of its end-of-training value (— when the first "
-        "measurement already did: the score did not rise). Top heads: the highest end-of-training "
-        "prefix-matching score over all heads, and the highest previous-token score in layer 0.")
-    rows = []
-    for (layers, seed), r in runs.items():
-        steps = r["hist"]["position_loss_step"]
-        (pl, ph), (ql, qh) = top_heads(r["prev"][-1], r["prefix"][-1])
-        t_prefix = half_final_step(steps, r["prefix"][:, pl, ph])
-        t_prev = half_final_step(steps, r["prev"][:, ql, qh])
-        lo, hi = r["window"]
-        rows.append([layers, seed, r["phase"], None if lo is None else f"{lo}→{hi}", head_label([(pl, ph)]),
-                     r["prefix"][-1, pl, ph], t_prefix, head_label([(ql, qh)]), r["prev"][-1, ql, qh], t_prev])
-    report.table(["attention layers", "seed", "phase change at step", "10%→90% of the ICL fall (steps)",
-                  "top prefix-matching head", "its prefix-matching score (end)", "its prefix-matching half-final step",
-                  "top previous-token head (layer 0)", "its previous-token score (end)",
-                  "its previous-token half-final step"],
-                 rows, csv_name="timing.csv")
+        "measurement already did: the score did not rise).")
     rows = []
     for (layers, seed), r in runs.items():
         steps = r["hist"]["position_loss_step"]
@@ -320,33 +295,20 @@ def head_sections(report: Report, runs: dict, seeds: Sequence[int]) -> None:
                 "[scores.csv](scores.csv).")
 
     layer_counts = sorted({layers for layers, _ in runs})
-    fig, axes = plt.subplots(len(layer_counts), len(seeds), figsize=(4.2 * len(seeds), 3.0 * len(layer_counts)),
-                             squeeze=False)
-    for i, layers in enumerate(layer_counts):
-        for j, seed in enumerate(seeds):
-            r, ax = runs[layers, seed], axes[i][j]
-            steps = r["hist"]["position_loss_step"]
-            right = ax.twinx()
-            last = r["prefix"].shape[1] - 1
-            for head in range(r["prefix"].shape[2]):
-                color = f"C{head}"
-                right.plot(steps, r["prefix"][:, last, head], color=color, lw=1.2, label=f"prefix L{last}H{head}")
-                right.plot(steps, r["prev"][:, 0, head], color=color, lw=1.0, ls=":", label=f"prev L0H{head}")
-            ax.plot(steps, r["scores"], color="black", lw=2.0, label="ICL score")
-            if r["phase"] is not None:
-                ax.axvline(r["phase"], color="0.6", lw=0.8)
-            right.set_ylim(0, 1)
-            ax.set_title(f"{layers} layer(s), seed {seed}", fontsize=9)
-            ax.set_xlabel("step", fontsize=8)
-            ax.set_ylabel("ICL score (nats, black)", fontsize=8)
-            right.set_ylabel("head score", fontsize=8)
-    fig.tight_layout()
-    handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
-    fig.legend(handles, [h.get_label() for h in handles], loc="upper center", bbox_to_anchor=(0.5, 0.0),
-               ncol=len(handles), fontsize=7, frameon=False)
-    report.figure(fig, "head_scores", "Black: the ICL score (left axis). Solid: the prefix-matching score of "
-                  "each head of the last layer; dotted: the previous-token score of each head of layer 0 (same "
-                  "colour = same head index; right axis). Grey line: the phase change (steepest ICL fall).")
+    panels = []
+    for (layers, seed), r in sorted(runs.items()):
+        steps, last = r["hist"]["position_loss_step"], r["prefix"].shape[1] - 1
+        right = [(f"{name} L{layer}H{h}", steps, score[:, layer, h], dict(color=f"C{h}", lw=lw, ls=ls))
+                 for h in range(r["prefix"].shape[2])
+                 for name, score, layer, lw, ls in (("prefix", r["prefix"], last, 1.2, "-"),
+                                                    ("prev", r["prev"], 0, 1.0, ":"))]
+        panels.append(Panel(f"{layers} layer(s), seed {seed}", "step", "ICL score (nats, black)",
+                            [("ICL score", steps, r["scores"], dict(color="black", lw=2.0))], right, "head score",
+                            [r["phase"]] if r["phase"] is not None else []))
+    report.figure(line_panels(panels, len(seeds), legend="below"), "head_scores", "Black: the ICL score (left "
+                  "axis). Solid: the prefix-matching score of each head of the last layer; dotted: the previous-token "
+                  "score of each head of layer 0 (same colour = same head index; right axis). Grey line: the phase "
+                  "change (steepest ICL fall).")
 
     report.section("Ablation: the ICL score with heads masked (end of training)")
     report.text(
@@ -357,11 +319,8 @@ def head_sections(report: Report, runs: dict, seeds: Sequence[int]) -> None:
         "the lowest one of layer 0, then the top k of layer 0 together. **Share of the drop lost** = 1 − "
         "(ICL score masked) / (ICL score unmasked): 0 = masking changes nothing, 1 = the context no longer "
         "helps at all, above 1 = late tokens are predicted worse than early ones. In a 1-layer model both "
-        "rankings are of the same layer 0. Each cell of the first table: ICL score (heads masked).")
+        "rankings are of the same layer 0.")
     conditions = [c for c, _, _ in next(iter(runs.values()))["ablation"]]
-    report.table(["masked"] + [f"{layers} layer(s), seed {seed}" for layers, seed in runs],
-                 [[c] + [f"{icl:.2f} ({head_label(heads)})" for r in runs.values() for _, heads, icl in
-                         [r["ablation"][k]]] for k, c in enumerate(conditions)])
     report.text(f"Over seeds {', '.join(map(str, seeds))} (mean ± std; per run with the heads: "
                 "[ablation.csv](ablation.csv)):")
     report.table(["attention layers", "masked", "ICL score", "share of the drop lost"],
