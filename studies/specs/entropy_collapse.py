@@ -173,8 +173,9 @@ def monitor_table(groups) -> Optional[Section]:
 
 
 def events_table(groups) -> Optional[Section]:
-    rows = [[label, r.seed, r.valid_accuracy, "none" if not r.metric("event") else r.metric("event_step"),
-             r.metric("first_alarm"), r.metric("first_collapse"), r.stability.health_warnings, r.metric("min_entropy")]
+    step = lambda r, k: None if r.metric(k) is None else int(r.metric(k))  # noqa: E731
+    rows = [[label, r.seed, r.valid_accuracy, step(r, "event_step") if r.metric("event") else "none",
+             step(r, "first_alarm"), step(r, "first_collapse"), r.stability.health_warnings, r.metric("min_entropy")]
             for label, m in groups.items() for _, r in m if r.metric("event") is not None]
     return Section("Events and alarms per run", "Event step: the step of the run's first event (none: healthy).",
                    ["setting", "seed", "held-out accuracy", "event step", "first warning (any)",

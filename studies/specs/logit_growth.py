@@ -49,9 +49,8 @@ def _key(rec: Record) -> tuple:
 
 def final_loss(rec: Record) -> float:
     """Held-out loss at the end; +inf when the run's loss became non-finite or none was recorded."""
-    if rec.stability.non_finite_step is not None or rec.valid_nll is None:
-        return math.inf
-    return rec.valid_nll
+    loss = rec.validation.get("loss")
+    return math.inf if rec.stability.non_finite_step is not None or loss is None else float(loss)
 
 
 def sweep(rec: Record, groups) -> Optional[dict]:

@@ -16,6 +16,7 @@ margins were added on 2026-12-05, after the data.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import os
 from typing import Optional, Sequence
@@ -24,6 +25,7 @@ from analysis import first_step_at_most, scale_name
 from studies.claims import CONTRADICTED, REPRODUCED, UNRESOLVED, Claim, Conditions, Criterion, Registration
 from studies.records import Record
 from studies.derived import DerivedStudy
+from studies.inprocess import load
 from studies.report import REPO
 from studies.study import POST_HOC_MARGINS, Arm, Section
 
@@ -32,7 +34,6 @@ ARM = Arm("", "configs/repro_scale.py", "seeds=3")
 LEARNED = 0.9  # held-out accuracy at which a run has learned MQAR
 LEARNED_LOSS = 0.1  # mean training loss of a 100-step bin at which a run has learned (steps to learn)
 MIN_SEEDS = 3
-D_K = 32  # the trained model's d_k (d_model 64, two heads)
 RULES = Registration("aaf1938", "scripts/repro_scale.py", "is *worse* than 1/sqrt(d_k) when its mean held-out accuracy")
 INIT = Registration("aaf1938", "scripts/repro_scale.py", "std within 15% of 1 at every d_k")
 COND = Conditions(lr="3e-3 for every scale (from the 1/sqrt(d_k) pilots; not tuned per scale)",
@@ -50,8 +51,14 @@ def metrics(rec: Record, groups=None) -> dict:
             "learned": None if acc is None else float(acc >= LEARNED)}
 
 
+@functools.lru_cache(maxsize=None)
+def d_k(config: str) -> int:
+    """The head dimension of config spec ``config`` (a record's ``config``, relative to the repository)."""
+    return int(load(os.path.join(REPO, config)).model.qk_dim)
+
+
 def setting(arm: str, rec: Record) -> str:
-    return scale_name(rec.override("model.attention_scale"), D_K)
+    return scale_name(rec.override("model.attention_scale"), int(rec.model.get("qk_dim") or d_k(rec.config)))
 
 
 def _claim(alt: str, metric: str, what: str, sign: int, margin: float) -> Claim:
