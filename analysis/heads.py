@@ -126,6 +126,15 @@ def ablation_heads(prev: np.ndarray, prefix: np.ndarray) -> list[tuple[str, tupl
             + [(f"top {k} previous-token heads of layer 0", tuple(by_prev[:k])) for k in range(2, H + 1)])
 
 
+def ablate(hook: HeadScores, early: tuple[int, int], late: tuple[int, int]) -> list[tuple[str, tuple[Head, ...],
+                                                                                       float]]:
+    """The ICL score of the trained model in ``hook`` (after ``engine.run``) with each group of ``ablation_heads``
+    masked, from its last scores: (condition, heads, ICL score) triples, the unmasked one first."""
+    prev, prefix = np.stack(hook.prev), np.stack(hook.prefix)
+    return [(condition, heads, icl_score(hook.position_loss(head_mask(prev.shape[1:], heads)), early, late))
+            for condition, heads in ablation_heads(prev[-1], prefix[-1])]
+
+
 def head_mask(shape: tuple[int, int], heads: Sequence[Head]) -> np.ndarray:
     """A [L, H] float32 mask of ones with ``heads`` ((layer, head) pairs) zeroed."""
     mask = np.ones(shape, np.float32)

@@ -18,9 +18,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from analysis import (HeadScores, ablation_heads, half_final_step, head_label, head_mask, icl_score,
-                      phase_change_step, transition)
-from analysis.heads import formation_lags, share_lost
+from analysis import HeadScores, half_final_step, head_label, icl_score, phase_change_step, transition
+from analysis.heads import ablate, formation_lags, share_lost
 from studies import seedwise
 from studies.regenerate import regenerate
 from studies.inprocess import config_path, history, load, points, with_overrides
@@ -80,13 +79,9 @@ def run_one(spec: str, overrides: dict, early: tuple[int, int], late: tuple[int,
     scores = [icl_score(p, early, late) for p in hist["position_loss"]]
     final = icl_score(hist["eval_position_loss"], early, late) if hist["eval_position_loss"] is not None \
         else math.nan
-    prev, prefix = np.stack(hook.prev), np.stack(hook.prefix)
-    ablation = []
-    for condition, heads in ablation_heads(prev[-1], prefix[-1]):
-        ablation.append((condition, heads, icl_score(hook.position_loss(head_mask(prev.shape[1:], heads)), early,
-                                                     late)))
     return {"hist": hist, "scores": scores, "final": final, "phase": phase_change_step(steps, scores),
-            "window": transition(steps, scores), "prev": prev, "prefix": prefix, "ablation": ablation}
+            "window": transition(steps, scores), "prev": np.stack(hook.prev), "prefix": np.stack(hook.prefix),
+            "ablation": ablate(hook, early, late)}
 
 
 def measure(out: str, *, seeds: Sequence[int], steps: Optional[int] = None, quick: bool = False) -> None:
@@ -127,15 +122,6 @@ def measure(out: str, *, seeds: Sequence[int], steps: Optional[int] = None, quic
                    "measured": environment_line()}, f, indent=1)
 
 
-def _int(text: str) -> Optional[int]:
-    return int(text) if text.strip().lstrip("-").isdigit() else None
-
-
-def _window(text: str) -> tuple[Optional[int], Optional[int]]:
-    lo, _, hi = text.partition("→")
-    return (int(lo), int(hi)) if lo.strip().isdigit() and hi.strip().isdigit() else (None, None)
-
-
 def load_runs(out: str) -> tuple[dict, list[dict], dict]:
     """(run.json, summary rows, {(layers, seed): run}) from the records in ``out``; each run has what ``run_one``
     returns, with ``hist``'s training curves None where the records do not have them."""
@@ -171,8 +157,10 @@ def load_runs(out: str) -> tuple[dict, list[dict], dict]:
                                        if curve["held-out loss by position"] else None)}
         abl = [(a["masked"], tuple((int(l), int(h)) for l, h in re.findall(r"L(\d+)H(\d+)", a["head"])),
                 float(a["ICL score"])) for a in ablation if (int(a["attention layers"]), int(a["seed"])) == key]
+        window = row["10%→90% of the fall (steps)"]
         runs[key] = {"hist": hist, "scores": [icl[s] for s in steps], "final": float(row["ICL score (end)"]),
-                     "phase": _int(row["phase change at step"]), "window": _window(row["10%→90% of the fall (steps)"]),
+                     "phase": int(row["phase change at step"]) if row["phase change at step"] else None,
+                     "window": tuple(map(int, window.split("→"))) if "→" in window else (None, None),
                      "prev": prev, "prefix": prefix, "ablation": abl}
     return run, summary, runs
 
