@@ -242,9 +242,9 @@ def report(out: str = OUT) -> str:
     head_sections(report, runs, seeds)
     verdicts = seedwise.judge_all(CLAIMS, measurements(runs, seeds, every, steps))
     report.section("Verdicts")
-    report.text("Each claim compares the mean over seeds with its threshold by a 95% t interval, Holm-adjusted within "
-                "the family `olsson` (`studies/seedwise.py`). The thresholds were written on 2026-12-02, after the runs "
-                "of 2026-12-01 (post hoc); the interval rule on 2026-12-05 (post-hoc).")
+    report.text("Each claim compares the mean over seeds with its threshold by a 95% t interval, Holm-adjusted "
+                "within the family `olsson` (`studies/seedwise.py`). The thresholds were written on 2026-12-02, after "
+                "the runs of 2026-12-01 (post hoc); the interval rule on 2026-12-05 (post-hoc).")
     report.table(seedwise.VERDICT_COLUMNS, seedwise.verdict_rows(verdicts), csv_name="verdicts.csv")
     report.section("What the data say")
     report.text(what_the_data_say(runs, seeds, every))

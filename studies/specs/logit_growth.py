@@ -39,8 +39,8 @@ SENSITIVITY = Registration("aaf1938", SCRIPT, "QK-LayerNorm lowers the LR sensit
 COND = Conditions(lr="the grid 1e-3 to 3e-1 (the claim spans it; no rate tuned)",
                   differences=("2-layer, 2-head pre-LN decoders of d_model 64 and 128 on MQAR (the paper: GPT-2-style "
                                "language models of 10M to 1B parameters on C4)",
-                               "no gradient clipping, weight decay or z-loss (the paper: clipping 1, weight decay 1e-4, "
-                               "z-loss 1e-4), so instability sets in at lower rates"))
+                               "no gradient clipping, weight decay or z-loss (the paper: clipping 1, weight decay "
+                               "1e-4, z-loss 1e-4), so instability sets in at lower rates"))
 
 
 def _key(rec: Record) -> tuple:
@@ -76,7 +76,8 @@ def derive(rec: Record, groups) -> dict:
            **dict.fromkeys(("best_lr", "learned", "degrade_lr", "lr_sensitivity", "sweep_sensitivity"))}
     s = sweep(rec, groups)
     if s is not None and s.pop("first") == lr:
-        out.update(s, sweep_sensitivity=s["lr_sensitivity"], lr_sensitivity=s["lr_sensitivity"] if s["learned"] else None)
+        out.update(s, sweep_sensitivity=s["lr_sensitivity"],
+                   lr_sensitivity=s["lr_sensitivity"] if s["learned"] else None)
     return out
 
 

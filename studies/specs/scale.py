@@ -98,8 +98,8 @@ def init_section(groups) -> Optional[Section]:
     rows = init_rows()
     big = max(int(r["d_k"]) for r in rows)
     return Section(f"At initialization, d_k = {big}",
-                   "From `init.csv` (every d_k: the last table): unscaled attention is near one-hot and few keys get gradient; 1/d_k is "
-                   "near uniform and the gradient reaching the queries shrinks.",
+                   "From `init.csv` (every d_k: the last table): unscaled attention is near one-hot and few keys "
+                   "get gradient; 1/d_k is near uniform and the gradient reaching the queries shrinks.",
                    ["scale", "logit std", "mean max weight", "entropy (nats)", "keys with gradient", "dL/dq RMS"],
                    [[r["scale"], float(r["logit std"]), float(r["mean max weight"]), float(r["entropy (nats)"]),
                      float(r["keys with gradient"]), float(r["dL/dq RMS"])] for r in rows if int(r["d_k"]) == big],
