@@ -203,6 +203,8 @@ STUDY = DerivedStudy(
                         collapse_rule, COND, COLLAPSE),
               Criterion("monitor", "the health monitor warns before the event (any warning kind; this project)",
                         monitor_rule, COND, MONITOR)),
+    notes=("Reading: an event includes a failure to learn, so a remedy contrast counts QK-LayerNorm runs that did "
+           "not learn the task at a rate as events, instability or not; the events table tells which.",),
     sections=(events_table, monitor_table),
     plots=(Plot("accuracy_vs_lr", "accuracy", "train.learning_rate", "model.qk_layernorm"),
            Plot("entropy_vs_lr", "min_entropy", "train.learning_rate", "model.qk_layernorm")),

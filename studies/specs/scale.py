@@ -135,6 +135,10 @@ STUDY = DerivedStudy(
                         variance_argument, COND, INIT),
               Criterion("baseline", "the 1/sqrt(d_k) baseline learns in every seed (the contrasts' precondition)",
                         baseline_learns, COND, RULES)),
+    notes=("Reading: the paper reports no training comparison, so a scale that is not shown worse here disagrees "
+           "with no number of it. With AdamW (which rescales every parameter's update) and learned query and key "
+           "projections that can absorb a constant factor, a missing or extra factor can be compensated within the "
+           "budget; that does not make the variance argument wrong.",),
     inputs=(("At initialization", "init.csv"),), sections=(init_section, per_scale),
     margins_note=POST_HOC_MARGINS + " So was Holm's correction over the four contrasts (2026-12-05).",
 )
