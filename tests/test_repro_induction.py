@@ -119,3 +119,20 @@ def test_induction_repeat_layout_is_a_tiled_block():
     cfg.induction_layout = "tiled"
     with pytest.raises(ValueError, match="induction_layout"):
         data.build_synthetic(cfg, seed=3)
+
+
+def test_share_lost_and_formation_lags():
+    from analysis.heads import formation_lags, share_lost
+
+    ablation = [("no mask", (), -4.0), ("top prefix-matching head", ((1, 0),), -3.0), ("all", ((1, 0), (1, 1)), 1.0)]
+    assert share_lost(ablation, "top prefix-matching head") == pytest.approx(0.25)
+    assert share_lost(ablation, "all") == pytest.approx(1.25)  # late tokens predicted worse than early ones
+    assert math.isnan(share_lost([("no mask", (), 0.5)], "no mask"))  # nothing learned in context
+    with pytest.raises(ValueError, match="condition 'x'"):
+        share_lost(ablation, "x")
+    steps = [10, 20, 30, 40]
+    scores = np.array([[0.0, 0.1], [0.1, 0.1], [0.8, 0.1], [0.9, 0.1]])  # head 0 rises at step 30; head 1 never
+    assert formation_lags(steps, scores, phase=20, threshold=0.5) == [10]
+    assert formation_lags(steps, scores, phase=None, threshold=0.5) == []
+    flat = np.array([[0.9, 0.1]] * 4)  # at its final value from the first measurement: did not rise
+    assert formation_lags(steps, flat, phase=20, threshold=0.5) == [None]
