@@ -7,6 +7,7 @@ evaluation steps, from the ``reference`` backend's weights, and keeps a head-mas
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable, Optional, Sequence
 
 import jax
@@ -135,6 +136,23 @@ def ablate(hook: HeadScores, early: tuple[int, int], late: tuple[int, int]) -> l
             for condition, heads in ablation_heads(prev[-1], prefix[-1])]
 
 
+def score_rows(prev: np.ndarray, prefix: np.ndarray) -> list[tuple[int, int, int, float, float]]:
+    """Scores over training (prev, prefix [steps, L, H]) as (step index, layer, head, previous-token score,
+    prefix-matching score) rows, steps first."""
+    return [(i, layer, head, float(prev[i, layer, head]), float(prefix[i, layer, head]))
+            for i, layer, head in np.ndindex(*prev.shape)]
+
+
+def score_arrays(rows: Sequence[tuple[int, int, int, float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """The inverse of ``score_rows``: (prev, prefix [steps, L, H]) from (step index, layer, head, previous-token
+    score, prefix-matching score) rows."""
+    shape = tuple(max(r[k] for r in rows) + 1 for k in range(3))
+    prev, prefix = np.zeros(shape), np.zeros(shape)
+    for i, layer, head, p, q in rows:
+        prev[i, layer, head], prefix[i, layer, head] = p, q
+    return prev, prefix
+
+
 def head_mask(shape: tuple[int, int], heads: Sequence[Head]) -> np.ndarray:
     """A [L, H] float32 mask of ones with ``heads`` ((layer, head) pairs) zeroed."""
     mask = np.ones(shape, np.float32)
@@ -146,6 +164,11 @@ def head_mask(shape: tuple[int, int], heads: Sequence[Head]) -> np.ndarray:
 def head_label(heads: Sequence[Head]) -> str:
     """'L1H3+L1H0' for heads ((1, 3), (1, 0)); '—' for none."""
     return "+".join(f"L{layer}H{head}" for layer, head in heads) or "—"
+
+
+def parse_heads(label: str) -> tuple[Head, ...]:
+    """The heads of a ``head_label``: ((1, 3), (1, 0)) for 'L1H3+L1H0'; () for '—'."""
+    return tuple((int(layer), int(head)) for layer, head in re.findall(r"L(\d+)H(\d+)", label))
 
 
 def top_heads(prev: np.ndarray, prefix: np.ndarray) -> tuple[Head, Head]:

@@ -136,3 +136,13 @@ def test_share_lost_and_formation_lags():
     assert formation_lags(steps, scores, phase=None, threshold=0.5) == []
     flat = np.array([[0.9, 0.1]] * 4)  # at its final value from the first measurement: did not rise
     assert formation_lags(steps, flat, phase=20, threshold=0.5) == [None]
+
+
+def test_head_labels_and_score_rows_round_trip():
+    from analysis.heads import head_label, parse_heads, score_arrays, score_rows
+
+    assert parse_heads(head_label([(1, 3), (1, 0)])) == ((1, 3), (1, 0)) and parse_heads("—") == ()
+    prev, prefix = np.random.default_rng(0).random((2, 3, 2, 4))
+    back = score_arrays(score_rows(prev, prefix))
+    np.testing.assert_array_equal(back[0], prev)
+    np.testing.assert_array_equal(back[1], prefix)

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from typing import Optional, Sequence
 
 import numpy as np
 
 from analysis import HeadScores, half_final_step, head_label, icl_score, phase_change_step, transition
-from analysis.heads import ablate, formation_lags, share_lost
+from analysis.heads import ablate, formation_lags, parse_heads, score_arrays, score_rows, share_lost
 from studies import seedwise
 from studies.regenerate import regenerate
 from studies.inprocess import config_path, history, load, points, with_overrides
@@ -100,9 +99,8 @@ def measure(out: str, *, seeds: Sequence[int], steps: Optional[int] = None, quic
             summary.append([layers, seed, h["params"], r["scores"][0], r["final"], r["phase"],
                             None if lo is None else f"{lo}→{hi}", float(np.nanmean(p[late[0]:late[1]])),
                             float(np.nanmean(p[early[0]:early[1]])), h["eval_accuracy"], round(h["seconds"])])
-            scores += [[layers, seed, step, l, hd, float(r["prev"][i, l, hd]), float(r["prefix"][i, l, hd]),
-                        r["scores"][i]] for i, step in enumerate(h["position_loss_step"])
-                       for l in range(r["prev"].shape[1]) for hd in range(r["prev"].shape[2])]
+            scores += [[layers, seed, h["position_loss_step"][i], layer, head, p, q, r["scores"][i]]
+                       for i, layer, head, p, q in score_rows(r["prev"], r["prefix"])]
             base_icl = r["ablation"][0][2]
             ablation += [[layers, seed, c, head_label(heads), icl, 1.0 - icl / base_icl if base_icl < 0 else math.nan]
                          for c, heads, icl in r["ablation"]]
@@ -138,14 +136,10 @@ def load_runs(out: str) -> tuple[dict, list[dict], dict]:
         key = (int(row["attention layers"]), int(row["seed"]))
         mine = [s for s in scores if (int(s["attention layers"]), int(s["seed"])) == key]
         steps = sorted({int(s["step"]) for s in mine})
-        L, H = (max(int(s[k]) for s in mine) + 1 for k in ("layer", "head"))
-        prev, prefix = np.zeros((len(steps), L, H)), np.zeros((len(steps), L, H))
-        icl = {}
-        for s in mine:
-            i = steps.index(int(s["step"]))
-            prev[i, int(s["layer"]), int(s["head"])] = float(s["previous-token score"])
-            prefix[i, int(s["layer"]), int(s["head"])] = float(s["prefix-matching score"])
-            icl[int(s["step"])] = float(s["ICL score"])
+        prev, prefix = score_arrays([(steps.index(int(s["step"])), int(s["layer"]), int(s["head"]),
+                                      float(s["previous-token score"]), float(s["prefix-matching score"]))
+                                     for s in mine])
+        icl = {int(s["step"]): float(s["ICL score"]) for s in mine}
         curve = {c: [(float(x["x"]), float(x["value"])) for x in curves
                      if (int(x["attention layers"]), int(x["seed"]), x["curve"]) == key + (c,)]
                  for c in ("train loss", "held-out loss by position")}
@@ -155,8 +149,8 @@ def load_runs(out: str) -> tuple[dict, list[dict], dict]:
                 "loss": [v for _, v in curve["train loss"]] or None,
                 "eval_position_loss": (np.array([v for _, v in curve["held-out loss by position"]])
                                        if curve["held-out loss by position"] else None)}
-        abl = [(a["masked"], tuple((int(l), int(h)) for l, h in re.findall(r"L(\d+)H(\d+)", a["head"])),
-                float(a["ICL score"])) for a in ablation if (int(a["attention layers"]), int(a["seed"])) == key]
+        abl = [(a["masked"], parse_heads(a["head"]), float(a["ICL score"])) for a in ablation
+               if (int(a["attention layers"]), int(a["seed"])) == key]
         window = row["10%→90% of the fall (steps)"]
         runs[key] = {"hist": hist, "scores": [icl[s] for s in steps], "final": float(row["ICL score (end)"]),
                      "phase": int(row["phase change at step"]) if row["phase change at step"] else None,
