@@ -1,0 +1,90 @@
+"""Multi-host logs without third-party chatter: two CPU processes (gloo) print no Gloo connection lines once
+logging is set up, keep results and warnings, and prefix every log line with the process index."""
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from engine import logs
+from tests.test_multihost import free_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Two processes of two CPU devices. A collective over all four devices before logging is set up shows that Gloo
+# does print its connection lines here; after setup_logging, collectives over new device sets (new Gloo contexts)
+# print none, while Python's stdout, the log lines and a warning still come through.
+HOST = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from engine import logs, runtime
+
+runtime.maybe_initialize_distributed("yes")
+P = jax.sharding.PartitionSpec
+flat = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+ones = jax.make_array_from_process_local_data(jax.sharding.NamedSharding(flat, P("data")), np.ones((2, 4), np.float32))
+print("before", float(jax.jit(jnp.sum)(ones)), flush=True)
+print("MARK", flush=True)
+log = logs.setup_logging()
+grid = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+rows = jax.make_array_from_process_local_data(jax.sharding.NamedSharding(grid, P("a", "b")), np.ones((1, 4), np.float32))
+column_sums = jax.jit(lambda x: x.sum(axis=0), out_shardings=jax.sharding.NamedSharding(grid, P("b")))(rows)
+log.info("column sums %s", np.asarray(column_sums.addressable_shards[0].data).tolist())
+log.info("two\\nlines")
+log.warning("a warning stays")
+print("after", float(jax.jit(jnp.sum)(jax.device_put(ones, jax.sharding.NamedSharding(grid, P())))), flush=True)
+"""
+
+
+def run_two_hosts(tmp_path) -> list[str]:
+    """Both processes' stdout and stderr, each through a pipe."""
+    (tmp_path / "host.py").write_text(HOST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=REPO,
+               JAX_COORDINATOR_ADDRESS=f"localhost:{free_port()}", JAX_NUM_PROCESSES="2", OMP_NUM_THREADS="1",
+               JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo")
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "host.py")], env=dict(env, JAX_PROCESS_ID=str(i)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+             for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert [p.returncode for p in procs] == [0, 0], outs
+    return outs
+
+
+@pytest.mark.slow  # a two-process launch
+def test_no_gloo_connection_lines_after_logging_is_set_up(tmp_path):
+    for i, out in enumerate(run_two_hosts(tmp_path)):
+        before, after = out.split("MARK\n")
+        assert "[Gloo] Rank" in before, out  # the control: Gloo prints them in this setting
+        assert "Gloo" not in after, out
+        lines = after.splitlines()
+        assert lines.count("after 16.0") == 1, out
+        logged = [re.sub(rf"^\[p{i}\] (\d\d:\d\d:\d\d )?", "", line) for line in lines if line.startswith(f"[p{i}] ")]
+        assert logged == ["INFO column sums [2.0, 2.0]", "INFO two", "lines", "WARNING a warning stays"], out
+
+
+def test_every_line_of_a_message_carries_the_host_prefix():
+    record = logging.LogRecord("attnlab", logging.INFO, __file__, 1, "data: x\ntokenizer: y", None, None)
+    lines = logs.HostFormatter("[p1] ").format(record).splitlines()
+    assert [line[:5] for line in lines] == ["[p1] ", "[p1] "] and lines[1] == "[p1] tokenizer: y"
+    assert logs.HostFormatter().format(record).endswith("INFO data: x\ntokenizer: y")
+
+
+def test_muting_cpp_stdout_needs_the_loaded_libstdcxx():
+    """In a fresh interpreter that has not loaded libstdc++ nothing is muted (no copy of it is loaded); after
+    importing JAX, std::cout of the process is muted."""
+    code = ("from engine import logs; first = logs.mute_cpp_stdout(); import jax; "
+            "print(first, logs.mute_cpp_stdout())")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["False", "True"], out.stderr[-2000:]
