@@ -3,16 +3,13 @@ logging is set up, keep results and warnings, and prefix every log line with the
 import logging
 import os
 import re
-import signal
 import subprocess
 import sys
 
 import pytest
 
 from engine import logs
-from tests.test_multihost import free_port
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import multiproc
 
 # Two processes of two CPU devices. A collective over all four devices before logging is set up shows that Gloo
 # does print its connection lines here; after setup_logging, collectives over new device sets (new Gloo contexts)
@@ -41,29 +38,12 @@ print("after", float(jax.jit(jnp.sum)(jax.device_put(ones, jax.sharding.NamedSha
 """
 
 
-def run_two_hosts(tmp_path) -> list[str]:
-    """Both processes' stdout and stderr, each through a pipe."""
-    (tmp_path / "host.py").write_text(HOST)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=REPO,
-               JAX_COORDINATOR_ADDRESS=f"localhost:{free_port()}", JAX_NUM_PROCESSES="2", OMP_NUM_THREADS="1",
-               JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo")
-    procs = [subprocess.Popen([sys.executable, str(tmp_path / "host.py")], env=dict(env, JAX_PROCESS_ID=str(i)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-             for i in range(2)]
-    try:
-        outs = [p.communicate(timeout=180)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-    assert [p.returncode for p in procs] == [0, 0], outs
-    return outs
-
-
 @pytest.mark.slow  # a two-process launch
 def test_no_gloo_connection_lines_after_logging_is_set_up(tmp_path):
-    for i, out in enumerate(run_two_hosts(tmp_path)):
+    (tmp_path / "host.py").write_text(HOST)
+    results = multiproc.run_processes(str(tmp_path / "host.py"), processes=2, devices=2)
+    assert [code for code, _ in results] == [0, 0], results
+    for i, (_, out) in enumerate(results):
         before, after = out.split("MARK\n")
         assert "[Gloo] Rank" in before, out  # the control: Gloo prints them in this setting
         assert "Gloo" not in after, out
@@ -85,6 +65,6 @@ def test_muting_cpp_stdout_needs_the_loaded_libstdcxx():
     importing JAX, std::cout of the process is muted."""
     code = ("from engine import logs; first = logs.mute_cpp_stdout(); import jax; "
             "print(first, logs.mute_cpp_stdout())")
-    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=multiproc.REPO), capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.split() == ["False", "True"], out.stderr[-2000:]
