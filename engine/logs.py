@@ -30,7 +30,8 @@ NOISY_LOGGERS = {  # third-party loggers whose INFO lines say nothing a user can
 }
 
 # std::cout and std::basic_ios<char>::clear(iostate) in libstdc++, whose ABI is versioned and stable (GLIBCXX_3.4).
-LIBSTDCXX, COUT, IOS_CLEAR = "libstdc++.so.6", "_ZSt4cout", "_ZNSt9basic_iosIcSt11char_traitsIcEE5clearESt12_Ios_Iostate"
+LIBSTDCXX, COUT = "libstdc++.so.6", "_ZSt4cout"
+IOS_CLEAR = "_ZNSt9basic_iosIcSt11char_traitsIcEE5clearESt12_Ios_Iostate"
 BADBIT = 1  # std::ios_base::badbit in libstdc++
 
 log = logging.getLogger(LOGGER)

@@ -29,7 +29,8 @@ print("before", float(jax.jit(jnp.sum)(ones)), flush=True)
 print("MARK", flush=True)
 log = logs.setup_logging()
 grid = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
-rows = jax.make_array_from_process_local_data(jax.sharding.NamedSharding(grid, P("a", "b")), np.ones((1, 4), np.float32))
+cells = jax.sharding.NamedSharding(grid, P("a", "b"))
+rows = jax.make_array_from_process_local_data(cells, np.ones((1, 4), np.float32))
 column_sums = jax.jit(lambda x: x.sum(axis=0), out_shardings=jax.sharding.NamedSharding(grid, P("b")))(rows)
 log.info("column sums %s", np.asarray(column_sums.addressable_shards[0].data).tolist())
 log.info("two\\nlines")
@@ -65,6 +66,6 @@ def test_muting_cpp_stdout_needs_the_loaded_libstdcxx():
     importing JAX, std::cout of the process is muted."""
     code = ("from engine import logs; first = logs.mute_cpp_stdout(); import jax; "
             "print(first, logs.mute_cpp_stdout())")
-    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=multiproc.REPO), capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=multiproc.REPO),
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.split() == ["False", "True"], out.stderr[-2000:]
