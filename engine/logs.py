@@ -3,6 +3,7 @@
     from engine import logs
     logs.quiet_third_party()                     # first thing in a CLI: no libtpu probe, no TFDS chatter
     log = logs.setup_logging("runs/x/train.log") # INFO to stderr and the file; "[p<i>] " with several hosts
+                                                 # (on every line), and there C++ std::cout muted (Gloo's chatter)
     for chunk in logs.progress(chunks, "decode test", unit="sentences", size=len):
         ...                                      # a bar on a terminal, a line every 30 s in a file or pipe
 
@@ -13,6 +14,7 @@ carriage-return redraws or ``ESC[A`` cursor moves of a progress bar. Every log l
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import sys
@@ -26,6 +28,11 @@ NOISY_LOGGERS = {  # third-party loggers whose INFO lines say nothing a user can
     "jax._src.xla_bridge": logging.WARNING,  # "Unable to initialize backend 'tpu' ... libtpu.so" on every start
     "jax._src.distributed": logging.WARNING,  # coordinator connection chatter
 }
+
+# std::cout and std::basic_ios<char>::clear(iostate) in libstdc++, whose ABI is versioned and stable (GLIBCXX_3.4).
+LIBSTDCXX, COUT = "libstdc++.so.6", "_ZSt4cout"
+IOS_CLEAR = "_ZNSt9basic_iosIcSt11char_traitsIcEE5clearESt12_Ios_Iostate"
+BADBIT = 1  # std::ios_base::badbit in libstdc++
 
 log = logging.getLogger(LOGGER)
 
@@ -53,11 +60,46 @@ def quiet_third_party() -> None:
         pass
 
 
+def mute_cpp_stdout() -> bool:
+    """Puts C++ ``std::cout`` in a failed state, so native code prints nothing through it. The Gloo library in
+    jaxlib writes ``[Gloo] Rank 0 is connected to 3 peer ranks. ...`` there unconditionally (no log level or
+    environment variable governs it) each time a multi-process CPU run first uses a new set of devices. Python's
+    ``sys.stdout``, C ``printf``, file descriptor 1 and stderr are untouched, so results, native errors and
+    warnings (absl, XLA, Gloo's own errors: stderr) stay visible. Returns whether ``std::cout`` was muted: False
+    when the process has not loaded libstdc++ (call it after importing JAX) or uses another C++ library."""
+    try:
+        lib = ctypes.CDLL(LIBSTDCXX, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)  # the copy jaxlib uses, never a new one
+        cout = ctypes.addressof(ctypes.c_char.in_dll(lib, COUT))
+        clear = getattr(lib, IOS_CLEAR)
+    except (OSError, AttributeError, ValueError):
+        return False
+    # std::ostream derives virtually from std::basic_ios; the Itanium C++ ABI keeps that base's offset in the
+    # word three before the address the object's vtable pointer holds.
+    vtable = ctypes.c_ssize_t.from_address(cout).value
+    ios = cout + ctypes.c_ssize_t.from_address(vtable - 3 * ctypes.sizeof(ctypes.c_ssize_t)).value
+    clear.argtypes, clear.restype = [ctypes.c_void_p, ctypes.c_int], None
+    clear(ios, BADBIT)
+    return True
+
+
 def process_prefix() -> str:
     """``"[p<i>] "`` when several processes run (JAX initialized for several hosts), else ``""``."""
     import jax
 
     return f"[p{jax.process_index()}] " if jax.process_count() > 1 else ""
+
+
+class HostFormatter(logging.Formatter):
+    """``<prefix>HH:MM:SS LEVEL message``, with ``prefix`` (``process_prefix()``) on every line of a message of
+    several lines too (a data summary, a traceback), so each line shows its host."""
+
+    def __init__(self, prefix: str = ""):
+        super().__init__(prefix + "%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+        self.prefix = prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return text.replace("\n", "\n" + self.prefix) if self.prefix else text
 
 
 class LineHandler(logging.StreamHandler):
@@ -79,12 +121,16 @@ class LineHandler(logging.StreamHandler):
 
 def setup_logging(logfile: Optional[str] = None, level: int = logging.INFO) -> logging.Logger:
     """The ``attnlab`` logger: INFO to stderr (one write per line, tqdm-safe) and, when given, to ``logfile``;
-    every line starts with the time, the level and, with several hosts, ``[p<i>]``."""
+    every line starts with the time, the level and, with several hosts, ``[p<i>]``. With several hosts C++
+    ``std::cout`` is muted too (``mute_cpp_stdout``: Gloo's connection lines)."""
     quiet_third_party()
     logger = logging.getLogger(LOGGER)
     logger.setLevel(level)
     logger.propagate = False
-    fmt = logging.Formatter(process_prefix() + "%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+    prefix = process_prefix()
+    if prefix:
+        mute_cpp_stdout()
+    fmt = HostFormatter(prefix)
     handler = next((h for h in logger.handlers if isinstance(h, LineHandler)), None)
     if handler is None:
         handler = LineHandler(sys.stderr)
