@@ -206,7 +206,8 @@ class Evaluator:
         """One evaluation round of the task's evaluators (``Task.evaluators(final)``); returns the results."""
         results = self.run(self.task.evaluators(final), params, step)
         shown = ("/bleu", "/chrf")  # bleu_round printed these with their signatures
-        log.info("eval step %d: %s", step, _fmt({k: v for k, v in results.items() if not k.endswith(shown)}))
+        if jax.process_index() == 0:  # every process holds the same results: the lead prints them
+            log.info("eval step %d: %s", step, _fmt({k: v for k, v in results.items() if not k.endswith(shown)}))
         return results
 
 
@@ -247,7 +248,8 @@ class TranslationEvaluator(Evaluator):
         chunks = [order[start : start + bs] for start in range(0, len(order), bs)]
         hosts, me = jax.process_count(), jax.process_index()
         out: list[Optional[str]] = [None] * len(ids)
-        for chunk in logs.progress(chunks[me::hosts], "decoding", unit="sentences", size=len, enabled=me == 0):
+        desc = "decoding" if hosts == 1 else f"decoding (process 0's share of {len(order)}; {hosts} processes)"
+        for chunk in logs.progress(chunks[me::hosts], desc, unit="sentences", size=len, enabled=me == 0):
             src_len = min(round_up(max(len(ids[i]) for i in chunk), bucket), cfg.max_len)
             arr = np.zeros((bs, src_len), np.int32)
             for row, i in enumerate(chunk):
@@ -309,10 +311,11 @@ class TranslationEvaluator(Evaluator):
                               chrf=r["chrf"], bleu_signature=r["bleu_signature"],
                               chrf_signature=r["chrf_signature"], hypotheses=r.get("hypotheses_path"))
         self.logger.log_table(step, f"{prefix}/samples", ["source", "reference", "hypothesis"], r["samples"])
-        log.info("%s BLEU %.2f chrF %.2f on %d sentences (%s; %s)", split, r["bleu"], r["chrf"],
-                 r["num_sentences"], r["bleu_signature"], r["chrf_signature"])
-        for src, ref, hyp in r["samples"]:
-            log.info("  SRC %s\n  REF %s\n  HYP %s", src, ref, hyp)
+        if jax.process_index() == 0:  # every process holds the same hypotheses: the lead prints them
+            log.info("%s BLEU %.2f chrF %.2f on %d sentences (%s; %s)", split, r["bleu"], r["chrf"],
+                     r["num_sentences"], r["bleu_signature"], r["chrf_signature"])
+            for src, ref, hyp in r["samples"]:
+                log.info("  SRC %s\n  REF %s\n  HYP %s", src, ref, hyp)
         return {f"{prefix}/bleu": r["bleu"], f"{prefix}/chrf": r["chrf"], "bleu_signature": r["bleu_signature"],
                 "chrf_signature": r["chrf_signature"]}
 
