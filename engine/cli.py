@@ -9,7 +9,9 @@
 file exists, ``get_config(arg)`` accepts its argument) and every ``--config.a.b=v`` override (the field exists),
 with a "did you mean" hint; flag errors (a bad value, an unknown flag, a missing required flag) become one line
 too. Inside ``main``, the errors of ``engine.errors.ANTICIPATED`` (config, data, checkpoint, non-finite) become
-one line; any other exception is a bug and keeps its traceback.
+one line; any other exception is a bug and keeps its traceback. A stop signal ends the command with 143 / 130
+(``engine.watchdog``): outside the train loop at once (``StopSignal``), and an error that follows one (a collective
+whose other host already stopped) is one line too.
 """
 from __future__ import annotations
 
@@ -52,12 +54,21 @@ def run(main: Callable[[list[str]], Any]) -> None:
     """``absl.app.run(main)`` with the checks and the one-line error path described in the module docstring."""
 
     def guarded(argv: list[str]) -> Any:
+        from engine.watchdog import StopRequest, StopSignal
+
         try:
-            return main(argv)
+            with StopRequest(at_once=True):  # its grace period: train.stop_grace_seconds (``watchdog.set_grace``)
+                return main(argv)
+        except StopSignal as e:
+            sys.exit(e.code)
         except ANTICIPATED as e:
             fail(str(e))
         except UsageError as e:
             fail(str(e))
+        except Exception as e:  # noqa: BLE001  after a stop signal, not a bug: the command was being stopped
+            if StopRequest.received is None:
+                raise
+            fail(f"stopped after {StopRequest.received}: {type(e).__name__}: {e}")
 
     logs.quiet_third_party()  # before JAX starts its backends: no libtpu probe line
     app.run(guarded, flags_parser=parse_flags)
