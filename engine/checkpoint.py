@@ -25,12 +25,14 @@ import logging
 import os
 import re
 import sys
+import time
 from typing import Any, Callable, Mapping, Optional
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from engine import runtime
 from engine import sharding as sharding_lib
 from etils import epath
 
@@ -194,7 +196,10 @@ class Checkpointer:
 
     A save that fails (disk full, a read-only or vanished directory), in the call or in Orbax's background
     thread, is reported by ``check`` (called by the train loop's hook every step) as one CheckpointError naming
-    the step, the path, the cause and the last good step; Orbax's own error logs of it are silenced.
+    the step, the path, the cause and the last good step; Orbax's own error logs of it are silenced. With
+    several processes a save can fail on one host only: ``check`` leaves it to the train loop's cross-host
+    agreement (``failure``, then ``raise_agreed`` on every host) and ``wait`` agrees by itself, so every host
+    stops at the same step with the same line.
     """
 
     def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True,
@@ -210,6 +215,7 @@ class Checkpointer:
             logging.getLogger(name).addFilter(self._failures)
         self._saving: Optional[int] = None
         self._reported = False
+        self._abandoned = False  # a save failed on some host: its background work is not waited for
 
     def step_dir(self, step: int) -> str:
         return os.path.join(self.directory, str(int(step)))
@@ -250,17 +256,45 @@ class Checkpointer:
             self._failures.cause = self._failures.cause or _one_line(e)
         self.check()
 
-    def check(self) -> None:
-        """Raise CheckpointError (once) when a save failed, naming the step, the path, the cause and the last
-        good step."""
-        if self._failures.cause is None or self._reported:
-            return
-        self._reported = True
+    def failure(self) -> Optional[str]:
+        """The line reporting this process's failed save (the step, the path, the cause and the last good step),
+        or None while every save succeeded."""
+        if self._failures.cause is None:
+            return None
         good = self.latest_step()
         last = f"last good checkpoint: step {good}" if good is not None else "no good checkpoint yet"
-        raise CheckpointError(f"saving checkpoint step {self._saving} to {self.step_dir(self._saving)} failed: "
-                              f"{self._failures.cause}; {last} in {self.directory}. Training stopped; free the "
-                              f"space (or fix the directory) and rerun to resume")
+        return (f"saving checkpoint step {self._saving} to {self.step_dir(self._saving)} failed: "
+                f"{self._failures.cause}; {last} in {self.directory}. Training stopped; free the space (or fix the "
+                f"directory) and rerun to resume")
+
+    def check(self) -> None:
+        """Raise CheckpointError (once) when a save failed (``failure``). With several processes it raises
+        nothing: the hosts agree first (``raise_agreed``)."""
+        if self._reported or jax.process_count() > 1:
+            return
+        message = self.failure()
+        if message is not None:
+            self._reported = True
+            raise CheckpointError(message)
+
+    def raise_agreed(self) -> None:
+        """On every process at once, after the processes agreed that a save failed on one of them: raise
+        ``SaveFailedOnAHost`` with the first failing process's line. The save's background work is abandoned:
+        on the other hosts it waits for the failed one at Orbax's barriers."""
+        lines = [got[0] for got in runtime.allgather_strings([self.failure() or ""]) if got and got[0]]
+        self._abandoned = True
+        raise SaveFailedOnAHost(lines[0] if lines else f"saving checkpoint step {self._saving} failed on another "
+                                f"host; {self.directory}")
+
+    def _any_host_failed(self, state: int) -> bool:
+        """Every process's ``state`` (0 done, 1 saving, 2 failed) gathered; raises when one failed, returns
+        whether one is still saving."""
+        from jax.experimental import multihost_utils
+
+        got = np.asarray(multihost_utils.process_allgather(np.asarray([state], np.int32))).reshape(-1)
+        if np.any(got == 2):
+            self.raise_agreed()
+        return bool(np.any(got == 1))
 
     def restore(self, abstract_state: Any, step: Optional[int] = None) -> tuple[Any, Any, int]:
         """(state, data_state, step) at ``step`` onto the shardings of ``abstract_state``.
@@ -393,7 +427,12 @@ class Checkpointer:
         return target
 
     def wait(self) -> None:
-        """Wait for the background save; raise CheckpointError when it failed (see ``check``)."""
+        """Wait for the background save; raise CheckpointError when it failed (see ``check``). With several
+        processes on every process at once: the hosts poll each other until every save is done or one failed."""
+        multi = jax.process_count() > 1
+        while multi and self._any_host_failed(2 if self._failures.cause is not None
+                                              else int(self.manager.is_saving_in_progress())):
+            time.sleep(0.2)
         try:
             self.manager.wait_until_finished()
         except Exception as e:  # noqa: BLE001
@@ -402,10 +441,15 @@ class Checkpointer:
             self.manager.reload()
             if self._saving not in self.manager.all_steps():
                 self._failures.cause = "the step was not finalized"
+        if multi:
+            self._any_host_failed(2 if self._failures.cause is not None else 0)
         self.check()
 
     def close(self) -> None:
-        """Finish the background work and let go of Orbax; a failure was already reported by ``check``."""
+        """Finish the background work and let go of Orbax; a failure was already reported by ``check``. After a
+        save failed on some host (``raise_agreed``) nothing is waited for."""
+        if self._abandoned:
+            return
         try:
             self.manager.wait_until_finished()
             self.manager.close()
@@ -414,6 +458,14 @@ class Checkpointer:
         if self._failures.cause is None:  # after a failure the filter stays: abandoned writes log until exit
             for name in _SaveFailures.LOGGERS:
                 logging.getLogger(name).removeFilter(self._failures)
+
+
+class SaveFailedOnAHost(CheckpointError):
+    """A save failed on one of several hosts (``Checkpointer.raise_agreed``), raised on every host. The process
+    should end at once (``exit_at_once``): the other hosts' save threads wait for the failed host at Orbax's
+    barriers, and the interpreter's exit would wait for them."""
+
+    exit_at_once = True
 
 
 def _filter_abandoned_read_noise() -> Callable[[], None]:

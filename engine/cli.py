@@ -36,9 +36,10 @@ class UsageError(Exception):
     """A command-line mistake found before anything is built; the message is the line the user sees."""
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, at_once: bool = False) -> NoReturn:
     """Report ``message`` as one ``ERROR`` line (through the run's log when it is set up) and exit with 1 (with
-    128 + the signal number when a stop signal came first: 143 after SIGTERM, 130 after SIGINT)."""
+    128 + the signal number when a stop signal came first: 143 after SIGTERM, 130 after SIGINT). at_once: exit
+    without waiting for other threads or the multi-host shutdown (``engine.checkpoint.SaveFailedOnAHost``)."""
     from engine.watchdog import StopRequest, signal_exit_code
 
     line = " ".join(str(message).split())
@@ -47,7 +48,12 @@ def fail(message: str) -> NoReturn:
         log.error("%s", line)
     else:
         sys.stderr.write(f"ERROR {line}\n")
-    sys.exit(signal_exit_code(StopRequest.received) or 1)
+    code = signal_exit_code(StopRequest.received) or 1
+    if at_once:
+        for stream in [h for h in log.handlers] + [sys.stdout, sys.stderr]:
+            stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def run(main: Callable[[list[str]], Any]) -> None:
@@ -62,7 +68,7 @@ def run(main: Callable[[list[str]], Any]) -> None:
         except StopSignal as e:
             sys.exit(e.code)
         except ANTICIPATED as e:
-            fail(str(e))
+            fail(str(e), at_once=getattr(e, "exit_at_once", False))
         except UsageError as e:
             fail(str(e))
         except Exception as e:  # noqa: BLE001  after a stop signal, not a bug: the command was being stopped

@@ -258,7 +258,11 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, me
                 with watchdog.phase(f"train step {r.step + 1}"):
                     r._train_one(train_step)
                     if jax.process_count() == 1 or r.step % t.log_every == 0:  # multi-host: agree at log steps
-                        r.stop_reason = r.stop_reason or stop.check(r.deadline)
+                        ckpt = r.checkpointer
+                        reason = stop.check(r.deadline, save_failed=ckpt is not None and ckpt.failure() is not None)
+                        if reason == "save_failed":  # on one host: every host stops here with its line
+                            ckpt.raise_agreed()
+                        r.stop_reason = r.stop_reason or reason
             r.stop_reason = r.stop_reason or "num_steps"
             r.flush()
             minutes = (time.time() - t_start) / 60

@@ -218,23 +218,25 @@ class StopRequest:
         """True once this process received a stop signal."""
         return self.signal_name is not None
 
-    def check(self, deadline: Optional[float] = None) -> Optional[str]:
-        """Why to stop now: the signal's name, ``"max_minutes"`` once ``time.time()`` passed ``deadline``, or
-        None. With several hosts every host gets the same answer (one small all-gather), so call it at the same
-        steps on every host."""
+    def check(self, deadline: Optional[float] = None, save_failed: bool = False) -> Optional[str]:
+        """Why to stop now: ``"save_failed"`` when ``save_failed`` (this host's checkpoint save failed), the
+        signal's name, ``"max_minutes"`` once ``time.time()`` passed ``deadline``, or None. With several hosts every
+        host gets the same answer (one small all-gather; a failed save on any host comes first), so call it at the
+        same steps on every host."""
         import jax
 
-        code = 1 if self.signal_name is not None else 2 if deadline is not None and time.time() > deadline else 0
+        code = 3 if save_failed else 1 if self.signal_name is not None else \
+            2 if deadline is not None and time.time() > deadline else 0
         name = self.signal_name
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 
             mine = int(getattr(signal, self.signal_name)) if self.signal_name else 0
             got = np.asarray(multihost_utils.process_allgather(np.asarray([code, mine], np.int32))).reshape(-1, 2)
-            code = 1 if np.any(got[:, 0] == 1) else int(got[:, 0].max())
-            if code == 1 and name is None:
-                name = signal.Signals(int(got[got[:, 0] == 1][0, 1])).name
-        return {0: None, 1: name or "SIGTERM", 2: "max_minutes"}[code]
+            code = int(got[:, 0].max()) if np.any(got[:, 0] == 3) or not np.any(got[:, 0] == 1) else 1
+            if name is None and np.any(got[:, 1] > 0):
+                name = signal.Signals(int(got[got[:, 1] > 0][0, 1])).name
+        return {0: None, 1: name or "SIGTERM", 2: "max_minutes", 3: "save_failed"}[code]
 
 
 def set_grace(seconds: float) -> None:

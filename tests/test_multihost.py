@@ -110,6 +110,19 @@ if os.environ.get("BLOCK_DATA"):  # the lead blocks building the data (in Python
         return build_blocked(self, workdir, process_index, process_count)
 
     tasks.TranslationTask.build_data = blocked_build_data
+if os.environ.get("FAIL_SAVE_AT") and os.environ["JAX_PROCESS_ID"] == os.environ["FAIL_SAVE_PROCESS"]:
+    import errno
+
+    from orbax.checkpoint._src.checkpointers import async_checkpointer
+
+    wait_for_writes = async_checkpointer._background_wait_for_commit_futures
+
+    def failing_writes(directory, *args, **kwargs):  # this host's writes of the step fail as on a full disk
+        if directory.name.split(".")[0] == os.environ["FAIL_SAVE_AT"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return wait_for_writes(directory, *args, **kwargs)
+
+    async_checkpointer._background_wait_for_commit_futures = failing_writes
 if os.environ.get("DOCTOR_WRITES"):
     from engine import doctor
 
@@ -346,6 +359,34 @@ def test_sigterm_outside_the_train_loop_ends_every_host(files):
     for text in texts:
         assert "SIGTERM received: stopping now" in text and "Traceback" not in text, text[-3000:]
         assert len([line for line in text.splitlines() if " ERROR " in line]) <= 1, text[-3000:]
+
+
+def test_a_save_failing_on_one_host_stops_every_host_with_its_line(files):
+    """Process 1's background save of step 8 fails (no space left); process 0's waits for it at Orbax's barrier.
+    Both stop at the next step with the same line and exit 1, at once (no wait for the abandoned save); step 4
+    stays the latest checkpoint and a rerun resumes from it."""
+    workdir = files / "save_failed"
+    args = ["--config.train.num_steps=12", "--config.train.async_checkpoint=True"]
+    t0 = time.monotonic()
+    failed = launch(files, str(workdir), processes=2, devices=2, args=args,
+                    env_extra=dict(WANDB_MODE="disabled", FAIL_SAVE_AT="8", FAIL_SAVE_PROCESS="1"))
+    seconds = time.monotonic() - t0
+    lines = []
+    for code, text in failed:
+        errors = [line for line in text.splitlines() if " ERROR " in line]
+        assert code == 1 and len(errors) == 1 and "Traceback" not in text, text[-4000:]
+        lines.append(errors[0].split(" ERROR ", 1)[1])
+    assert lines[0] == lines[1], lines
+    assert lines[0].startswith(f"saving checkpoint step 8 to {workdir / 'checkpoints' / '8'} failed: OSError: [Errno "
+                               f"28] No space left on device; last good checkpoint: step 4"), lines[0]
+    assert seconds < TIMEOUT_S / 2, seconds
+    assert sorted(int(d) for d in os.listdir(workdir / "checkpoints") if d.isdigit()) == [4]
+    events = [r for r in writer_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "step" in r
+              and "train/loss" in r]
+    assert max(r["step"] for r in events) in (8, 9, 10), events[-1]
+    rerun = launch(files, str(workdir), processes=2, devices=2, args=args, env_extra=dict(WANDB_MODE="disabled"))
+    assert_ok(rerun)
+    assert "at step 4" in rerun[0][1] and "resumed from" in rerun[0][1], rerun[0][1][-3000:]
 
 
 ORDER = """
