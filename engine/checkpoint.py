@@ -367,46 +367,11 @@ class Checkpointer:
 
     def saved_config(self, step: int) -> Optional[dict[str, Any]]:
         """The flattened config recorded with ``step`` (None for checkpoints saved without one)."""
-        try:
-            meta = _read_json(os.path.join(self.step_dir(step), "_CHECKPOINT_METADATA"))
-        except (OSError, ValueError):
-            return None
-        config = (meta.get("custom_metadata") or {}).get("config") if isinstance(meta, dict) else None
-        return config if isinstance(config, dict) else None
+        return saved_config(self.step_dir(step))
 
     def _check_structure(self, step: int, abstract_state: Any) -> Optional[str]:
-        """Raise CheckpointError when the parameters saved at ``step`` (Orbax metadata: paths, shapes, dtypes)
-        differ from ``abstract_state``'s; the state's ``params`` are compared when both have them. Returns what
-        failed when the metadata cannot be read, else None."""
-        try:
-            saved = ocp.StandardCheckpointHandler().metadata(epath.Path(self.step_dir(step)) / "state")
-        except Exception as e:  # noqa: BLE001  unreadable metadata: a damaged step
-            return f"reading its metadata failed: {_one_line(e)}"
-        saved = getattr(saved, "tree", saved)
-        wanted = abstract_state
-        if isinstance(saved, Mapping) and isinstance(wanted, Mapping) and "params" in saved and "params" in wanted:
-            saved, wanted = {"params": saved["params"]}, {"params": wanted["params"]}
-        have, want = _shapes(saved), _shapes(wanted)
-        diffs = [f"{k}: {_fmt(have.get(k))} in the checkpoint, {_fmt(want.get(k))} now"
-                 for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
-        if not diffs:
-            return None
-        msg = f"checkpoint step {step} in {self.directory} was written by another model config"
-        fields = self._config_diffs(step)
-        if fields:
-            msg += f"; config fields that differ: {', '.join(fields[:_SHOWN])}"
-            msg += f" (+{len(fields) - _SHOWN} more)" if len(fields) > _SHOWN else ""
-        msg += f"; {len(diffs)} parameter(s) differ: {'; '.join(diffs[:_SHOWN])}"
-        msg += f" (+{len(diffs) - _SHOWN} more)" if len(diffs) > _SHOWN else ""
-        raise CheckpointError(msg + ". Use the config the run was trained with, or a fresh --workdir.")
-
-    def _config_diffs(self, step: int) -> list[str]:
-        saved = self.saved_config(step)
-        if saved is None or self.config is None:
-            return []
-        keys = sorted((k for k in set(saved) | set(self.config) if k.startswith(_CONFIG_SECTIONS)), key=field_rank)
-        return [f"{k}={saved.get(k)!r} in the checkpoint, {self.config.get(k)!r} now" for k in keys
-                if saved.get(k) != self.config.get(k)]
+        """``check_structure`` of ``step``."""
+        return check_structure(self.directory, step, abstract_state, self.config)
 
     def _set_aside(self, step: int) -> str:
         """Move a damaged step directory out of Orbax's listing into ``<checkpoints>_damaged/<step>[-n]``."""
@@ -466,6 +431,65 @@ class SaveFailedOnAHost(CheckpointError):
     barriers, and the interpreter's exit would wait for them."""
 
     exit_at_once = True
+
+
+def saved_config(step_dir: str) -> Optional[dict[str, Any]]:
+    """The flattened config recorded with the checkpoint step in ``step_dir`` (None for one saved without)."""
+    try:
+        meta = _read_json(os.path.join(step_dir, "_CHECKPOINT_METADATA"))
+    except (OSError, ValueError):
+        return None
+    config = (meta.get("custom_metadata") or {}).get("config") if isinstance(meta, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def check_structure(directory: str, step: int, abstract_state: Any,
+                    config: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    """Raise CheckpointError when the parameters saved at ``step`` of the checkpoint directory ``directory``
+    (Orbax metadata: paths, shapes, dtypes) differ from ``abstract_state``'s, naming the fields of the flattened
+    ``config`` that differ from the step's recorded one; the state's ``params`` are compared when both have them.
+    Returns what failed when the metadata cannot be read, else None. Reads metadata only, writes nothing."""
+    step_dir = os.path.join(directory, str(int(step)))
+    try:
+        saved = ocp.StandardCheckpointHandler().metadata(epath.Path(step_dir) / "state")
+    except Exception as e:  # noqa: BLE001  unreadable metadata: a damaged step
+        return f"reading its metadata failed: {_one_line(e)}"
+    saved = getattr(saved, "tree", saved)
+    wanted = abstract_state
+    if isinstance(saved, Mapping) and isinstance(wanted, Mapping) and "params" in saved and "params" in wanted:
+        saved, wanted = {"params": saved["params"]}, {"params": wanted["params"]}
+    have, want = _shapes(saved), _shapes(wanted)
+    diffs = [f"{k}: {_fmt(have.get(k))} in the checkpoint, {_fmt(want.get(k))} now"
+             for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
+    if not diffs:
+        return None
+    msg = f"checkpoint step {step} in {directory} was written by another model config"
+    fields = _config_diffs(step_dir, config)
+    if fields:
+        msg += f"; config fields that differ: {', '.join(fields[:_SHOWN])}"
+        msg += f" (+{len(fields) - _SHOWN} more)" if len(fields) > _SHOWN else ""
+    msg += f"; {len(diffs)} parameter(s) differ: {'; '.join(diffs[:_SHOWN])}"
+    msg += f" (+{len(diffs) - _SHOWN} more)" if len(diffs) > _SHOWN else ""
+    raise CheckpointError(msg + ". Use the config the run was trained with, or a fresh --workdir.")
+
+
+def _config_diffs(step_dir: str, config: Optional[Mapping[str, Any]]) -> list[str]:
+    saved = saved_config(step_dir)
+    if saved is None or config is None:
+        return []
+    keys = sorted((k for k in set(saved) | set(config) if k.startswith(_CONFIG_SECTIONS)), key=field_rank)
+    return [f"{k}={saved.get(k)!r} in the checkpoint, {config.get(k)!r} now" for k in keys
+            if saved.get(k) != config.get(k)]
+
+
+def refuse_other_config(directory: str, abstract_state: Any, config: Optional[Any] = None) -> None:
+    """Raise CheckpointError (``check_structure``) when the newest intact step of the checkpoint directory
+    ``directory`` was written by another model config; before a run writes anything, so a refused run leaves
+    the workdir as it was. A directory without intact steps, or unreadable metadata, passes: the restore
+    reports those."""
+    intact, _, _ = inventory(directory)
+    if intact:
+        check_structure(directory, intact[-1], abstract_state, flatten_config(config) if config is not None else None)
 
 
 def _filter_abandoned_read_noise() -> Callable[[], None]:

@@ -354,6 +354,7 @@ def test_sigterm_outside_the_train_loop_ends_every_host(files):
     started = start(files, str(files / "outside"), processes=2, devices=2,
                     args=["--config.train.stop_grace_seconds=5"], env_extra=dict(WANDB_MODE="disabled", BLOCK_DATA="1"))
     codes, waited, texts = signal_when(started, "BUILDING")
+    print(f"SIGTERM while building the data: exit codes {codes}, {waited:.1f} s after the signal")
     assert codes == [143, 143], [t[-3000:] for t in texts]
     assert waited < 5 + 20, waited
     for text in texts:
@@ -371,6 +372,7 @@ def test_a_save_failing_on_one_host_stops_every_host_with_its_line(files):
     failed = launch(files, str(workdir), processes=2, devices=2, args=args,
                     env_extra=dict(WANDB_MODE="disabled", FAIL_SAVE_AT="8", FAIL_SAVE_PROCESS="1"))
     seconds = time.monotonic() - t0
+    print(f"save failed on process 1: exit codes {[code for code, _ in failed]}, launch {seconds:.1f} s")
     lines = []
     for code, text in failed:
         errors = [line for line in text.splitlines() if " ERROR " in line]
