@@ -37,6 +37,7 @@ import numpy as np
 log = logging.getLogger("attnlab")
 
 HUNG_EXIT_CODE = 1
+GRACE_SECONDS = 60.0  # the default of train.stop_grace_seconds (also for runs recorded before it existed)
 
 
 class StopSignal(BaseException):
@@ -103,7 +104,7 @@ class StopRequest:
     received: Optional[str] = None  # the first stop signal this process received (for the exit code)
     guard: Optional["StopRequest"] = None  # the active command-wide guard (at_once=True), if any
 
-    def __init__(self, grace_seconds: float = 60.0, describe: Callable[[], str] = lambda: "", *,
+    def __init__(self, grace_seconds: float = GRACE_SECONDS, describe: Callable[[], str] = lambda: "", *,
                  at_once: bool = False):
         self.grace_seconds = float(grace_seconds)
         self.describe = describe

@@ -5,10 +5,11 @@ stop signals (exit 143 / 130 after a save), a run hung on purpose that ignores S
 grace period with every thread's stack dumped), the watchdog, two runs on one workdir, stale locks, a read-only
 workdir, a disk that fills up during a checkpoint save, W&B online without network, a damaged tokenizer file, an
 empty training file, a rerun with a changed config (refused, leaving the workdir as it was; or recorded with
-``--allow_config_change``), a rerun of a finished run, and a record of another task.
+``--allow_config_change``), a rerun of a finished run, a record of another task or model (refused before anything
+is written), another host's lock, and signals outside the train loop (building the data, ``eval.py``).
 
 Faults are injected by a launcher (``LAUNCHER``) that adds a hook to ``train.py``'s run: it sends a signal, hangs,
-or fills the disk at a given step. All scenarios start in one module fixture, ``PARALLEL`` processes at a time.
+or fills the disk at a given step; or slows the data build or ``eval.py``'s evaluation and sends a signal then. All scenarios start in one module fixture, ``PARALLEL`` processes at a time.
 """
 import json
 import os
@@ -89,7 +90,16 @@ if env.get("FAULT_SIGNAL_IN_DATA"):  # a signal while the data is being built (a
         return build_data(task, workdir)
 
     loop.build_data = slow_build_data
-sys.argv = [os.path.join(env["ATTNLAB_REPO"], "train.py")] + sys.argv[1:]
+if env.get("FAULT_SIGNAL_IN_EVAL"):  # eval.py: a signal while it evaluates
+    from engine import restore
+
+    def slow_evaluate_checkpoint(*args, **kwargs):
+        threading.Timer(1.0, os.kill, (os.getpid(), getattr(signal, env["FAULT_SIGNAL_IN_EVAL"]))).start()
+        print("FAULT evaluating", flush=True)
+        time.sleep(120)
+
+    restore.evaluate_checkpoint = slow_evaluate_checkpoint
+sys.argv = [os.path.join(env["ATTNLAB_REPO"], env.get("FAULT_SCRIPT", "train.py"))] + sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
@@ -212,7 +222,7 @@ def finished(tmp):
 @pytest.fixture(scope="module")
 def runs(tmp, finished):
     """The scenarios, all at once: name -> (exit code, output, seconds)."""
-    for name in ("changed", "allowed", "same", "other_task", "no_record"):
+    for name in ("changed", "allowed", "same", "other_task", "no_record", "eval_sigterm"):
         shutil.copytree(finished, tmp / name)
     os.remove(tmp / "no_record" / "config.json")  # a run from before the record: only its checkpoints say
     record = json.loads((tmp / "other_task" / "config.json").read_text())
@@ -242,6 +252,8 @@ def runs(tmp, finished):
         "elsewhere": ([*LM, f"--workdir={tmp / 'elsewhere'}"], None),
         "data_sigterm": ([*LM, f"--workdir={tmp / 'data_sigterm'}"], dict(FAULT_SIGNAL_IN_DATA="SIGTERM")),
         "data_sigint": ([*LM, f"--workdir={tmp / 'data_sigint'}"], dict(FAULT_SIGNAL_IN_DATA="SIGINT")),
+        "eval_sigterm": ([f"--workdir={tmp / 'eval_sigterm'}"], dict(FAULT_SIGNAL_IN_EVAL="SIGTERM",
+                                                                      FAULT_SCRIPT="eval.py")),
         "changed": ([*LM, "--config.train.num_steps=20", "--config.train.learning_rate=3e-3",
                      f"--workdir={tmp / 'changed'}"], None),
         "allowed": ([*LM, "--config.train.num_steps=22", "--config.train.learning_rate=3e-3",
@@ -279,6 +291,12 @@ def test_a_signal_outside_the_train_loop_stops_at_once(runs, tmp, name, expected
     assert f"{name} received: stopping now (outside the train loop there is nothing to save" in out, out[-3000:]
     assert seconds < 60  # the data build would take 120 s
     assert not (tmp / f"data_{name.lower()}").exists()  # the new workdir of a run that never started is gone
+
+
+def test_a_signal_during_eval_py_stops_it_at_once(runs):
+    code, out, seconds = runs["eval_sigterm"]
+    assert code == 143 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
+    assert "SIGTERM received: stopping now" in out and seconds < 60, out[-3000:]
 
 
 def test_a_hung_run_exits_after_the_grace_period_with_stacks(runs, tmp):
