@@ -90,6 +90,14 @@ if env.get("FAULT_SIGNAL_IN_DATA"):  # a signal while the data is being built (a
         return build_data(task, workdir)
 
     loop.build_data = slow_build_data
+if env.get("FAULT_SIGNAL_IN_FINAL_EVAL"):  # a signal once training ended, during the final evaluation
+    evaluation_end = hooks.Evaluation.end
+
+    def signalled_end(self, run):
+        os.kill(os.getpid(), getattr(signal, env["FAULT_SIGNAL_IN_FINAL_EVAL"]))
+        return evaluation_end(self, run)
+
+    hooks.Evaluation.end = signalled_end
 if env.get("FAULT_SIGNAL_IN_EVAL"):  # eval.py: a signal while it evaluates
     from engine import restore
 
@@ -252,6 +260,8 @@ def runs(tmp, finished):
         "elsewhere": ([*LM, f"--workdir={tmp / 'elsewhere'}"], None),
         "data_sigterm": ([*LM, f"--workdir={tmp / 'data_sigterm'}"], dict(FAULT_SIGNAL_IN_DATA="SIGTERM")),
         "data_sigint": ([*LM, f"--workdir={tmp / 'data_sigint'}"], dict(FAULT_SIGNAL_IN_DATA="SIGINT")),
+        "final_sigterm": ([*LM, "--config.train.num_steps=10", f"--workdir={tmp / 'final_sigterm'}"],
+                          dict(FAULT_SIGNAL_IN_FINAL_EVAL="SIGTERM")),
         "eval_sigterm": ([f"--workdir={tmp / 'eval_sigterm'}"], dict(FAULT_SIGNAL_IN_EVAL="SIGTERM",
                                                                       FAULT_SCRIPT="eval.py")),
         "changed": ([*LM, "--config.train.num_steps=20", "--config.train.learning_rate=3e-3",
@@ -291,6 +301,12 @@ def test_a_signal_outside_the_train_loop_stops_at_once(runs, tmp, name, expected
     assert f"{name} received: stopping now (outside the train loop there is nothing to save" in out, out[-3000:]
     assert seconds < 60  # the data build would take 120 s
     assert not (tmp / f"data_{name.lower()}").exists()  # the new workdir of a run that never started is gone
+
+
+def test_a_signal_during_the_final_evaluation_lets_it_finish_and_exits_143(runs):
+    code, out, _ = runs["final_sigterm"]
+    assert code == 143 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
+    assert out.index("training stopped at step 10 (num_steps)") < out.index("SIGTERM received") < out.index("done:")
 
 
 def test_a_signal_during_eval_py_stops_it_at_once(runs):
