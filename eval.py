@@ -57,7 +57,7 @@ def main(argv):
     import os
 
     from engine import checkpoint as ckpt_lib
-    from engine import restore, runtime
+    from engine import restore, runtime, watchdog
     from engine.errors import CheckpointError
     from engine.tasks import get_task
 
@@ -90,6 +90,8 @@ def main(argv):
         raise cli.UsageError(f"--split={_SPLIT.value}: expected one of {splits}"
                              f"{cli.did_you_mean(_SPLIT.value, splits)}")
 
+    # a stop signal in any phase exits within it (a run recorded before the field: the default)
+    watchdog.set_grace(config.train.get("stop_grace_seconds", watchdog.GRACE_SECONDS))
     runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
     runtime.enable_compilation_cache()
     log = runtime.setup_logging(runtime.process_logfile(os.path.join(_WORKDIR.value, "eval.log")))

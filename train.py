@@ -35,16 +35,17 @@ def main(argv):
 
     from engine import config as config_lib
     from engine import runtime
+    from engine import watchdog
 
+    config = _CONFIG.value
+    watchdog.set_grace(config.train.stop_grace_seconds)  # a stop signal in any phase exits within it
     runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
     runtime.enable_compilation_cache()
-    config = _CONFIG.value
     workdir = _WORKDIR.value or config_lib.default_workdir(config_flags.get_config_filename(flags.FLAGS["config"]),
                                                            config)
     log = runtime.setup_logging()  # train.log is opened once the workdir checks passed (engine/workdir.py)
 
     from engine import logs, loop
-    from engine import watchdog
     from engine import workdir as workdir_lib
 
     try:
@@ -54,7 +55,8 @@ def main(argv):
         log.info("%s", e)
         return 0
     log.info("done: %s", logs.summary_line(final))
-    return watchdog.signal_exit_code(final.get("stop_reason")) or 0
+    return (watchdog.signal_exit_code(final.get("stop_reason"))
+            or watchdog.signal_exit_code(watchdog.StopRequest.received) or 0)
 
 
 if __name__ == "__main__":

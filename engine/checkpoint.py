@@ -25,12 +25,14 @@ import logging
 import os
 import re
 import sys
+import time
 from typing import Any, Callable, Mapping, Optional
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from engine import runtime
 from engine import sharding as sharding_lib
 from etils import epath
 
@@ -194,7 +196,10 @@ class Checkpointer:
 
     A save that fails (disk full, a read-only or vanished directory), in the call or in Orbax's background
     thread, is reported by ``check`` (called by the train loop's hook every step) as one CheckpointError naming
-    the step, the path, the cause and the last good step; Orbax's own error logs of it are silenced.
+    the step, the path, the cause and the last good step; Orbax's own error logs of it are silenced. With
+    several processes a save can fail on one host only: ``check`` leaves it to the train loop's cross-host
+    agreement (``failure``, then ``raise_agreed`` on every host) and ``wait`` agrees by itself, so every host
+    stops at the same step with the same line.
     """
 
     def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True,
@@ -210,6 +215,7 @@ class Checkpointer:
             logging.getLogger(name).addFilter(self._failures)
         self._saving: Optional[int] = None
         self._reported = False
+        self._abandoned = False  # a save failed on some host: its background work is not waited for
 
     def step_dir(self, step: int) -> str:
         return os.path.join(self.directory, str(int(step)))
@@ -250,17 +256,45 @@ class Checkpointer:
             self._failures.cause = self._failures.cause or _one_line(e)
         self.check()
 
-    def check(self) -> None:
-        """Raise CheckpointError (once) when a save failed, naming the step, the path, the cause and the last
-        good step."""
-        if self._failures.cause is None or self._reported:
-            return
-        self._reported = True
+    def failure(self) -> Optional[str]:
+        """The line reporting this process's failed save (the step, the path, the cause and the last good step),
+        or None while every save succeeded."""
+        if self._failures.cause is None:
+            return None
         good = self.latest_step()
         last = f"last good checkpoint: step {good}" if good is not None else "no good checkpoint yet"
-        raise CheckpointError(f"saving checkpoint step {self._saving} to {self.step_dir(self._saving)} failed: "
-                              f"{self._failures.cause}; {last} in {self.directory}. Training stopped; free the "
-                              f"space (or fix the directory) and rerun to resume")
+        return (f"saving checkpoint step {self._saving} to {self.step_dir(self._saving)} failed: "
+                f"{self._failures.cause}; {last} in {self.directory}. Training stopped; free the space (or fix the "
+                f"directory) and rerun to resume")
+
+    def check(self) -> None:
+        """Raise CheckpointError (once) when a save failed (``failure``). With several processes it raises
+        nothing: the hosts agree first (``raise_agreed``)."""
+        if self._reported or jax.process_count() > 1:
+            return
+        message = self.failure()
+        if message is not None:
+            self._reported = True
+            raise CheckpointError(message)
+
+    def raise_agreed(self) -> None:
+        """On every process at once, after the processes agreed that a save failed on one of them: raise
+        ``SaveFailedOnAHost`` with the first failing process's line. The save's background work is abandoned:
+        on the other hosts it waits for the failed one at Orbax's barriers."""
+        lines = [got[0] for got in runtime.allgather_strings([self.failure() or ""]) if got and got[0]]
+        self._abandoned = True
+        raise SaveFailedOnAHost(lines[0] if lines else f"saving checkpoint step {self._saving} failed on another "
+                                f"host; {self.directory}")
+
+    def _any_host_failed(self, state: int) -> bool:
+        """Every process's ``state`` (0 done, 1 saving, 2 failed) gathered; raises when one failed, returns
+        whether one is still saving."""
+        from jax.experimental import multihost_utils
+
+        got = np.asarray(multihost_utils.process_allgather(np.asarray([state], np.int32))).reshape(-1)
+        if np.any(got == 2):
+            self.raise_agreed()
+        return bool(np.any(got == 1))
 
     def restore(self, abstract_state: Any, step: Optional[int] = None) -> tuple[Any, Any, int]:
         """(state, data_state, step) at ``step`` onto the shardings of ``abstract_state``.
@@ -333,46 +367,11 @@ class Checkpointer:
 
     def saved_config(self, step: int) -> Optional[dict[str, Any]]:
         """The flattened config recorded with ``step`` (None for checkpoints saved without one)."""
-        try:
-            meta = _read_json(os.path.join(self.step_dir(step), "_CHECKPOINT_METADATA"))
-        except (OSError, ValueError):
-            return None
-        config = (meta.get("custom_metadata") or {}).get("config") if isinstance(meta, dict) else None
-        return config if isinstance(config, dict) else None
+        return saved_config(self.step_dir(step))
 
     def _check_structure(self, step: int, abstract_state: Any) -> Optional[str]:
-        """Raise CheckpointError when the parameters saved at ``step`` (Orbax metadata: paths, shapes, dtypes)
-        differ from ``abstract_state``'s; the state's ``params`` are compared when both have them. Returns what
-        failed when the metadata cannot be read, else None."""
-        try:
-            saved = ocp.StandardCheckpointHandler().metadata(epath.Path(self.step_dir(step)) / "state")
-        except Exception as e:  # noqa: BLE001  unreadable metadata: a damaged step
-            return f"reading its metadata failed: {_one_line(e)}"
-        saved = getattr(saved, "tree", saved)
-        wanted = abstract_state
-        if isinstance(saved, Mapping) and isinstance(wanted, Mapping) and "params" in saved and "params" in wanted:
-            saved, wanted = {"params": saved["params"]}, {"params": wanted["params"]}
-        have, want = _shapes(saved), _shapes(wanted)
-        diffs = [f"{k}: {_fmt(have.get(k))} in the checkpoint, {_fmt(want.get(k))} now"
-                 for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
-        if not diffs:
-            return None
-        msg = f"checkpoint step {step} in {self.directory} was written by another model config"
-        fields = self._config_diffs(step)
-        if fields:
-            msg += f"; config fields that differ: {', '.join(fields[:_SHOWN])}"
-            msg += f" (+{len(fields) - _SHOWN} more)" if len(fields) > _SHOWN else ""
-        msg += f"; {len(diffs)} parameter(s) differ: {'; '.join(diffs[:_SHOWN])}"
-        msg += f" (+{len(diffs) - _SHOWN} more)" if len(diffs) > _SHOWN else ""
-        raise CheckpointError(msg + ". Use the config the run was trained with, or a fresh --workdir.")
-
-    def _config_diffs(self, step: int) -> list[str]:
-        saved = self.saved_config(step)
-        if saved is None or self.config is None:
-            return []
-        keys = sorted((k for k in set(saved) | set(self.config) if k.startswith(_CONFIG_SECTIONS)), key=field_rank)
-        return [f"{k}={saved.get(k)!r} in the checkpoint, {self.config.get(k)!r} now" for k in keys
-                if saved.get(k) != self.config.get(k)]
+        """``check_structure`` of ``step``."""
+        return check_structure(self.directory, step, abstract_state, self.config)
 
     def _set_aside(self, step: int) -> str:
         """Move a damaged step directory out of Orbax's listing into ``<checkpoints>_damaged/<step>[-n]``."""
@@ -393,7 +392,12 @@ class Checkpointer:
         return target
 
     def wait(self) -> None:
-        """Wait for the background save; raise CheckpointError when it failed (see ``check``)."""
+        """Wait for the background save; raise CheckpointError when it failed (see ``check``). With several
+        processes on every process at once: the hosts poll each other until every save is done or one failed."""
+        multi = jax.process_count() > 1
+        while multi and self._any_host_failed(2 if self._failures.cause is not None
+                                              else int(self.manager.is_saving_in_progress())):
+            time.sleep(0.2)
         try:
             self.manager.wait_until_finished()
         except Exception as e:  # noqa: BLE001
@@ -402,10 +406,15 @@ class Checkpointer:
             self.manager.reload()
             if self._saving not in self.manager.all_steps():
                 self._failures.cause = "the step was not finalized"
+        if multi:
+            self._any_host_failed(2 if self._failures.cause is not None else 0)
         self.check()
 
     def close(self) -> None:
-        """Finish the background work and let go of Orbax; a failure was already reported by ``check``."""
+        """Finish the background work and let go of Orbax; a failure was already reported by ``check``. After a
+        save failed on some host (``raise_agreed``) nothing is waited for."""
+        if self._abandoned:
+            return
         try:
             self.manager.wait_until_finished()
             self.manager.close()
@@ -414,6 +423,73 @@ class Checkpointer:
         if self._failures.cause is None:  # after a failure the filter stays: abandoned writes log until exit
             for name in _SaveFailures.LOGGERS:
                 logging.getLogger(name).removeFilter(self._failures)
+
+
+class SaveFailedOnAHost(CheckpointError):
+    """A save failed on one of several hosts (``Checkpointer.raise_agreed``), raised on every host. The process
+    should end at once (``exit_at_once``): the other hosts' save threads wait for the failed host at Orbax's
+    barriers, and the interpreter's exit would wait for them."""
+
+    exit_at_once = True
+
+
+def saved_config(step_dir: str) -> Optional[dict[str, Any]]:
+    """The flattened config recorded with the checkpoint step in ``step_dir`` (None for one saved without)."""
+    try:
+        meta = _read_json(os.path.join(step_dir, "_CHECKPOINT_METADATA"))
+    except (OSError, ValueError):
+        return None
+    config = (meta.get("custom_metadata") or {}).get("config") if isinstance(meta, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def check_structure(directory: str, step: int, abstract_state: Any,
+                    config: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    """Raise CheckpointError when the parameters saved at ``step`` of the checkpoint directory ``directory``
+    (Orbax metadata: paths, shapes, dtypes) differ from ``abstract_state``'s, naming the fields of the flattened
+    ``config`` that differ from the step's recorded one; the state's ``params`` are compared when both have them.
+    Returns what failed when the metadata cannot be read, else None. Reads metadata only, writes nothing."""
+    step_dir = os.path.join(directory, str(int(step)))
+    try:
+        saved = ocp.StandardCheckpointHandler().metadata(epath.Path(step_dir) / "state")
+    except Exception as e:  # noqa: BLE001  unreadable metadata: a damaged step
+        return f"reading its metadata failed: {_one_line(e)}"
+    saved = getattr(saved, "tree", saved)
+    wanted = abstract_state
+    if isinstance(saved, Mapping) and isinstance(wanted, Mapping) and "params" in saved and "params" in wanted:
+        saved, wanted = {"params": saved["params"]}, {"params": wanted["params"]}
+    have, want = _shapes(saved), _shapes(wanted)
+    diffs = [f"{k}: {_fmt(have.get(k))} in the checkpoint, {_fmt(want.get(k))} now"
+             for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
+    if not diffs:
+        return None
+    msg = f"checkpoint step {step} in {directory} was written by another model config"
+    fields = _config_diffs(step_dir, config)
+    if fields:
+        msg += f"; config fields that differ: {', '.join(fields[:_SHOWN])}"
+        msg += f" (+{len(fields) - _SHOWN} more)" if len(fields) > _SHOWN else ""
+    msg += f"; {len(diffs)} parameter(s) differ: {'; '.join(diffs[:_SHOWN])}"
+    msg += f" (+{len(diffs) - _SHOWN} more)" if len(diffs) > _SHOWN else ""
+    raise CheckpointError(msg + ". Use the config the run was trained with, or a fresh --workdir.")
+
+
+def _config_diffs(step_dir: str, config: Optional[Mapping[str, Any]]) -> list[str]:
+    saved = saved_config(step_dir)
+    if saved is None or config is None:
+        return []
+    keys = sorted((k for k in set(saved) | set(config) if k.startswith(_CONFIG_SECTIONS)), key=field_rank)
+    return [f"{k}={saved.get(k)!r} in the checkpoint, {config.get(k)!r} now" for k in keys
+            if saved.get(k) != config.get(k)]
+
+
+def refuse_other_config(directory: str, abstract_state: Any, config: Optional[Any] = None) -> None:
+    """Raise CheckpointError (``check_structure``) when the newest intact step of the checkpoint directory
+    ``directory`` was written by another model config; before a run writes anything, so a refused run leaves
+    the workdir as it was. A directory without intact steps, or unreadable metadata, passes: the restore
+    reports those."""
+    intact, _, _ = inventory(directory)
+    if intact:
+        check_structure(directory, intact[-1], abstract_state, flatten_config(config) if config is not None else None)
 
 
 def _filter_abandoned_read_noise() -> Callable[[], None]:

@@ -9,7 +9,9 @@
 file exists, ``get_config(arg)`` accepts its argument) and every ``--config.a.b=v`` override (the field exists),
 with a "did you mean" hint; flag errors (a bad value, an unknown flag, a missing required flag) become one line
 too. Inside ``main``, the errors of ``engine.errors.ANTICIPATED`` (config, data, checkpoint, non-finite) become
-one line; any other exception is a bug and keeps its traceback.
+one line; any other exception is a bug and keeps its traceback. A stop signal ends the command with 143 / 130
+(``engine.watchdog``): outside the train loop at once (``StopSignal``), and an error that follows one (a collective
+whose other host already stopped) is one line too.
 """
 from __future__ import annotations
 
@@ -34,9 +36,10 @@ class UsageError(Exception):
     """A command-line mistake found before anything is built; the message is the line the user sees."""
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, at_once: bool = False) -> NoReturn:
     """Report ``message`` as one ``ERROR`` line (through the run's log when it is set up) and exit with 1 (with
-    128 + the signal number when a stop signal came first: 143 after SIGTERM, 130 after SIGINT)."""
+    128 + the signal number when a stop signal came first: 143 after SIGTERM, 130 after SIGINT). at_once: exit
+    without waiting for other threads or the multi-host shutdown (``engine.checkpoint.SaveFailedOnAHost``)."""
     from engine.watchdog import StopRequest, signal_exit_code
 
     line = " ".join(str(message).split())
@@ -45,19 +48,33 @@ def fail(message: str) -> NoReturn:
         log.error("%s", line)
     else:
         sys.stderr.write(f"ERROR {line}\n")
-    sys.exit(signal_exit_code(StopRequest.received) or 1)
+    code = signal_exit_code(StopRequest.received) or 1
+    if at_once:
+        for stream in [h for h in log.handlers] + [sys.stdout, sys.stderr]:
+            stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def run(main: Callable[[list[str]], Any]) -> None:
     """``absl.app.run(main)`` with the checks and the one-line error path described in the module docstring."""
 
     def guarded(argv: list[str]) -> Any:
+        from engine.watchdog import StopRequest, StopSignal
+
         try:
-            return main(argv)
+            with StopRequest(at_once=True):  # its grace period: train.stop_grace_seconds (``watchdog.set_grace``)
+                return main(argv)
+        except StopSignal as e:
+            sys.exit(e.code)
         except ANTICIPATED as e:
-            fail(str(e))
+            fail(str(e), at_once=getattr(e, "exit_at_once", False))
         except UsageError as e:
             fail(str(e))
+        except Exception as e:  # noqa: BLE001  after a stop signal, not a bug: the command was being stopped
+            if StopRequest.received is None:
+                raise
+            fail(f"stopped after {StopRequest.received}: {type(e).__name__}: {e}")
 
     logs.quiet_third_party()  # before JAX starts its backends: no libtpu probe line
     app.run(guarded, flags_parser=parse_flags)

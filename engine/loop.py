@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import logging.handlers
 import math
 import os
 import time
@@ -34,7 +35,7 @@ from engine import watchdog as watchdog_lib
 from engine import workdir as workdir_lib
 from engine import writer as writer_lib
 from engine.hooks import Hook, default_hooks
-from engine.state import Setup, admin_params, build, flops_forward
+from engine.state import Setup, abstract_state, admin_params, build, flops_forward
 from engine.errors import NonFiniteError
 from engine.steps import make_train_step, non_finite_message, to_device
 from engine.tasks import Task, get_task
@@ -181,8 +182,9 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     With a workdir (``engine.workdir``): the workdir must be writable and free of another live run (its lock is
     held until the end); a config that differs from the run's record in a field that changes training is
     refused unless ``allow_config_change`` (then the change is recorded with its step); a run that already
-    finished raises ``engine.workdir.RunFinished``. All of this before anything is written; ``logfile``
-    (train.py's train.log) is opened only then. ``train.watchdog_seconds`` and ``train.stop_grace_seconds``
+    finished raises ``engine.workdir.RunFinished``; a checkpoint of another model config raises CheckpointError.
+    All of this before anything is written: ``logfile`` (train.py's train.log) gets the lines logged so far only
+    then, and a refused run leaves the workdir and W&B as they were. ``train.watchdog_seconds`` and ``train.stop_grace_seconds``
     bound every step, evaluation and save, and the time from a stop signal to the exit (``engine.watchdog``).
     """
     from attention import available_backends
@@ -193,13 +195,15 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     mesh = sharding_lib.make_mesh(config.mesh)
     lead = runtime.is_lead()
     session = workdir_lib.open_run(config, workdir, allow_change=allow_config_change) if workdir else None
+    held = _HeldLines() if logfile else None
     try:
-        if logfile:
-            runtime.setup_logging(logfile)
         if workdir is not None:
             log.info("workdir: %s", os.path.abspath(workdir))
-        out = _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, mesh, lead, t_start)
+        out = _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, mesh, lead, t_start,
+                   logfile, held)
     except BaseException:
+        if held is not None:
+            held.drop()
         if session is not None:
             session.close(failed=True)
         raise
@@ -208,12 +212,16 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str] = None, hooks:
     return out
 
 
-def _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, mesh, lead,
-         t_start) -> dict[str, Any]:
+def _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, mesh, lead, t_start, logfile,
+         held) -> dict[str, Any]:
     data = build_data(task, workdir)
     if hasattr(data, "describe"):
         log.info("%s", data.describe())
     setup, init = build(config, task, mesh, data.vocab_size, model_cfg)
+    if workdir is not None:  # the last refusal, before the log file, metrics.jsonl and W&B are written
+        ckpt_lib.refuse_other_config(os.path.join(workdir, "checkpoints"), abstract_state(setup, init), config)
+    if held is not None:
+        held.write_to(logfile)
     t = config.train
     all_hooks = (default_hooks(config, workdir) if use_default_hooks else []) + list(hooks)
     logger = writer_lib.MetricLogger(workdir, config, process_index=jax.process_index(),
@@ -258,7 +266,11 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, me
                 with watchdog.phase(f"train step {r.step + 1}"):
                     r._train_one(train_step)
                     if jax.process_count() == 1 or r.step % t.log_every == 0:  # multi-host: agree at log steps
-                        r.stop_reason = r.stop_reason or stop.check(r.deadline)
+                        ckpt = r.checkpointer
+                        reason = stop.check(r.deadline, save_failed=ckpt is not None and ckpt.failure() is not None)
+                        if reason == "save_failed":  # on one host: every host stops here with its line
+                            ckpt.raise_agreed()
+                        r.stop_reason = r.stop_reason or reason
             r.stop_reason = r.stop_reason or "num_steps"
             r.flush()
             minutes = (time.time() - t_start) / 60
@@ -280,6 +292,26 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, me
                 h.close(r)
             logger.close()
         watchdog.close()
+
+
+class _HeldLines(logging.handlers.MemoryHandler):
+    """The run's log lines, held until its log file may be written (every refusal check passed)."""
+
+    def __init__(self):
+        super().__init__(capacity=1 << 20, flushLevel=logging.CRITICAL + 1)
+        log.addHandler(self)
+
+    def write_to(self, logfile: str) -> None:
+        """Open ``logfile`` (``runtime.setup_logging``) and write the held lines to it first."""
+        runtime.setup_logging(logfile)
+        path = os.path.abspath(logfile)
+        self.setTarget(next(h for h in log.handlers if getattr(h, "baseFilename", None) == path))
+        self.drop()
+
+    def drop(self) -> None:
+        """Stop holding: lines held go to the log file when it is open, else nowhere."""
+        log.removeHandler(self)
+        self.close()
 
 
 def _last_good(ckpt: Optional[ckpt_lib.Checkpointer]) -> str:

@@ -42,7 +42,8 @@ def maybe_initialize_distributed(mode: str) -> bool:
     coordinator address, SLURM, Open MPI, or a Cloud TPU pod). Returns whether it initialized.
     A manual launch sets ``JAX_COORDINATOR_ADDRESS=host:port``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``
     on every host; cluster launchers (SLURM, Open MPI, TPU pods) are detected by JAX itself. CPU processes
-    talk through gloo (``$JAX_CPU_COLLECTIVES_IMPLEMENTATION`` overrides it).
+    talk through gloo (``$JAX_CPU_COLLECTIVES_IMPLEMENTATION`` overrides it). JAX's preemption service stays off:
+    its SIGTERM notifier would take the signal from ``engine.watchdog`` and keep a stopping process alive.
     """
     if mode not in ("auto", "yes", "no"):
         raise ValueError(f"--distributed={mode!r}; expected auto, yes or no")
@@ -61,6 +62,7 @@ def maybe_initialize_distributed(mode: str) -> bool:
                 raise ValueError(f"${env}={os.environ[env]!r}; expected an integer") from None
     jax.config.update("jax_cpu_collectives_implementation",
                       os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION") or "gloo")
+    jax.config.update("jax_enable_preemption_service", False)
     jax.distributed.initialize(**kwargs)
     return True
 

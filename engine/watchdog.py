@@ -7,6 +7,13 @@ that never returns, say) or a second signal arrives, every thread's stack is dum
 process exits at once with that code. The signal is noticed by a thread that reads the signal wakeup file
 descriptor, so a main thread blocked in C code cannot keep the process alive.
 
+``StopRequest(at_once=True)`` guards a whole command (``train.py``, ``eval.py``: data build, restore, evaluation,
+everything outside the train loop's own ``StopRequest``): there is nothing to save there, so the first signal
+raises ``StopSignal`` in the main thread (the command exits with 143 / 130) and the grace period bounds the
+exit, also when the main thread is blocked in C code or the interpreter's shutdown waits on a thread. A stop
+the train loop's ``StopRequest`` received and did not finish within its block is handed on to that guard, so
+its grace period keeps running.
+
 ``Watchdog``: ``with watchdog.phase("train step 12"):`` around a piece of work; one that runs longer than
 ``seconds`` is a hang: one ERROR line (what hung, for how long, the last good checkpoint), every thread's stack
 dumped, and exit code ``HUNG_EXIT_CODE`` on this host; the other hosts, blocked in the same collective, do the
@@ -30,6 +37,17 @@ import numpy as np
 log = logging.getLogger("attnlab")
 
 HUNG_EXIT_CODE = 1
+GRACE_SECONDS = 60.0  # the default of train.stop_grace_seconds (also for runs recorded before it existed)
+
+
+class StopSignal(BaseException):
+    """A stop signal outside the train loop (``StopRequest(at_once=True)``); ``code``: the exit code (143 / 130).
+    A BaseException, so ``except Exception`` on the way out cannot swallow it."""
+
+    def __init__(self, name: str):
+        super().__init__(f"{name} received")
+        self.name = name
+        self.code = 128 + int(getattr(signal, name))
 
 
 def signal_exit_code(name: Optional[str]) -> Optional[int]:
@@ -78,16 +96,23 @@ class StopRequest:
 
     grace_seconds: after the first signal, how long the loop has to stop by itself before the process dumps its
     stacks and exits (0 = no limit). describe: called for the line shown when the grace period ends (e.g. the
-    last good checkpoint).
+    last good checkpoint). at_once: a command-wide guard (see the module docstring): the first signal raises
+    ``StopSignal`` in the main thread instead of waiting to be polled.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
     received: Optional[str] = None  # the first stop signal this process received (for the exit code)
+    guard: Optional["StopRequest"] = None  # the active command-wide guard (at_once=True), if any
 
-    def __init__(self, grace_seconds: float = 60.0, describe: Callable[[], str] = lambda: ""):
+    def __init__(self, grace_seconds: float = GRACE_SECONDS, describe: Callable[[], str] = lambda: "", *,
+                 at_once: bool = False):
         self.grace_seconds = float(grace_seconds)
         self.describe = describe
+        self.at_once = bool(at_once)
         self.signal_name: Optional[str] = None
+        self._raised = False
+        self._first: Optional[tuple[int, float]] = None  # (signal number, time.monotonic()) of the first signal
+        self._outer: Optional[StopRequest] = None
         self._previous: dict[int, Any] = {}
         self._previous_fd: Optional[int] = None
         self._pipe: Optional[tuple[int, int]] = None
@@ -96,42 +121,67 @@ class StopRequest:
     def _handle(self, signum, frame):
         self.signal_name = self.signal_name or signal.Signals(signum).name
         StopRequest.received = StopRequest.received or self.signal_name
+        if self.at_once and not self._raised:
+            self._raised = True
+            raise StopSignal(self.signal_name)
+
+    def _grace_left(self) -> Optional[float]:
+        if self._first is None or self.grace_seconds <= 0:
+            return None
+        return max(self._first[1] + self.grace_seconds - time.monotonic(), 0.0)
+
+    def _grace_ended(self) -> None:
+        name = signal.Signals(self._first[0]).name
+        _exit_now(128 + self._first[0], f"{name}: the run did not stop within the grace period of "
+                  f"{self.grace_seconds:g} s (train.stop_grace_seconds); exiting now{_said(self.describe)}")
 
     def _watch(self, read_fd: int) -> None:
         """Reads signal numbers from the wakeup pipe: logs the first, exits on a second or when the grace ends."""
         import select
 
-        first, first_time = None, None
         while True:
-            timeout = None
-            if first is not None and self.grace_seconds > 0:
-                timeout = max(first_time + self.grace_seconds - time.monotonic(), 0.0)
-            ready, _, _ = select.select([read_fd], [], [], timeout)
-            if not ready:  # the grace period passed
-                name = signal.Signals(first).name
-                _exit_now(128 + first, f"{name}: the run did not stop within the grace period of "
-                          f"{self.grace_seconds:g} s (train.stop_grace_seconds); exiting now{_said(self.describe)}")
+            ready, _, _ = select.select([read_fd], [], [], self._grace_left())
+            if not ready:
+                self._grace_ended()
             try:
                 data = os.read(read_fd, 64)
             except OSError:
-                return
-            if not data:
+                data = b""
+            if not data:  # the block ended; a command-wide guard keeps a pending stop's grace period running
+                if self.at_once and self._grace_left() is not None:
+                    time.sleep(self._grace_left())
+                    self._grace_ended()
                 return
             for signum in data:
                 if signum not in [int(s) for s in self.SIGNALS]:
-                    continue
+                    continue  # 0: a stop handed on by an inner StopRequest (``_take_over``)
                 name = signal.Signals(signum).name
-                if first is None:
-                    first, first_time = signum, time.monotonic()
+                if self._first is None:
+                    self._first = (signum, time.monotonic())
                     self.signal_name = self.signal_name or name
                     StopRequest.received = StopRequest.received or name
-                    log.warning("%s received: saving a checkpoint and stopping at the end of this step (a second "
-                                "signal, or %g s without stopping, exits at once)", name, self.grace_seconds)
+                    if self.at_once:
+                        log.warning("%s received: stopping now (outside the train loop there is nothing to save; a "
+                                    "second signal, or %g s without stopping, exits at once)", name,
+                                    self.grace_seconds)
+                    else:
+                        log.warning("%s received: saving a checkpoint and stopping at the end of this step (a "
+                                    "second signal, or %g s without stopping, exits at once)", name,
+                                    self.grace_seconds)
                 else:
-                    _exit_now(128 + first, f"{name} received again while stopping: exiting now{_said(self.describe)}")
+                    _exit_now(128 + self._first[0], f"{name} received again while stopping: exiting "
+                              f"now{_said(self.describe)}")
+
+    def _take_over(self, first: tuple[int, float]) -> None:
+        """Continue the grace period of a stop an inner StopRequest received (its block ended first)."""
+        if self._first is None and self._pipe is not None:
+            self._first = first
+            self.signal_name = self.signal_name or signal.Signals(first[0]).name
+            os.write(self._pipe[1], b"\0")  # wakes the watcher to start the timer
 
     def __enter__(self) -> "StopRequest":
-        StopRequest.received = None
+        if not self.at_once:
+            StopRequest.received = None
         if threading.current_thread() is not threading.main_thread():
             return self  # not in the main thread: signals stay with their owner.
         for sig in self.SIGNALS:
@@ -143,17 +193,24 @@ class StopRequest:
         self._thread = threading.Thread(target=self._watch, args=(read_fd,), name="attnlab-stop-signals",
                                         daemon=True)
         self._thread.start()
+        self._outer = StopRequest.guard
+        if self.at_once:
+            StopRequest.guard = self
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.at_once:
+            StopRequest.guard = self._outer
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
         if self._pipe is not None:
             signal.set_wakeup_fd(self._previous_fd if self._previous_fd is not None else -1)
+            if self._first is not None and not self.at_once and self._outer is not None:
+                self._outer._take_over(self._first)
             read_fd, write_fd = self._pipe
-            os.close(write_fd)  # the watcher reads EOF and ends; a stop that is pending keeps its grace timer
-            self._thread.join(timeout=1.0)
+            os.close(write_fd)  # the watcher reads EOF and ends (a command-wide guard's after its grace period)
+            self._thread.join(timeout=0 if self.at_once else 1.0)
             if not self._thread.is_alive():
                 os.close(read_fd)
             self._pipe = None
@@ -162,23 +219,31 @@ class StopRequest:
         """True once this process received a stop signal."""
         return self.signal_name is not None
 
-    def check(self, deadline: Optional[float] = None) -> Optional[str]:
-        """Why to stop now: the signal's name, ``"max_minutes"`` once ``time.time()`` passed ``deadline``, or
-        None. With several hosts every host gets the same answer (one small all-gather), so call it at the same
-        steps on every host."""
+    def check(self, deadline: Optional[float] = None, save_failed: bool = False) -> Optional[str]:
+        """Why to stop now: ``"save_failed"`` when ``save_failed`` (this host's checkpoint save failed), the
+        signal's name, ``"max_minutes"`` once ``time.time()`` passed ``deadline``, or None. With several hosts every
+        host gets the same answer (one small all-gather; a failed save on any host comes first), so call it at the
+        same steps on every host."""
         import jax
 
-        code = 1 if self.signal_name is not None else 2 if deadline is not None and time.time() > deadline else 0
+        code = 3 if save_failed else 1 if self.signal_name is not None else \
+            2 if deadline is not None and time.time() > deadline else 0
         name = self.signal_name
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 
             mine = int(getattr(signal, self.signal_name)) if self.signal_name else 0
             got = np.asarray(multihost_utils.process_allgather(np.asarray([code, mine], np.int32))).reshape(-1, 2)
-            code = 1 if np.any(got[:, 0] == 1) else int(got[:, 0].max())
-            if code == 1 and name is None:
-                name = signal.Signals(int(got[got[:, 0] == 1][0, 1])).name
-        return {0: None, 1: name or "SIGTERM", 2: "max_minutes"}[code]
+            code = int(got[:, 0].max()) if np.any(got[:, 0] == 3) or not np.any(got[:, 0] == 1) else 1
+            if name is None and np.any(got[:, 1] > 0):
+                name = signal.Signals(int(got[got[:, 1] > 0][0, 1])).name
+        return {0: None, 1: name or "SIGTERM", 2: "max_minutes", 3: "save_failed"}[code]
+
+
+def set_grace(seconds: float) -> None:
+    """The grace period of the active command-wide guard (``StopRequest(at_once=True)``), once the config says it."""
+    if StopRequest.guard is not None:
+        StopRequest.guard.grace_seconds = float(seconds)
 
 
 class Watchdog:

@@ -6,7 +6,8 @@
   bytes, times the checkpoints kept plus one being written).
 - ``Lock``: ``<workdir>/run.lock`` (pid, host, start time, command), held by the lead process while the run
   lives. A second run on the workdir is refused naming the pid and host holding it; a lock left by a process
-  that is gone (same host, dead pid) is taken over with a warning.
+  that is gone (same host, dead pid) is taken over with a warning. A lock of another host is never taken over
+  (its pid cannot be checked from here): the refusal names the file to delete once no run lives there.
 - The record: ``config.json`` is the config the run started with, written once and never rewritten;
   ``config_history.jsonl`` gets one line per later start whose config differs (the step it took effect, every
   changed field with its old and new value). A rerun whose config differs in a field that changes training or
@@ -128,9 +129,11 @@ class Lock:
         holder = _read_lock(self.path) if os.path.exists(self.path) else None
         if holder is None or self._stale(holder):
             return None
+        where = ("wait for it to end or use another --workdir" if holder.get("host") == self.me["host"] else
+                 f"a lock of another host is never taken over: when no run lives there, delete {self.path}; or use "
+                 f"another --workdir")
         return (f"workdir {os.path.dirname(os.path.abspath(self.path))} is in use by another run: pid "
-                f"{holder.get('pid')} on host {holder.get('host')} since {holder.get('since')} ({self.path}); wait "
-                f"for it to end or use another --workdir")
+                f"{holder.get('pid')} on host {holder.get('host')} since {holder.get('since')} ({self.path}); {where}")
 
     def _stale(self, holder: Mapping[str, Any]) -> bool:
         return holder.get("host") == self.me["host"] and not _pid_alive(int(holder.get("pid") or 0))

@@ -5,10 +5,11 @@ stop signals (exit 143 / 130 after a save), a run hung on purpose that ignores S
 grace period with every thread's stack dumped), the watchdog, two runs on one workdir, stale locks, a read-only
 workdir, a disk that fills up during a checkpoint save, W&B online without network, a damaged tokenizer file, an
 empty training file, a rerun with a changed config (refused, leaving the workdir as it was; or recorded with
-``--allow_config_change``), a rerun of a finished run, and a record of another task.
+``--allow_config_change``), a rerun of a finished run, a record of another task or model (refused before anything
+is written), another host's lock, and signals outside the train loop (building the data, ``eval.py``).
 
 Faults are injected by a launcher (``LAUNCHER``) that adds a hook to ``train.py``'s run: it sends a signal, hangs,
-or fills the disk at a given step. All scenarios start in one module fixture, ``PARALLEL`` processes at a time.
+or fills the disk at a given step; or slows the data build or ``eval.py``'s evaluation and sends a signal then. All scenarios start in one module fixture, ``PARALLEL`` processes at a time.
 """
 import json
 import os
@@ -79,7 +80,34 @@ class Fault(hooks.Hook):
 
 defaults = loop.default_hooks
 loop.default_hooks = lambda config, workdir: defaults(config, workdir) + [Fault()]
-sys.argv = [os.path.join(env["ATTNLAB_REPO"], "train.py")] + sys.argv[1:]
+if env.get("FAULT_SIGNAL_IN_DATA"):  # a signal while the data is being built (a slow build), outside the loop
+    build_data = loop.build_data
+
+    def slow_build_data(task, workdir):
+        threading.Timer(1.0, os.kill, (os.getpid(), getattr(signal, env["FAULT_SIGNAL_IN_DATA"]))).start()
+        print("FAULT building the data", flush=True)
+        time.sleep(120)
+        return build_data(task, workdir)
+
+    loop.build_data = slow_build_data
+if env.get("FAULT_SIGNAL_IN_FINAL_EVAL"):  # a signal once training ended, during the final evaluation
+    evaluation_end = hooks.Evaluation.end
+
+    def signalled_end(self, run):
+        os.kill(os.getpid(), getattr(signal, env["FAULT_SIGNAL_IN_FINAL_EVAL"]))
+        return evaluation_end(self, run)
+
+    hooks.Evaluation.end = signalled_end
+if env.get("FAULT_SIGNAL_IN_EVAL"):  # eval.py: a signal while it evaluates
+    from engine import restore
+
+    def slow_evaluate_checkpoint(*args, **kwargs):
+        threading.Timer(1.0, os.kill, (os.getpid(), getattr(signal, env["FAULT_SIGNAL_IN_EVAL"]))).start()
+        print("FAULT evaluating", flush=True)
+        time.sleep(120)
+
+    restore.evaluate_checkpoint = slow_evaluate_checkpoint
+sys.argv = [os.path.join(env["ATTNLAB_REPO"], env.get("FAULT_SCRIPT", "train.py"))] + sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
@@ -202,18 +230,22 @@ def finished(tmp):
 @pytest.fixture(scope="module")
 def runs(tmp, finished):
     """The scenarios, all at once: name -> (exit code, output, seconds)."""
-    for name in ("changed", "allowed", "same", "other_task"):
+    for name in ("changed", "allowed", "same", "other_task", "no_record", "eval_sigterm"):
         shutil.copytree(finished, tmp / name)
+    os.remove(tmp / "no_record" / "config.json")  # a run from before the record: only its checkpoints say
     record = json.loads((tmp / "other_task" / "config.json").read_text())
     record["task"] = "classification"
     (tmp / "other_task" / "config.json").write_text(json.dumps(record))
     (tmp / "locked").mkdir()
     (tmp / "locked" / "run.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                                          "since": "2026-12-05T22:00:00"}))
+    (tmp / "elsewhere").mkdir()
+    (tmp / "elsewhere" / "run.lock").write_text(json.dumps({"pid": 4242, "host": "another-host",
+                                                            "since": "2026-12-05T20:00:00"}))
     (tmp / "stale").mkdir()
     (tmp / "stale" / "run.lock").write_text(json.dumps({"pid": 2 ** 22 + 7, "host": socket.gethostname(),
                                                         "since": "2026-12-05T21:00:00"}))
-    for name in ("locked", "changed", "same", "other_task"):
+    for name in ("locked", "changed", "same", "other_task", "no_record"):
         (tmp / f"{name}.before").write_text(json.dumps(snapshot(tmp / name)))
     long = [*LM, "--config.train.num_steps=400", "--config.train.checkpoint_every=5"]
     jobs = {
@@ -225,12 +257,21 @@ def runs(tmp, finished):
                      dict(FAULT_HANG_AT="12")),
         "locked": ([*LM, f"--workdir={tmp / 'locked'}"], None),
         "stale": ([*LM, "--config.train.num_steps=2", f"--workdir={tmp / 'stale'}"], None),
+        "elsewhere": ([*LM, f"--workdir={tmp / 'elsewhere'}"], None),
+        "data_sigterm": ([*LM, f"--workdir={tmp / 'data_sigterm'}"], dict(FAULT_SIGNAL_IN_DATA="SIGTERM")),
+        "data_sigint": ([*LM, f"--workdir={tmp / 'data_sigint'}"], dict(FAULT_SIGNAL_IN_DATA="SIGINT")),
+        "final_sigterm": ([*LM, "--config.train.num_steps=10", f"--workdir={tmp / 'final_sigterm'}"],
+                          dict(FAULT_SIGNAL_IN_FINAL_EVAL="SIGTERM")),
+        "eval_sigterm": ([f"--workdir={tmp / 'eval_sigterm'}"], dict(FAULT_SIGNAL_IN_EVAL="SIGTERM",
+                                                                      FAULT_SCRIPT="eval.py")),
         "changed": ([*LM, "--config.train.num_steps=20", "--config.train.learning_rate=3e-3",
                      f"--workdir={tmp / 'changed'}"], None),
         "allowed": ([*LM, "--config.train.num_steps=22", "--config.train.learning_rate=3e-3",
                      "--allow_config_change", f"--workdir={tmp / 'allowed'}"], None),
         "same": ([*LM, "--config.train.num_steps=20", f"--workdir={tmp / 'same'}"], None),
         "other_task": ([*LM, "--config.train.num_steps=20", f"--workdir={tmp / 'other_task'}"], None),
+        "no_record": ([*LM, "--config.train.num_steps=30", "--config.model.num_decoder_layers=1",
+                       f"--workdir={tmp / 'no_record'}"], dict(WANDB_MODE="offline")),
         "wandb": ([*LM, "--config.train.num_steps=2", f"--workdir={tmp / 'wandb'}"],
                   dict(WANDB_MODE="online", WANDB_API_KEY="x" * 40, WANDB_BASE_URL="http://127.0.0.1:9",
                        WANDB_SILENT="true")),
@@ -251,6 +292,27 @@ def test_sigint_saves_and_exits_130(runs, tmp):
     code, out, _ = runs["sigint"]
     assert code == 130 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
     assert "7" in os.listdir(tmp / "sigint" / "checkpoints")
+
+
+@pytest.mark.parametrize("name, expected", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_outside_the_train_loop_stops_at_once(runs, tmp, name, expected):
+    code, out, seconds = runs[f"data_{name.lower()}"]
+    assert code == expected and "Traceback" not in out and " ERROR " not in out, out[-3000:]
+    assert f"{name} received: stopping now (outside the train loop there is nothing to save" in out, out[-3000:]
+    assert seconds < 60  # the data build would take 120 s
+    assert not (tmp / f"data_{name.lower()}").exists()  # the new workdir of a run that never started is gone
+
+
+def test_a_signal_during_the_final_evaluation_lets_it_finish_and_exits_143(runs):
+    code, out, _ = runs["final_sigterm"]
+    assert code == 143 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
+    assert out.index("training stopped at step 10 (num_steps)") < out.index("SIGTERM received") < out.index("done:")
+
+
+def test_a_signal_during_eval_py_stops_it_at_once(runs):
+    code, out, seconds = runs["eval_sigterm"]
+    assert code == 143 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
+    assert "SIGTERM received: stopping now" in out and seconds < 60, out[-3000:]
 
 
 def test_a_hung_run_exits_after_the_grace_period_with_stacks(runs, tmp):
@@ -276,6 +338,14 @@ def test_a_second_run_on_a_workdir_is_refused_naming_the_holder(runs, tmp):
     line = one_error(out, code)
     assert f"is in use by another run: pid {os.getpid()} on host {socket.gethostname()}" in line
     assert json.loads((tmp / "locked.before").read_text()) == snapshot(tmp / "locked")  # no train.log either
+
+
+def test_a_lock_of_another_host_is_refused_naming_the_file_to_delete(runs, tmp):
+    code, out, _ = runs["elsewhere"]
+    line = one_error(out, code)
+    assert "is in use by another run: pid 4242 on host another-host" in line, line
+    assert f"when no run lives there, delete {tmp / 'elsewhere' / 'run.lock'}" in line, line
+    assert (tmp / "elsewhere" / "run.lock").exists()
 
 
 def test_a_stale_lock_is_taken_over(runs, tmp):
@@ -327,6 +397,14 @@ def test_a_record_of_another_task_leads_with_the_task(runs, tmp):
     line = one_error(out, code)
     assert "holds a run of another config: task='classification' in the record, 'lm' now" in line, line
     assert json.loads((tmp / "other_task.before").read_text()) == snapshot(tmp / "other_task")
+
+
+def test_a_checkpoint_of_another_model_is_refused_before_anything_is_written(runs, tmp):
+    code, out, _ = runs["no_record"]
+    line = one_error(out, code)
+    assert f"checkpoint step 20 in {tmp / 'no_record' / 'checkpoints'} was written by another model config" in line
+    assert "model.num_decoder_layers=2 in the checkpoint, 1 now" in line, line
+    assert json.loads((tmp / "no_record.before").read_text()) == snapshot(tmp / "no_record")  # no log, JSONL, W&B
 
 
 def test_wandb_online_without_network_logs_offline_at_once(runs, tmp):

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import pytest
 
@@ -96,6 +97,32 @@ if os.environ.get("HANG_AT"):  # process HANG_PROCESS hangs after step HANG_AT; 
 
     defaults = loop.default_hooks
     loop.default_hooks = lambda config, workdir: defaults(config, workdir) + [Hang()]
+if os.environ.get("BLOCK_DATA"):  # the lead blocks building the data (in Python); the others wait at the barrier
+    from engine import tasks
+
+    build_blocked = tasks.TranslationTask.build_data
+
+    def blocked_build_data(self, workdir, process_index, process_count):
+        if os.environ["JAX_PROCESS_ID"] == "0":
+            print("BUILDING", flush=True)
+            while True:
+                time.sleep(3600)
+        return build_blocked(self, workdir, process_index, process_count)
+
+    tasks.TranslationTask.build_data = blocked_build_data
+if os.environ.get("FAIL_SAVE_AT") and os.environ["JAX_PROCESS_ID"] == os.environ["FAIL_SAVE_PROCESS"]:
+    import errno
+
+    from orbax.checkpoint._src.checkpointers import async_checkpointer
+
+    wait_for_writes = async_checkpointer._background_wait_for_commit_futures
+
+    def failing_writes(directory, *args, **kwargs):  # this host's writes of the step fail as on a full disk
+        if directory.name.split(".")[0] == os.environ["FAIL_SAVE_AT"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return wait_for_writes(directory, *args, **kwargs)
+
+    async_checkpointer._background_wait_for_commit_futures = failing_writes
 if os.environ.get("DOCTOR_WRITES"):
     from engine import doctor
 
@@ -118,40 +145,77 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(tmp, workdir: str, *, processes: int, devices: int, env_extra=None, script: str = "train.py",
-           args=()) -> list[tuple[int, str]]:
-    """Run ``processes`` copies of the launcher (``devices`` CPU devices each) of ``script`` with ``args`` on
-    ``workdir``; returns (exit code, log text) per process. Fails the test, killing every process group, after
-    TIMEOUT_S."""
+def start(tmp, workdir: str, *, processes: int, devices: int, env_extra=None, script: str = "train.py",
+          args=()) -> list[tuple[subprocess.Popen, pathlib.Path]]:
+    """Start ``processes`` copies of the launcher (``devices`` CPU devices each) of ``script`` with ``args`` on
+    ``workdir``, each in its own process group; returns (process, log path) per process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     # conftest's compile-time flags: compiling the tiny programs costs more than running them.
     xla_flags = f"--xla_force_host_platform_device_count={devices} {os.environ['ATTNLAB_TEST_XLA_FLAGS']}"
     env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags, LAUNCH_SCRIPT=script, PYTHONPATH=REPO, WANDB_MODE="offline",
-               WANDB_SILENT="true", JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), OMP_NUM_THREADS="1",
-               **(env_extra or {}))
+               WANDB_SILENT="true", JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), OMP_NUM_THREADS="1")
+    env.update(env_extra or {})
     if processes > 1:
         env.update(JAX_COORDINATOR_ADDRESS=f"localhost:{free_port()}", JAX_NUM_PROCESSES=str(processes))
-    procs, logs = [], []
+    out = []
     launch_id = len(glob.glob(str(tmp / "*-p0.out")))
     for i in range(processes):
         log_path = tmp / f"launch{launch_id}-p{i}.out"
-        logs.append(log_path)
-        procs.append(subprocess.Popen(
+        out.append((subprocess.Popen(
             [sys.executable, str(tmp / "launch.py"), f"--config={tmp / 'tiny.py'}", f"--workdir={workdir}", *args],
             env=dict(env, JAX_PROCESS_ID=str(i)), cwd=REPO, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
-            start_new_session=True))
+            start_new_session=True), log_path))
+    return out
+
+
+def kill_all(started) -> None:
+    """SIGKILL the process group of every process still running."""
+    for p, _ in started:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def launch(tmp, workdir: str, **kwargs) -> list[tuple[int, str]]:
+    """``start`` and wait; returns (exit code, log text) per process. Fails the test, killing every process group,
+    after TIMEOUT_S."""
+    started = start(tmp, workdir, **kwargs)
     deadline = time.monotonic() + TIMEOUT_S
     try:
-        for p in procs:
+        for p, _ in started:
             p.wait(timeout=max(deadline - time.monotonic(), 1))
     except subprocess.TimeoutExpired:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        tails = "\n".join(f"--- {path.name}\n" + path.read_text()[-3000:] for path in logs)
+        kill_all(started)
+        tails = "\n".join(f"--- {path.name}\n" + path.read_text()[-3000:] for _, path in started)
         pytest.fail(f"launch on {workdir} did not finish within {TIMEOUT_S}s\n{tails}")
-    return [(p.returncode, path.read_text()) for p, path in zip(procs, logs)]
+    return [(p.returncode, path.read_text()) for p, path in started]
+
+
+def signal_when(started, marker: str, sig: int = signal.SIGTERM, settle: float = 3.0,
+                wait: float = 60.0) -> tuple[list[Optional[int]], float, list[str]]:
+    """Once a process's log shows ``marker`` (and ``settle`` seconds more), send ``sig`` to every process;
+    returns (exit codes, seconds from the signal to the last exit, log texts). A process still running ``wait``
+    seconds after the signal is killed and its code is None."""
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not any(marker in path.read_text() for _, path in started):
+            assert time.monotonic() < deadline and all(p.poll() is None for p, _ in started), \
+                [path.read_text()[-3000:] for _, path in started]
+            time.sleep(0.5)
+        time.sleep(settle)
+        sent = time.monotonic()
+        for p, _ in started:
+            p.send_signal(sig)
+        codes = []
+        for p, _ in started:
+            try:
+                codes.append(p.wait(timeout=max(sent + wait - time.monotonic(), 0.1)))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        waited = time.monotonic() - sent
+    finally:
+        kill_all(started)
+    return codes, waited, [path.read_text() for _, path in started]
 
 
 def losses(workdir: str) -> dict[int, float]:
@@ -165,13 +229,20 @@ def assert_ok(results):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def files(tmp_path_factory):
+    """A folder holding the corpus, the config (tiny.py) and the launcher (launch.py)."""
     tmp = tmp_path_factory.mktemp("multihost")
     rows = bible_es_en.read_pairs(bible_es_en.CORPUS_PATH)[:300]
     corpus = tmp / "pairs.tsv"
     corpus.write_text("".join(f"{r[3]}\t{r[4]}\n" for r in rows), encoding="utf-8")
     (tmp / "tiny.py").write_text(CONFIG.format(corpus=str(corpus), cache=str(tmp / "cache"), steps=STEPS))
     (tmp / "launch.py").write_text(LAUNCHER.format(repo=REPO, tests=os.path.join(REPO, "tests")))
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def runs(files):
+    tmp = files
     one, two = str(tmp / "one_process"), str(tmp / "two_processes")
     single = launch(tmp, one, processes=1, devices=4)
     assert_ok(single)
@@ -260,41 +331,13 @@ def test_admin_scales_are_the_same_on_two_processes(runs):
         assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), step
 
 
-def test_a_run_hung_on_one_host_exits_on_every_host_after_sigterm(runs):
+def test_a_run_hung_on_one_host_exits_on_every_host_after_sigterm(files):
     """Process 1 hangs after step 3 (a hook that never returns), so process 0 blocks in the next collective, in C
     code; SIGTERM to both: each exits 143 at the end of the grace period with every thread's stack dumped."""
-    one, _, _, _ = runs
-    tmp = pathlib.Path(os.path.dirname(one))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count=2 "
-               f"{os.environ['ATTNLAB_TEST_XLA_FLAGS']}", PYTHONPATH=REPO, WANDB_MODE="disabled", OMP_NUM_THREADS="1",
-               JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), JAX_COORDINATOR_ADDRESS=f"localhost:{free_port()}",
-               JAX_NUM_PROCESSES="2", HANG_AT="3", HANG_PROCESS="1", LAUNCH_SCRIPT="train.py")
-    workdir = tmp / "hung"
-    procs, logs = [], []
-    for i in range(2):
-        logs.append(tmp / f"hung-p{i}.out")
-        procs.append(subprocess.Popen(
-            [sys.executable, str(tmp / "launch.py"), f"--config={tmp / 'tiny.py'}", f"--workdir={workdir}",
-             "--config.train.num_steps=50", "--config.train.stop_grace_seconds=5"],
-            env=dict(env, JAX_PROCESS_ID=str(i)), cwd=REPO, stdout=open(logs[-1], "w"), stderr=subprocess.STDOUT,
-            start_new_session=True))
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while "HANGING" not in logs[1].read_text():
-            assert time.monotonic() < deadline and procs[1].poll() is None, logs[1].read_text()[-3000:]
-            time.sleep(0.5)
-        time.sleep(3)  # process 0 reaches the collective process 1 never joins
-        sent = time.monotonic()
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        codes = [p.wait(timeout=60) for p in procs]
-        waited = time.monotonic() - sent
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-    texts = [path.read_text() for path in logs]
+    started = start(files, str(files / "hung"), processes=2, devices=2, args=[
+        "--config.train.num_steps=50", "--config.train.stop_grace_seconds=5"],
+        env_extra=dict(WANDB_MODE="disabled", HANG_AT="3", HANG_PROCESS="1"))
+    codes, waited, texts = signal_when(started, "HANGING")
     assert codes == [143, 143], [t[-3000:] for t in texts]
     assert waited < 5 + 20, waited
     for text in texts:
@@ -302,6 +345,50 @@ def test_a_run_hung_on_one_host_exits_on_every_host_after_sigterm(runs):
         assert len(errors) == 1 and "SIGTERM: the run did not stop within the grace period of 5 s" in errors[0]
         assert "Thread 0x" in text and "Traceback" not in text
     assert "in block_until_ready" in texts[0] or "in process_allgather" in texts[0], texts[0][-3000:]
+
+
+def test_sigterm_outside_the_train_loop_ends_every_host(files):
+    """SIGTERM while the lead builds the data (Python code) and process 1 waits for it at a barrier (C code): JAX's
+    preemption notifier does not swallow it; the lead stops at once, process 1 at the latest when the grace
+    period ends, both with exit code 143 and no traceback."""
+    started = start(files, str(files / "outside"), processes=2, devices=2,
+                    args=["--config.train.stop_grace_seconds=5"], env_extra=dict(WANDB_MODE="disabled", BLOCK_DATA="1"))
+    codes, waited, texts = signal_when(started, "BUILDING")
+    print(f"SIGTERM while building the data: exit codes {codes}, {waited:.1f} s after the signal")
+    assert codes == [143, 143], [t[-3000:] for t in texts]
+    assert waited < 5 + 20, waited
+    for text in texts:
+        assert "SIGTERM received: stopping now" in text and "Traceback" not in text, text[-3000:]
+        assert len([line for line in text.splitlines() if " ERROR " in line]) <= 1, text[-3000:]
+
+
+def test_a_save_failing_on_one_host_stops_every_host_with_its_line(files):
+    """Process 1's background save of step 8 fails (no space left); process 0's waits for it at Orbax's barrier.
+    Both stop at the next step with the same line and exit 1, at once (no wait for the abandoned save); step 4
+    stays the latest checkpoint and a rerun resumes from it."""
+    workdir = files / "save_failed"
+    args = ["--config.train.num_steps=12", "--config.train.async_checkpoint=True"]
+    t0 = time.monotonic()
+    failed = launch(files, str(workdir), processes=2, devices=2, args=args,
+                    env_extra=dict(WANDB_MODE="disabled", FAIL_SAVE_AT="8", FAIL_SAVE_PROCESS="1"))
+    seconds = time.monotonic() - t0
+    print(f"save failed on process 1: exit codes {[code for code, _ in failed]}, launch {seconds:.1f} s")
+    lines = []
+    for code, text in failed:
+        errors = [line for line in text.splitlines() if " ERROR " in line]
+        assert code == 1 and len(errors) == 1 and "Traceback" not in text, text[-4000:]
+        lines.append(errors[0].split(" ERROR ", 1)[1])
+    assert lines[0] == lines[1], lines
+    assert lines[0].startswith(f"saving checkpoint step 8 to {workdir / 'checkpoints' / '8'} failed: OSError: [Errno "
+                               f"28] No space left on device; last good checkpoint: step 4"), lines[0]
+    assert seconds < TIMEOUT_S / 2, seconds
+    assert sorted(int(d) for d in os.listdir(workdir / "checkpoints") if d.isdigit()) == [4]
+    events = [r for r in writer_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "step" in r
+              and "train/loss" in r]
+    assert max(r["step"] for r in events) in (8, 9, 10), events[-1]
+    rerun = launch(files, str(workdir), processes=2, devices=2, args=args, env_extra=dict(WANDB_MODE="disabled"))
+    assert_ok(rerun)
+    assert "at step 4" in rerun[0][1] and "resumed from" in rerun[0][1], rerun[0][1][-3000:]
 
 
 ORDER = """
