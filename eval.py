@@ -100,8 +100,9 @@ def main(argv):
 
     if _DIAGNOSE.value:
         d = restore.diagnose_checkpoint(config, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value)
-        print(f"attention doctor, checkpoint step {d['step']}: {d['summary']}\nreport: "
-              f"{os.path.join(d['out_dir'], 'report.md')}")
+        if runtime.is_lead():  # every process holds the same findings: the lead prints them
+            print(f"attention doctor, checkpoint step {d['step']}: {d['summary']}\nreport: "
+                  f"{os.path.join(d['out_dir'], 'report.md')}")
         return
     r = restore.evaluate_checkpoint(config, _WORKDIR.value, step=_STEP.value, split=_SPLIT.value,
                                     heatmap_examples=examples)
@@ -116,7 +117,8 @@ def main(argv):
             lines.append(f"  {key:24s} {r[key]}")
     lines.append(r["tables"])
     lines.append(f"results in {r['out_dir']}")
-    print("\n".join(lines))
+    if runtime.is_lead():  # every process holds the same results: the lead prints them
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
