@@ -19,7 +19,8 @@ from studies import seedwise
 from studies.regenerate import regenerate
 from studies.claims import NO_EFFECT
 from studies.inprocess import load, with_overrides
-from studies.report import REPO, Report, environment_line, fmt, mean_std, plt, read_csv, write_csv
+from analysis.explanation import figures
+from studies.report import REPO, Report, environment_line, fmt, mean_std, read_csv, write_csv
 
 NAME = "explanation"
 CONFIG = os.path.join(REPO, "configs", "repro_explanation.py")
@@ -175,7 +176,8 @@ Wiegreffe & Pinter's baseline: the same model trained from scratch with the pool
                      float(np.median(perm[sel])) if sel.any() else None, float(np.mean(adv[sel])) if sel.any() else None])
     r.table(["max α", "verses", "median of per-verse median TVD", "mean adversarial JSD"], rows,
             csv_name="by_max_attention.csv")
-    _figures(r, seeds, col, learned, uniform, run["epsilon"])
+    for fig, name, caption in figures(seeds, col, learned, uniform, run["epsilon"]):
+        r.figure(fig, name, caption)
     r.section("Verdicts")
     r.text("Every claim: the mean over seeds with its 95% t interval (Welch for learned vs uniform), Holm-adjusted "
            "within the family `explanation`; kinds as in `studies.claims`. The criteria were rewritten on "
@@ -184,39 +186,6 @@ Wiegreffe & Pinter's baseline: the same model trained from scratch with the pool
     r.section("What the data say")
     r.text(_summary_text(verdicts, summary, learned, uniform, run))
     return r.write()
-
-
-def _figures(r: Report, seeds, col, learned, uniform, epsilon) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-    bins = np.linspace(-1, 1, 41)
-    for k, label in (("tau_grad", "gradient × input"), ("tau_loo", "leave-one-out")):
-        axes[0].hist(np.concatenate(col[k]), bins=bins, alpha=0.6, label=label)
-    axes[0].axvline(0.5, color="0.4", ls="--", lw=0.8)
-    axes[0].set(xlabel="Kendall τ with α (per verse)", ylabel="verses", title="agreement with other importances")
-    for s, amax, tvd in zip(seeds, col["max_alpha"], col["perm_median_tvd"]):
-        axes[1].scatter(amax, tvd, s=6, alpha=0.6, label=f"seed {s}")
-    axes[1].axhline(0.05, color="0.4", ls="--", lw=0.8)
-    axes[1].set(xlabel="max α", ylabel="median output TVD", yscale="log", title="random permutations of α")
-    axes[2].hist(np.concatenate(col["adv_jsd"]), bins=np.linspace(0, np.log(2), 30))
-    axes[2].axvline(0.5, color="0.4", ls="--", lw=0.8)
-    axes[2].set(xlabel=f"JSD(α, α') with output TVD <= {epsilon:g}", ylabel="verses", title="adversarial attention")
-    for ax in axes[:2]:
-        ax.legend(fontsize=7)
-    for ax in axes:
-        ax.title.set_fontsize(9)
-    fig.tight_layout()
-    r.figure(fig, "explanation", "Per verse, all seeds: Kendall τ of α with two importance measures; the median "
-             "output change under 100 random permutations of α against max α; the largest JSD of an adversarial "
-             "α' that keeps the output. Dashed: the thresholds of the claims.")
-    fig, ax = plt.subplots(figsize=(4.2, 3.2))
-    for x, values, label in ((0, learned, "learned α"), (1, uniform, "uniform α")):
-        ax.scatter([x] * len(values), values, label=label)
-        ax.errorbar([x + 0.15], [np.mean(values)], yerr=[np.std(values, ddof=1)] if len(values) > 1 else None,
-                    fmt="k_", capsize=3)
-    ax.set(xticks=[0, 1], xticklabels=["learned", "uniform"], xlim=(-0.5, 1.5), ylabel="test accuracy")
-    fig.tight_layout()
-    r.figure(fig, "accuracy", "Test accuracy per seed with learned and with uniform pooling attention (black: "
-             "mean ± std).")
 
 
 def _summary_text(verdicts, summary, learned, uniform, run) -> str:

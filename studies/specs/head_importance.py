@@ -87,6 +87,7 @@ def _kept(out: str, name: str, decoded: str, make) -> None:
     if os.path.exists(path):
         return
     m, rec = make()
+    os.makedirs(os.path.join(out, DECODED), exist_ok=True)
     for condition, hyps in m.pop("decoded", {}).items():
         write_hypotheses(os.path.join(out, DECODED, f"{decoded}_{condition.replace(', ', '_').replace(' ', '_')}.txt"),
                          hyps)
@@ -141,7 +142,8 @@ def run_pretrained(source: str, out: str, *, eval_batches: int, sentences: int, 
 
     def make():
         p = load_pretrained(source, attention_impl=attention_impl)
-        m = measure(pretrained_subject(p, eval_batches, sentences), 0, QUICK_FRACTIONS if quick else FRACTIONS)
+        subject = pretrained_subject(p, eval_batches, sentences, **({"batch_size": 8, "max_len": 12} if quick else {}))
+        m = measure(subject, 0, QUICK_FRACTIONS if quick else FRACTIONS)
         m.update(commit=PROCESS_COMMIT, measured_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
         return m, lambda m: dict(record(m, "pretrained", "", {}), pretrained=source, family=p.family,
                                  eval_batches=eval_batches, sentences=sentences)
