@@ -179,3 +179,73 @@ def figures(seeds: Sequence[int], col: dict[str, list[np.ndarray]], learned: Seq
     out.append((fig, "accuracy", "Test accuracy per seed with learned and with uniform pooling attention (black: "
                 "mean ± std)."))
     return out
+
+
+def pretrained_measures(p, texts: Sequence[str], *, permutations: int, seed: int, max_len: int = 64
+                        ) -> dict[str, np.ndarray]:
+    """Jain & Wallace's forward-only tests on a pretrained checkpoint (``pretrained.load(...)``), per text of
+    ``texts`` (arrays of length N). The explanation α is the last layer's attention from the query that predicts,
+    averaged over heads: the first token ([CLS]) of an encoder with a classification head (BERT), the last token of
+    a decoder-only LM (GPT-2, Llama; the output is its next-token distribution). ``alpha_max``, ``length``;
+    ``tau_loo``: Kendall tau between α and the output TVD when the token is deleted; ``perm_median_tvd``: the
+    median output TVD over ``permutations`` random permutations of the last layer's weights. (Gradient x input
+    and the adversarial search need the attention-pooling classifier of ``explanation_measures``.)"""
+    from engine import doctor
+
+    model = p.model
+    if isinstance(model, models.DecoderOnly):
+        group = "decoder_self"
+    elif isinstance(model, models.EncoderOnly) and model.num_classes:
+        group = "encoder_self"
+    else:
+        raise ValueError(f"{p.directory}: a {p.family} checkpoint without a classification head or LM output to "
+                         "explain; expected a decoder-only LM (GPT-2, Llama) or an encoder with a classifier (BERT)")
+    if permutations < 1 or p.tokenizer is None or not texts:
+        raise ValueError(f"pretrained_measures: permutations={permutations}, {len(texts)} texts, tokenizer "
+                         f"{'missing' if p.tokenizer is None else 'present'}; expected >= 1, >= 1 and a tokenizer")
+    last = models.head_shapes(model)[group][0] - 1
+    graphdef, state = nnx.split(model)
+    ref_graphdef, ref_state = nnx.split(doctor.reference_model(model))
+
+    def rows(ids, seg):
+        return jnp.arange(ids.shape[0]), (0 if group == "encoder_self" else jnp.sum(seg, -1) - 1)
+
+    def call(graphdef, state, ids, seg, iv):
+        m = nnx.merge(graphdef, state)
+        if group == "encoder_self":
+            return m.classify(ids, inputs_segmentation=seg, interventions=iv, return_stats=True)
+        logits, stats = m(ids, segmentation=seg, interventions=iv, return_stats=True)
+        return logits[rows(ids, seg)], stats
+
+    @jax.jit
+    def probs(state, ids, seg, iv=None):
+        return jax.nn.softmax(call(graphdef, state, ids, seg, iv)[0].astype(jnp.float32), -1)  # [N, C]
+
+    @jax.jit
+    def attention(state, ids, seg):
+        w = call(ref_graphdef, state, ids, seg, None)[1][group][last].weights  # [N, H, Tq, Tk]
+        i, q = rows(ids, seg)
+        return jnp.mean(w[i, :, q], axis=1)  # [N, Tk]
+
+    def batch(seqs):
+        ids = np.full((len(seqs), max(len(s) for s in seqs)), p.cfg.pad_id, np.int32)
+        seg = np.zeros_like(ids)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)], seg[i, :len(s)] = s, 1
+        return jnp.asarray(ids), jnp.asarray(seg)
+
+    seqs = [p.tokenizer.encode(t)[:max_len] for t in texts]
+    ids, seg = batch(seqs)
+    p0, alpha = probs(state, ids, seg), np.asarray(attention(ref_state, ids, seg))
+    lengths = np.array([len(s) for s in seqs])
+    tau = np.full(len(seqs), np.nan)
+    for i, s in enumerate(seqs):
+        if len(s) > 2:
+            dropped = batch([s[:t] + s[t + 1:] for t in range(len(s))])
+            loo = np.asarray(tvd(probs(state, *dropped), p0[i][None]))
+            tau[i] = scipy_stats.kendalltau(alpha[i, :len(s)], loo)[0]
+    keys = jax.random.split(jax.random.key(1000 + seed), permutations)
+    perm = np.stack([np.asarray(tvd(probs(state, ids, seg, models.Interventions(overrides=(
+        models.WeightOverride(group, last, "permute", key=k),))), p0)) for k in keys])  # [P, N]
+    return {"alpha_max": np.array([alpha[i, :n].max() for i, n in enumerate(lengths)]), "length": lengths,
+            "tau_loo": tau, "perm_median_tvd": np.median(perm, 0)}

@@ -42,3 +42,40 @@ def test_head_importance_refuses_a_decoder_only_checkpoint(tmp_path):
         repro_head_importance.main(["--pretrained", ckpt, "--out", str(tmp_path / "hi"), "--quick"])
     with pytest.raises(SystemExit, match="needs --out"):
         repro_head_importance.main(["--pretrained", ckpt])
+
+
+def test_explanation_on_pretrained_bert_and_gpt2(tmp_path):
+    """Jain & Wallace's forward-only tests on a BERT classifier and GPT-2: α is the reference's last-layer
+    attention of the predicting query averaged over heads; the study writes its per-verse CSV and README."""
+    import numpy as np
+    import torch
+    import transformers
+
+    import pretrained
+    from analysis.explanation import pretrained_measures
+    from scripts import repro_explanation
+
+    small = dict(d_model=32, layers=2, heads=2, d_ff=64, vocab=200)
+    bert = random_checkpoints.make("bert", str(tmp_path / "bert"), config_overrides={"num_labels": 3}, **small)
+    gpt2 = random_checkpoints.make("gpt2", str(tmp_path / "gpt2"), **small)
+    texts = ["In the beginning God created the heavens and the earth.", "Jesus wept."]
+    for ckpt, cls, query in ((bert, transformers.BertForSequenceClassification, lambda n: 0),
+                             (gpt2, transformers.GPT2LMHeadModel, lambda n: n - 1)):
+        p = pretrained.load(ckpt)
+        m = pretrained_measures(p, texts, permutations=3, seed=0)
+        ref = cls.from_pretrained(ckpt, attn_implementation="eager").eval()
+        for i, text in enumerate(texts):
+            ids = p.tokenizer.encode(text)
+            with torch.no_grad():
+                att = ref(torch.tensor([ids]), output_attentions=True).attentions[-1][0].numpy()  # [H, T, T]
+            assert m["length"][i] == len(ids)
+            np.testing.assert_allclose(m["alpha_max"][i], att[:, query(len(ids))].mean(0).max(), rtol=1e-4)
+        assert np.all((m["perm_median_tvd"] >= 0) & (m["perm_median_tvd"] <= 1)) and np.all(np.abs(m["tau_loo"]) <= 1)
+    readme = repro_explanation.main(["--pretrained", gpt2, "--out", str(tmp_path / "ex"), "--quick",
+                                     "--permutations", "3"])
+    assert "the last token, predicting" in open(readme, encoding="utf-8").read()
+    with open(tmp_path / "ex" / "per_example.csv") as f:
+        assert len(list(csv.DictReader(f))) == 8
+    with pytest.raises(ValueError, match="without a classification head"):
+        pretrained_measures(pretrained.load(random_checkpoints.make("bert", str(tmp_path / "mlm"), **small)), texts,
+                            permutations=3, seed=0)
