@@ -140,6 +140,15 @@ def explanation_measures(model: nnx.Module, batch: dict, *, permutations: int, e
             "perm_median_tvd": np.median(perm_tvd, 0), "adv_jsd": best}
 
 
+def test_verse_measures(keep, examples: int, **kwargs) -> dict[str, np.ndarray]:
+    """``explanation_measures`` (keyword arguments ``kwargs``) of a trained pooling classifier
+    (``analysis.keep.KeepModel``) on ``examples`` verses spread evenly over its test split."""
+    n_test = len(keep.data.ids["test"])
+    chosen = np.unique(np.linspace(0, n_test - 1, min(examples, n_test)).round().astype(int))
+    return explanation_measures(keep.setup.model(keep.params),
+                                keep.data.make_batch("test", chosen.tolist(), len(chosen)), **kwargs)
+
+
 def figures(seeds: Sequence[int], col: dict[str, list[np.ndarray]], learned: Sequence[float],
             uniform: Sequence[float], epsilon: float) -> list[tuple]:
     """(figure, name, caption) of the explanation report: per verse the Kendall taus, the permutation TVD against

@@ -71,7 +71,8 @@ def measure(out: str, *, seeds: int, steps: int, examples: int, permutations: in
             quick: bool = False) -> None:
     """Train each seed (learned and uniform pooling), measure ``examples`` test verses, write the records."""
     import engine
-    from analysis import KeepModel, explanation_measures
+    from analysis import KeepModel
+    from analysis.explanation import test_verse_measures
 
     spec = CONFIG + (":quick" if quick else f":steps={steps}")
     t0, rows, acc = time.time(), [], []
@@ -80,11 +81,8 @@ def measure(out: str, *, seeds: int, steps: int, examples: int, permutations: in
         learned = engine.run(with_overrides(load(spec), {"seed": seed}), hooks=[keep])["test/accuracy"]
         uniform = engine.run(with_overrides(load(spec), {"seed": seed, "model.uniform_attention_groups": ("pool",)})
                              )["test/accuracy"]
-        data = keep.data
-        n_test = len(data.ids["test"])
-        chosen = np.unique(np.linspace(0, n_test - 1, min(examples, n_test)).round().astype(int))
-        m = explanation_measures(keep.setup.model(keep.params), data.make_batch("test", chosen.tolist(), len(chosen)),
-                                 permutations=permutations, epsilon=epsilon, adv_steps=adv_steps, seed=seed)
+        m = test_verse_measures(keep, examples, permutations=permutations, epsilon=epsilon, adv_steps=adv_steps,
+                                seed=seed)
         m["max_alpha"] = m.pop("alpha_max")  # the CSV's column name
         rows += [[seed, i, int(m["length"][i]), bool(m["correct"][i])] + [float(m[k][i]) for k in FIELDS[4:]]
                  for i in range(len(m["length"]))]
@@ -225,8 +223,8 @@ def run_pretrained(source: str, out: str, *, examples: int, permutations: int, a
     r.text(f"""{environment_line()} The pretrained {p.family} checkpoint `{source}`:
 `python scripts/repro_explanation.py --pretrained {source} --examples {examples} --permutations {permutations} \
 --out <this folder>`. The explanation α is the last layer's attention from the query that predicts, averaged over
-heads ({"the first token, [CLS], feeding the classifier" if p.family == "bert" else "the last token, predicting"}), on the first {len(rows)} English test verses of our Bible corpus in the checkpoint's own
-token ids. Per verse: Kendall τ between α and the output's total variation distance when the token is deleted, and
+heads ({"the first token, [CLS], feeding the classifier" if p.family == "bert" else "the last token, predicting"}), \
+on the first {len(rows)} English test verses of our Bible corpus in the checkpoint's own token ids. Per verse: Kendall τ between α and the output's total variation distance when the token is deleted, and
 the median output TVD over {permutations} random permutations of the last layer's attention weights. Gradient x
 input, the adversarial search and the uniform-attention baseline need the attention-pooling classifier that
 attnlab trains (`docs/results/explanation/`); no claim is judged on one checkpoint.""")

@@ -21,13 +21,12 @@ from typing import Optional
 import numpy as np
 
 from analysis import importance_summary as summ
-from analysis.importance import GROUPS, POSITIONAL, SELF_GROUPS, Probe, from_record, measure, pretrained_subject, record
-from analysis.importance import trained_subject
+from analysis.importance import POSITIONAL, SELF_GROUPS, Probe, from_record, measure, pretrained_subject, record
+from analysis.importance import recorded, trained_subject
 from analysis.keep import train_kept
-from engine.evaluation import write_hypotheses
 from studies import seedwise
 from studies.inprocess import load, with_overrides
-from studies.points import read_record, write_record
+from studies.points import read_record
 from studies.regenerate import regenerate
 from studies.report import PROCESS_COMMIT, REPO, Report
 
@@ -80,20 +79,6 @@ def spec_of(a: dict) -> str:
         ":quick" if a["quick"] else f":steps={a['steps']},minutes={a['minutes']},sentences={a['sentences']}")
 
 
-def _kept(out: str, name: str, decoded: str, make) -> None:
-    """Record ``<out>/points/<name>.json`` made by ``make() -> (measurements, record of them)`` unless it exists;
-    the kept decodes go to ``<out>/decoded/<decoded>_<condition>.txt``."""
-    path = os.path.join(out, POINTS, f"{name}.json")
-    if os.path.exists(path):
-        return
-    m, rec = make()
-    os.makedirs(os.path.join(out, DECODED), exist_ok=True)
-    for condition, hyps in m.pop("decoded", {}).items():
-        write_hypotheses(os.path.join(out, DECODED, f"{decoded}_{condition.replace(', ', '_').replace(' ', '_')}.txt"),
-                         hyps)
-    write_record(path, rec(m))
-
-
 def run(a: argparse.Namespace) -> None:
     """Train and measure every seed of ``a`` (the command line of ``scripts/repro_head_importance.py``) into
     records under ``a.out`` (a model with a record is skipped), with the settings in ``<a.out>/run.json``."""
@@ -124,12 +109,15 @@ def run(a: argparse.Namespace) -> None:
         keep, info = trained(s, "uniform", {"model.uniform_attention_groups": ("cross",)})
         p = Probe(trained_subject(keep, a.eval_batches, a.sentences))
         info.update(base_nll=p.nll(None), base_bleu=p.bleu(None, keep_as="unmasked"), decoded=p.decoded)
-        return info, lambda m: record(m, f"{tag}uniform{s}", spec, {"seed": s, "model.uniform_attention_groups": ["cross"]})
+        return info, lambda m: record(m, f"{tag}uniform{s}", spec,
+                                      {"seed": s, "model.uniform_attention_groups": ["cross"]})
 
     for s in range(a.first_seed, a.first_seed + a.seeds):
-        _kept(a.out, f"{tag}seed{s}", f"seed{s}", lambda: seed_run(s))
+        recorded(os.path.join(a.out, POINTS, f"{tag}seed{s}.json"), os.path.join(a.out, DECODED, f"seed{s}"),
+                 lambda: seed_run(s))
     for s in range(a.first_seed, a.first_seed + a.uniform_seeds):
-        _kept(a.out, f"{tag}uniform{s}", f"uniform_cross_seed{s}", lambda: uniform_run(s))
+        recorded(os.path.join(a.out, POINTS, f"{tag}uniform{s}.json"),
+                 os.path.join(a.out, DECODED, f"uniform_cross_seed{s}"), lambda: uniform_run(s))
     with open(os.path.join(a.out, RUN), "w") as f:
         json.dump(settings, f, indent=1)
 
@@ -148,7 +136,7 @@ def run_pretrained(source: str, out: str, *, eval_batches: int, sentences: int, 
         return m, lambda m: dict(record(m, "pretrained", "", {}), pretrained=source, family=p.family,
                                  eval_batches=eval_batches, sentences=sentences)
 
-    _kept(out, "pretrained", "pretrained", make)
+    recorded(os.path.join(out, POINTS, "pretrained.json"), os.path.join(out, DECODED, "pretrained"), make)
     return report_from_records(out)
 
 
@@ -160,7 +148,8 @@ def report_from_records(out: str = OUT) -> str:
         if os.path.isfile(pretrained):
             raw = read_record(pretrained)
             return report(out, [from_record(raw)], [], _pretrained_intro(raw), raw["sentences"], verdicts=False)
-        raise ValueError(f"{os.path.join(out, RUN)} not found: measure the study first (scripts/repro_head_importance.py)")
+        raise ValueError(f"{os.path.join(out, RUN)} not found: measure the study first "
+                         "(scripts/repro_head_importance.py)")
     with open(os.path.join(out, RUN)) as f:
         a = json.load(f)
     tag = "quick_" if a["quick"] else ""
@@ -179,7 +168,9 @@ def report_from_records(out: str = OUT) -> str:
 def _intro(a: dict, runs: list, uniform: list, config) -> str:
     times = sorted(m["measured_utc"] for m in runs + uniform if m.get("measured_utc"))
     H, steps, minutes = config.model.num_heads, config.train.num_steps, config.train.max_minutes
-    flags = "".join(f" --{k} {a[k]}" for k in ("first_seed", "out", "workdir") if a[k] and a[k] != os.path.relpath(OUT, REPO))
+    flags = "".join(f" --{k} {a[k]}" for k in ("first_seed", "out", "workdir")
+                    if a[k] and a[k] != os.path.relpath(OUT, REPO))
+    batches = f"the first {a['eval_batches']} validation batches (64 sentences each)"
     return f"""
 Measurements made with commit {', '.join(sorted({m.get('commit', 'not recorded') for m in runs + uniform}))}\
 {f', {times[0]} to {times[-1]} UTC' if times else ' (times not recorded)'}. Wall time:
@@ -196,7 +187,7 @@ training {sum(m["train_minutes"] for m in runs + uniform):.0f} min ({len(runs) +
 QK-LayerNorm) with {H} heads per layer (head width {config.model.d_model // H}); training stops at
 {steps} steps{f' or {minutes:g} minutes (start-up included), whichever first' if minutes > 0 else ' (no time limit)'}\
 ; seeds {', '.join(map(str, summ.seeds_of(runs)))}.
-{PROTOCOL.format(sentences=a['sentences'], batches=f"the first {a['eval_batches']} validation batches (64 sentences each)")}
+{PROTOCOL.format(sentences=a['sentences'], batches=batches)}
 - **Uniform baseline** (Wiegreffe & Pinter): the same config with `model.uniform_attention_groups=("cross",)`,
   trained from scratch for the same budget, {len(uniform)} seed(s).
 """
@@ -254,7 +245,7 @@ def report(out: str, runs: list, uniform: list, intro: str, sentences: int, verd
            "after all these data (post-hoc). The registration column says which.")
     r.table(seedwise.VERDICT_COLUMNS, seedwise.verdict_rows(judged_verdicts), csv_name="verdicts.csv")
     r.section("What the data say")
-    r.text(verdict(numbers, judged_verdicts, sentences))
+    r.text(summ.reading(numbers, judged_verdicts, sentences, WITHIN_BLEU, UNIFORM_GAP))
     return r.write()
 
 
@@ -332,102 +323,6 @@ def judged(runs: list, uniform: list) -> tuple[dict, list]:
     c = summ.claim_numbers(runs, uniform, HURT_BLEU)
     fresh = all(m.get("measured_utc") for m in runs + uniform)
     return c, seedwise.judge_all(claims(fresh, c["fractions"][-1]), measurements(c, runs, uniform))
-
-def verdict(c: dict, verdicts: list, sentences: int) -> str:
-    """Sentences computed from the measurements (``claim_numbers``), each against the paper it tests, ending with
-    the verdict ``rows`` in short."""
-    n, fractions, heads, base = c["n"], c["fractions"], c["heads"], c["base"]
-    lines = [f"All numbers are mean ± std over {n} seed(s); BLEU on {sentences} test sentences (unmasked "
-             f"{_ms(base)}), so differences below ~1 BLEU are within the noise of the subset and the seeds."]
-
-    lines.append(
-        f"- **Michel et al., one head at a time.** {_ms(c['hurt'], 1)} of {heads} heads lose 1 BLEU or more when "
-        f"masked alone, {_ms(c['gain'], 1)} gain; the largest single-head drop is "
-        f"{_ms(c['worst'])} BLEU (in {', '.join(c['worst_group'])}, seed by seed). Michel et al. found 8 of 96 heads "
-        f"with a significant change, half of them improvements; here no single head is indispensable either, but "
-        f"masked heads cost BLEU more often than they help.")
-
-    curve = c["curve"]
-    ok = [max([f for f, b in zip(fractions, row) if b >= row[0] - WITHIN_BLEU]) for row in curve]
-    half = fractions.index(0.5)
-    lines.append(
-        f"- **Michel et al., progressive pruning.** The largest pruned fraction (of all heads, by normalised "
-        f"importance) at which BLEU stays within 1 point of the unpruned model is {_ms(np.array(ok) * 100, 0)}%; "
-        f"BLEU is {_ms(curve[:, 1])} at {fractions[1]:.0%}, {_ms(curve[:, half])} at 50% and "
-        f"{_ms(curve[:, -1])} at {fractions[-1]:.0%}. Michel et al. pruned 20% of the WMT model's heads (40% of "
-        f"BERT's) without noticeable loss: this 8-head, 3+3-layer model (head width 16, trained for minutes) "
-        f"has less to spare than their 16-head Transformer-large.")
-
-    loss_half, loss_end = c["loss_half"], c["loss_end"]
-    by = {v.claim.id: v for v in verdicts}
-    contrasts = [v for v in verdicts if v.claim.id.startswith("cross_vs_")]
-    lines.append(
-        "- **Which group is most sensitive.** BLEU lost with 50% / 90% of one group's heads pruned: "
-        + "; ".join(f"{g} {_ms(loss_half[g])} / {_ms(loss_end[g])}" for g in GROUPS)
-        + ". Cross-attention against each self-attention group, same model: "
-        + "; ".join("vs {} at {}".format(*v.claim.id.removeprefix("cross_vs_").rsplit("_", 1))
-                    + f" {v.interval.text(2) if v.interval else '—'} ({v.kind})" for v in contrasts)
-        + (". Cross-attention is the most sensitive group at both fractions, as in Michel et al."
-           if all(v.kind == "reproduced" for v in contrasts) else
-           ". So cross-attention is not resolved as the most sensitive group: at least one contrast's interval "
-           "holds 0 (Michel et al. found encoder-decoder attention the most dependent on multi-headedness)."))
-    enc = c["group_curve"]["encoder_self"]
-    enc80 = enc[:, fractions.index(0.8)] if 0.8 in fractions else enc[:, -1]
-    lines.append(
-        f"- **Voita et al., pruning the encoder.** With {0.8 if 0.8 in fractions else fractions[-1]:.0%} of the "
-        f"encoder self-attention heads masked (and none retrained) BLEU is {_ms(enc80)} against {_ms(base)}; "
-        "Voita et al. pruned 38 of 48 encoder heads (79%, with fine-tuning under their L0 gates) for 0.15 BLEU.")
-
-    rho, rho_raw, rho_bleu, pos = c["rho"], c["rho_raw"], c["rho_bleu"], c["positional"]
-    mean = {k: (float(np.mean(v)) if v else float("nan")) for k, v in c["survival"].items()}
-    lines.append(
-        "- **Voita et al., confidence and position.** Spearman correlation of confidence with the normalised / "
-        "raw importance / the BLEU of the model with the head masked, per group (normalised importance compares "
-        "heads within a layer, raw importance across layers too): "
-        + "; ".join(f"{g} {_ms(rho[g])} / {_ms(rho_raw[g])} / {_ms(rho_bleu[g])}" for g in GROUPS)
-        + " (Voita et al. would predict positive / positive / negative). Positional heads (maximum on the previous/next token in ≥90% of queries): "
-        + "; ".join(f"{g} {_ms(pos[g], 1)}" for g in SELF_GROUPS)
-        + f" per seed. Mean pruning position (0 = removed first, 1 = last): positional heads "
-        f"{_ms([mean['pos']])}, other top-quarter-confidence heads {_ms([mean['conf']])}, the rest "
-        f"{_ms([mean['other']])}. "
-        "Voita et al. found the important encoder heads to be the confident and specialised (positional, "
-        "syntactic, rare-word) ones, and those to be pruned last. Raw importance differs mostly between layers; "
-        "among the heads of one encoder layer the Spearman correlation of confidence with raw importance is "
-        + "; ".join(f"seed {seed}: " + ", ".join(f"{x:+.2f}" for x in r) for seed, r in zip(c["seeds"], c["rho_within"]))
-        + f" (layers 0..{len(c['rho_within'][0]) - 1}): the within-layer claim is **{by['confidence'].kind}**.")
-
-    v, t = c["cross_bleu"], c["cross_tvd"]
-    lines.append(
-        f"- **Vashishth et al., cross-attention replaced at decode time.** Permuted in all layers BLEU falls from "
-        f"{_ms(base)} to {_ms(v['permute, all layers'])} (next-token TVD {_ms(t['permute, all layers'])}); "
-        f"uniform in all layers to {_ms(v['uniform, all layers'])} (TVD {_ms(t['uniform, all layers'])})"
-        + ("; one layer at a time: " + "; ".join(f"{k} {_ms(x)}" for k, x in v.items() if "layer " in k)
-           if any("layer " in k for k in v) else "")
-        + ". Vashishth et al. report that in translation, unlike single-sequence classification, changing the "
-        "attention weights changes the output drastically; the verse classifier of `docs/results/explanation/` "
-        "(2 classes, attention pooling) moved by a median TVD of 0.023 under permuted attention, the translation "
-        "model's next-token distribution (8,000 tokens) by the mean TVD above.")
-
-    ub = c["uniform_bleu"]
-    if len(ub):
-        lines.append(
-            f"- **Wiegreffe & Pinter's uniform baseline.** Trained from scratch with cross-attention frozen to "
-            f"uniform ({len(ub)} seed(s)), the model reaches {_ms(ub)} BLEU against {_ms(base)} with learned "
-            f"cross-attention (validation NLL {_ms(c['uniform_nll'])} vs {_ms(c['base_nll'])}): "
-            + ("learned attention is needed for translation." if ub.mean() < base.mean() - UNIFORM_GAP else
-               "no clear gap, so attention weights would not be shown to matter by this test."))
-
-    lines.append("- **In short:** " + "; ".join(f"{v.claim.text} ({v.kind})" for v in verdicts) + ".")
-    return "\n".join(lines)
-
-
-def _ms(values, digits: int = 2) -> str:
-    """'mean ± std' with ``digits`` decimals (the value alone for one seed)."""
-    v = np.asarray([x for x in values if np.isfinite(x)], np.float64)
-    if v.size == 0:
-        return "—"
-    return f"{v.mean():.{digits}f}" + (f" ± {v.std(ddof=1):.{digits}f}" if v.size > 1 else "")
-
 
 
 REPORTS = (OUT, os.path.join(OUT, "replication"))  # the committed reports: seeds 0-2, and the replication 3-5
