@@ -134,7 +134,7 @@ def run_pretrained(source: str, out: str, *, eval_batches: int, sentences: int, 
         m = measure(subject, 0, QUICK_FRACTIONS if quick else FRACTIONS)
         m.update(commit=PROCESS_COMMIT, measured_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
         return m, lambda m: dict(record(m, "pretrained", "", {}), pretrained=source, family=p.family,
-                                 eval_batches=eval_batches, sentences=sentences)
+                                 eval_batches=eval_batches, sentences=sentences, quick=quick)
 
     recorded(os.path.join(out, POINTS, "pretrained.json"), os.path.join(out, DECODED, "pretrained"), make)
     return report_from_records(out)
@@ -194,14 +194,17 @@ QK-LayerNorm) with {H} heads per layer (head width {config.model.d_model // H});
 
 
 def _pretrained_intro(raw: dict) -> str:
+    batches = f"{raw['eval_batches']} batches of {8 if raw['quick'] else 64} validation verses"
     return f"""
 The pretrained {raw['family']} checkpoint `{raw['pretrained']}` measured with commit {raw['commit']} on \
 {raw['measured_utc']} UTC, on our Bible corpus (Spanish → English) in the checkpoint's own token ids:
 `python scripts/repro_head_importance.py --pretrained {raw['pretrained']} --eval_batches {raw['eval_batches']} \
---sentences {raw['sentences']} --out <this folder>` (record: [points/pretrained.json](points/pretrained.json); \
-a rerun reports from it without measuring again). The study's claims are judged on >= 3 seeds of attnlab's own \
+--sentences {raw['sentences']}{' --quick' if raw['quick'] else ''} --out <this folder>` (record: [points/pretrained.json](points/pretrained.json); \
+a rerun reports from it without measuring again). Decoding is `models.greedy_decode` on the checkpoint itself, so \
+there is no engine test BLEU and no training time. The study's claims are judged on >= 3 seeds of attnlab's own \
 model (`docs/results/head_importance/`); one checkpoint has no interval, so here the tables are measurements only.
-{PROTOCOL.format(sentences=raw['sentences'], batches=f"{raw['eval_batches']} batches of 64 validation verses")}
+
+{PROTOCOL.format(sentences=raw['sentences'], batches=batches)}
 """
 
 
