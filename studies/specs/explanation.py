@@ -142,7 +142,7 @@ def report(out: str = OUT) -> str:
            "(accuracy.csv)) by `studies/specs/explanation.py` (`python -m studies report explanation`).")
     r.text(f"`python scripts/repro_explanation.py --seeds {run['seeds']} --steps {run['steps']} --examples "
            f"{run['examples']} --permutations {run['permutations']} --epsilon {run['epsilon']} --adv_steps "
-           f"{run['adv_steps']}{' --quick' if run['quick'] else ''}`")
+           f"{run['adv_steps']}{' --quick' if run['quick'] else ''}`. " + PRETRAINED_NOTE)
     r.text(f"""**Protocol.** `configs/repro_explanation.py`: verses labelled by {config.data.label}, a
 {config.model.num_encoder_layers}-layer pre-LN encoder (d_model {config.model.d_model}, {config.model.num_heads} heads)
 and an attention-pooling classifier (one learned query, one head); {run['steps']} steps of AdamW, seeds
@@ -204,6 +204,10 @@ def _summary_text(verdicts, summary, learned, uniform, run) -> str:
     return "\n".join(lines)
 
 
+PRETRAINED_NOTE = ("On a pretrained checkpoint (BERT with a classification head, GPT-2, Llama; a local directory or a "
+                   "hub id): `python scripts/repro_explanation.py --pretrained DIR --out FOLDER` runs the forward-only "
+                   "tests (leave-one-out and permutation) on its last layer's attention into a per-verse CSV and a "
+                   "summary.")
 PRETRAINED_FIELDS = ["example", "tokens", "max_alpha", "tau_loo", "perm_median_tvd"]
 
 
@@ -224,7 +228,8 @@ def run_pretrained(source: str, out: str, *, examples: int, permutations: int, a
 `python scripts/repro_explanation.py --pretrained {source} --examples {examples} --permutations {permutations} \
 --out <this folder>`. The explanation α is the last layer's attention from the query that predicts, averaged over
 heads ({"the first token, [CLS], feeding the classifier" if p.family == "bert" else "the last token, predicting"}), \
-on the first {len(rows)} English test verses of our Bible corpus in the checkpoint's own token ids. Per verse: Kendall τ between α and the output's total variation distance when the token is deleted, and
+on the first {len(rows)} English test verses of our Bible corpus in the checkpoint's own token ids. Per verse: \
+Kendall τ between α and the output's total variation distance when the token is deleted, and
 the median output TVD over {permutations} random permutations of the last layer's attention weights. Gradient x
 input, the adversarial search and the uniform-attention baseline need the attention-pooling classifier that
 attnlab trains (`docs/results/explanation/`); no claim is judged on one checkpoint.""")
