@@ -150,6 +150,12 @@ def report_from_records(out: str = OUT) -> str:
             return report(out, [from_record(raw)], [], _pretrained_intro(raw), raw["sentences"], verdicts=False)
         raise ValueError(f"{os.path.join(out, RUN)} not found: measure the study first "
                          "(scripts/repro_head_importance.py)")
+    a, runs, uniform = _records(out)
+    return report(out, runs, uniform, _intro(a, runs, uniform, load(os.path.join(REPO, spec_of(a)))), a["sentences"])
+
+
+def _records(out: str) -> tuple[dict, list[dict], list[dict]]:
+    """(settings, measurements per seed, of the uniform baseline per seed) of the study in ``out``."""
     with open(os.path.join(out, RUN)) as f:
         a = json.load(f)
     tag = "quick_" if a["quick"] else ""
@@ -161,8 +167,7 @@ def report_from_records(out: str = OUT) -> str:
             raise ValueError(f"{os.path.join(out, POINTS)}: no record of {', '.join(missing)}; measure it first")
         return [from_record(read_record(os.path.join(out, POINTS, f"{x}.json"))) for x in names]
 
-    runs, uniform = load_records("seed", a["seeds"]), load_records("uniform", a["uniform_seeds"])
-    return report(out, runs, uniform, _intro(a, runs, uniform, load(os.path.join(REPO, spec_of(a)))), a["sentences"])
+    return a, load_records("seed", a["seeds"]), load_records("uniform", a["uniform_seeds"])
 
 
 def _intro(a: dict, runs: list, uniform: list, config) -> str:
@@ -346,11 +351,7 @@ def summary() -> list:
     rows = []
     for out, title in zip(REPORTS, ("Which heads matter? (Michel, Voita, Vashishth et al.; seeds 0-2)",
                                     "Which heads matter? replication (seeds 3-5)")):
-        with open(os.path.join(out, RUN)) as f:
-            a = json.load(f)
-        runs, uniform = ([from_record(read_record(os.path.join(out, POINTS, f"{kind}{s}.json")))
-                          for s in range(a["first_seed"], a["first_seed"] + n)]
-                         for kind, n in (("seed", a["seeds"]), ("uniform", a["uniform_seeds"])))
+        a, runs, uniform = _records(out)
         rows.append(Summary(os.path.relpath(out, REPO), title,
                             f"{a['seeds']} seeds + {a['uniform_seeds']} uniform; verdicts: "
                             f"{seedwise.counts(judged(runs, uniform)[1])}"))
