@@ -204,41 +204,37 @@ def _summary_text(verdicts, summary, learned, uniform, run) -> str:
     return "\n".join(lines)
 
 
-PRETRAINED_NOTE = ("On a pretrained checkpoint (BERT with a classification head, GPT-2, Llama; a local directory or a "
-                   "hub id): `python scripts/repro_explanation.py --pretrained DIR --out FOLDER` runs the forward-only "
-                   "tests (leave-one-out and permutation) on its last layer's attention into a per-verse CSV and a "
-                   "summary.")
-PRETRAINED_FIELDS = ["example", "tokens", "max_alpha", "tau_loo", "perm_median_tvd"]
+PRETRAINED_NOTE = ("On a pretrained checkpoint (BERT with a classification head, GPT-2, Llama; a directory or a hub "
+                   "id), `python scripts/repro_explanation.py --pretrained DIR --out FOLDER` runs the forward-only tests "
+                   "(leave-one-out and permutation) on its last layer's attention into a per-verse CSV and a summary.")
 
 
 def run_pretrained(source: str, out: str, *, examples: int, permutations: int, attention_impl: str = "auto") -> str:
-    """Jain & Wallace's forward-only tests (``analysis.explanation.pretrained_measures``) on the pretrained
-    ``source`` (a checkpoint directory or hub id), on the first ``examples`` English test verses of our Bible
-    corpus: ``<out>/per_example.csv`` and a README; its path."""
+    """Jain & Wallace's forward-only tests (``analysis.explanation.pretrained_measures``) of checkpoint ``source``
+    on our first ``examples`` English test verses: ``<out>/per_example.csv``, a summary and the README (its path)."""
     from analysis.explanation import pretrained_measures
     from pretrained import load as load_pretrained
     from pretrained.analysis import bible_pairs
 
     p = load_pretrained(source, attention_impl=attention_impl)
     m = pretrained_measures(p, [en for _, en in bible_pairs("test")[:examples]], permutations=permutations, seed=0)
-    m["max_alpha"] = m.pop("alpha_max")  # the CSV's column name
-    rows = [[i, int(m["length"][i])] + [float(m[k][i]) for k in PRETRAINED_FIELDS[2:]] for i in range(len(m["length"]))]
+    rows = [[i, int(n), float(a), float(t), float(v)]
+            for i, (n, a, t, v) in enumerate(zip(m["length"], m["alpha_max"], m["tau_loo"], m["perm_median_tvd"]))]
     r = Report(out, f"Is attention explanation? Jain & Wallace's tests on {os.path.basename(source.rstrip('/'))}")
     r.text(f"""{environment_line()} The pretrained {p.family} checkpoint `{source}`:
 `python scripts/repro_explanation.py --pretrained {source} --examples {examples} --permutations {permutations} \
 --out <this folder>`. The explanation α is the last layer's attention from the query that predicts, averaged over
 heads ({"the first token, [CLS], feeding the classifier" if p.family == "bert" else "the last token, predicting"}), \
 on the first {len(rows)} English test verses of our Bible corpus in the checkpoint's own token ids. Per verse: \
-Kendall τ between α and the output's total variation distance when the token is deleted, and
-the median output TVD over {permutations} random permutations of the last layer's attention weights. Gradient x
-input, the adversarial search and the uniform-attention baseline need the attention-pooling classifier that
-attnlab trains (`docs/results/explanation/`); no claim is judged on one checkpoint.""")
+Kendall τ between α and the output's TVD when the token is deleted, and the median output TVD over {permutations} \
+random permutations of the last layer's attention weights. Gradient x input, the adversarial search and the uniform \
+baseline need attnlab's attention-pooling classifier (`docs/results/explanation/`); no claim is judged here.""")
     tvds = m["perm_median_tvd"]
     r.table(["measure", "value"], [["mean Kendall τ(α, leave-one-out TVD)", float(np.nanmean(m["tau_loo"]))],
                                    ["median of the per-verse median permutation TVD", float(np.median(tvds))],
                                    ["verses with permutation TVD below 0.05", float(np.mean(tvds < 0.05))],
-                                   ["mean max α", float(np.mean(m["max_alpha"]))]], csv_name="summary.csv")
-    r.csv("per_example.csv", PRETRAINED_FIELDS, rows)
+                                   ["mean max α", float(np.mean(m["alpha_max"]))]], csv_name="summary.csv")
+    r.csv("per_example.csv", ["example", "tokens", "max_alpha", "tau_loo", "perm_median_tvd"], rows)
     return r.write()
 
 
