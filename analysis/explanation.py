@@ -7,6 +7,8 @@ largest Jensen-Shannon divergence of an adversarial pooling distribution whose o
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -136,3 +138,123 @@ def explanation_measures(model: nnx.Module, batch: dict, *, permutations: int, e
     return {"alpha_max": alpha_np.max(-1), "length": lengths, "correct": np.asarray(pred) == batch["label"],
             "tau_grad": tau_g, "tau_loo": tau_loo, "sig_grad": sig_g, "sig_loo": sig_loo,
             "perm_median_tvd": np.median(perm_tvd, 0), "adv_jsd": best}
+
+
+def test_verse_measures(keep, examples: int, **kwargs) -> dict[str, np.ndarray]:
+    """``explanation_measures`` (keyword arguments ``kwargs``) of a trained pooling classifier
+    (``analysis.keep.KeepModel``) on ``examples`` verses spread evenly over its test split."""
+    n_test = len(keep.data.ids["test"])
+    chosen = np.unique(np.linspace(0, n_test - 1, min(examples, n_test)).round().astype(int))
+    return explanation_measures(keep.setup.model(keep.params),
+                                keep.data.make_batch("test", chosen.tolist(), len(chosen)), **kwargs)
+
+
+def figures(seeds: Sequence[int], col: dict[str, list[np.ndarray]], learned: Sequence[float],
+            uniform: Sequence[float], epsilon: float) -> list[tuple]:
+    """(figure, name, caption) of the explanation report: per verse the Kendall taus, the permutation TVD against
+    max attention and the adversarial JSD (``col``: per-seed arrays of ``explanation_measures``' fields by
+    name); test accuracy per seed with learned and uniform pooling. Matplotlib figures."""
+    from studies.report import plt
+
+    out = []
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    bins = np.linspace(-1, 1, 41)
+    for k, label in (("tau_grad", "gradient × input"), ("tau_loo", "leave-one-out")):
+        axes[0].hist(np.concatenate(col[k]), bins=bins, alpha=0.6, label=label)
+    axes[0].axvline(0.5, color="0.4", ls="--", lw=0.8)
+    axes[0].set(xlabel="Kendall τ with α (per verse)", ylabel="verses", title="agreement with other importances")
+    for s, amax, tvd in zip(seeds, col["max_alpha"], col["perm_median_tvd"]):
+        axes[1].scatter(amax, tvd, s=6, alpha=0.6, label=f"seed {s}")
+    axes[1].axhline(0.05, color="0.4", ls="--", lw=0.8)
+    axes[1].set(xlabel="max α", ylabel="median output TVD", yscale="log", title="random permutations of α")
+    axes[2].hist(np.concatenate(col["adv_jsd"]), bins=np.linspace(0, np.log(2), 30))
+    axes[2].axvline(0.5, color="0.4", ls="--", lw=0.8)
+    axes[2].set(xlabel=f"JSD(α, α') with output TVD <= {epsilon:g}", ylabel="verses", title="adversarial attention")
+    for ax in axes[:2]:
+        ax.legend(fontsize=7)
+    for ax in axes:
+        ax.title.set_fontsize(9)
+    fig.tight_layout()
+    out.append((fig, "explanation", "Per verse, all seeds: Kendall τ of α with two importance measures; the median "
+                "output change under 100 random permutations of α against max α; the largest JSD of an adversarial "
+                "α' that keeps the output. Dashed: the thresholds of the claims."))
+    fig, ax = plt.subplots(figsize=(4.2, 3.2))
+    for x, values, label in ((0, learned, "learned α"), (1, uniform, "uniform α")):
+        ax.scatter([x] * len(values), values, label=label)
+        ax.errorbar([x + 0.15], [np.mean(values)], yerr=[np.std(values, ddof=1)] if len(values) > 1 else None,
+                    fmt="k_", capsize=3)
+    ax.set(xticks=[0, 1], xticklabels=["learned", "uniform"], xlim=(-0.5, 1.5), ylabel="test accuracy")
+    fig.tight_layout()
+    out.append((fig, "accuracy", "Test accuracy per seed with learned and with uniform pooling attention (black: "
+                "mean ± std)."))
+    return out
+
+
+def pretrained_measures(p, texts: Sequence[str], *, permutations: int, seed: int, max_len: int = 64
+                        ) -> dict[str, np.ndarray]:
+    """Jain & Wallace's forward-only tests on a pretrained checkpoint (``pretrained.load(...)``), per text of
+    ``texts`` (arrays of length N). The explanation α is the last layer's attention from the query that predicts,
+    averaged over heads: the first token ([CLS]) of an encoder with a classification head (BERT), the last token of
+    a decoder-only LM (GPT-2, Llama; the output is its next-token distribution). ``alpha_max``, ``length``;
+    ``tau_loo``: Kendall tau between α and the output TVD when the token is deleted; ``perm_median_tvd``: the
+    median output TVD over ``permutations`` random permutations of the last layer's weights. (Gradient x input
+    and the adversarial search need the attention-pooling classifier of ``explanation_measures``.)"""
+    from engine import doctor
+
+    model = p.model
+    if isinstance(model, models.DecoderOnly):
+        group = "decoder_self"
+    elif isinstance(model, models.EncoderOnly) and model.num_classes:
+        group = "encoder_self"
+    else:
+        raise ValueError(f"{p.directory}: a {p.family} checkpoint without a classification head or LM output to "
+                         "explain; expected a decoder-only LM (GPT-2, Llama) or an encoder with a classifier (BERT)")
+    if permutations < 1 or p.tokenizer is None or not texts:
+        raise ValueError(f"pretrained_measures: permutations={permutations}, {len(texts)} texts, tokenizer "
+                         f"{'missing' if p.tokenizer is None else 'present'}; expected >= 1, >= 1 and a tokenizer")
+    last = models.head_shapes(model)[group][0] - 1
+    graphdef, state = nnx.split(model)
+    ref_graphdef, ref_state = nnx.split(doctor.reference_model(model))
+
+    def rows(ids, seg):
+        return jnp.arange(ids.shape[0]), (0 if group == "encoder_self" else jnp.sum(seg, -1) - 1)
+
+    def call(graphdef, state, ids, seg, iv):
+        m = nnx.merge(graphdef, state)
+        if group == "encoder_self":
+            return m.classify(ids, inputs_segmentation=seg, interventions=iv, return_stats=True)
+        logits, stats = m(ids, segmentation=seg, interventions=iv, return_stats=True)
+        return logits[rows(ids, seg)], stats
+
+    @jax.jit
+    def probs(state, ids, seg, iv=None):
+        return jax.nn.softmax(call(graphdef, state, ids, seg, iv)[0].astype(jnp.float32), -1)  # [N, C]
+
+    @jax.jit
+    def attention(state, ids, seg):
+        w = call(ref_graphdef, state, ids, seg, None)[1][group][last].weights  # [N, H, Tq, Tk]
+        i, q = rows(ids, seg)
+        return jnp.mean(w[i, :, q], axis=1)  # [N, Tk]
+
+    def batch(seqs):
+        ids = np.full((len(seqs), max(len(s) for s in seqs)), p.cfg.pad_id, np.int32)
+        seg = np.zeros_like(ids)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)], seg[i, :len(s)] = s, 1
+        return jnp.asarray(ids), jnp.asarray(seg)
+
+    seqs = [p.tokenizer.encode(t)[:max_len] for t in texts]
+    ids, seg = batch(seqs)
+    p0, alpha = probs(state, ids, seg), np.asarray(attention(ref_state, ids, seg))
+    lengths = np.array([len(s) for s in seqs])
+    tau = np.full(len(seqs), np.nan)
+    for i, s in enumerate(seqs):
+        if len(s) > 2:
+            dropped = batch([s[:t] + s[t + 1:] for t in range(len(s))])
+            loo = np.asarray(tvd(probs(state, *dropped), p0[i][None]))
+            tau[i] = scipy_stats.kendalltau(alpha[i, :len(s)], loo)[0]
+    keys = jax.random.split(jax.random.key(1000 + seed), permutations)
+    perm = np.stack([np.asarray(tvd(probs(state, ids, seg, models.Interventions(overrides=(
+        models.WeightOverride(group, last, "permute", key=k),))), p0)) for k in keys])  # [P, N]
+    return {"alpha_max": np.array([alpha[i, :n].max() for i, n in enumerate(lengths)]), "length": lengths,
+            "tau_loo": tau, "perm_median_tvd": np.median(perm, 0)}

@@ -1,14 +1,18 @@
 """Which heads matter: head masks, gradient importance (Michel et al. 2019), attention behaviour per head
 (Voita et al. 2019) and cross-attention overrides (Vashishth et al. 2019) on a trained encoder-decoder.
 
-``Probe`` measures one trained model under ``models.Interventions``: teacher-forced NLL and next-token
-distribution change on fixed validation batches, BLEU of greedy decodes, |dNLL/dxi| per head.
-``measure`` runs the whole battery of the head-importance study on one model.
+A ``Subject`` is the translation model under study: one attnlab trained (``trained_subject``) or a pretrained
+encoder-decoder checkpoint (``pretrained_subject``, e.g. Marian). ``Probe`` measures it under
+``models.Interventions``: teacher-forced NLL and next-token distribution change on fixed validation batches, BLEU
+of greedy decodes, |dNLL/dxi| per head. ``measure`` runs the whole battery of the head-importance study on one
+model; ``to_json`` / ``from_json`` turn its result into a JSON record's section and back, losslessly.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +22,7 @@ from scipy import stats as scipy_stats
 
 import models
 from analysis.keep import KeepModel
+from engine.tasks import Task
 
 GROUPS = ("encoder_self", "decoder_self", "cross")
 SELF_GROUPS = ("encoder_self", "decoder_self")
@@ -86,23 +91,81 @@ def cross_overrides(kind: str, layers: Sequence[int], key: jax.Array) -> models.
         for l in layers))
 
 
-class Probe:
-    """One trained translation model's measurements under interventions: NLL and next-token distribution change
-    on the first ``eval_batches`` validation batches (teacher forced), BLEU on the first ``sentences`` test
-    sentences (greedy decoding), gradient importance and attention behaviour per head."""
+@dataclasses.dataclass
+class Subject:
+    """A translation model as the probes see it: the model, the same model on the ``reference`` backend (for
+    attention weights), the task that runs its batches, the teacher-forced validation batches, and
+    ``bleu(interventions) -> (BLEU, hypotheses)`` on a fixed list of test sentences (greedy decoding)."""
 
-    def __init__(self, keep: KeepModel, eval_batches: int, sentences: int):
-        if eval_batches < 1 or sentences < 1:
-            raise ValueError(f"Probe: eval_batches={eval_batches}, sentences={sentences}; expected positive ints")
-        self.keep, self.sentences = keep, sentences
+    model: nnx.Module
+    reference: nnx.Module
+    task: Task
+    batches: list[dict[str, np.ndarray]]
+    bleu: Callable[[Optional[models.Interventions]], tuple[float, list[str]]]
+
+
+def _check_sizes(owner: str, eval_batches: int, sentences: int) -> None:
+    if eval_batches < 1 or sentences < 1:
+        raise ValueError(f"{owner}: eval_batches={eval_batches}, sentences={sentences}; expected positive ints")
+
+
+def trained_subject(keep: KeepModel, eval_batches: int, sentences: int) -> Subject:
+    """A model attnlab trained (``KeepModel``): its first ``eval_batches`` validation batches and its first
+    ``sentences`` test sentences."""
+    _check_sizes("trained_subject", eval_batches, sentences)
+
+    def bleu(iv):
+        r = keep.evaluator.bleu(keep.params, "test", 0, limit=sentences, write=False, interventions=iv)
+        return r["bleu"], list(r["hypotheses"])
+
+    return Subject(keep.setup.model(keep.params), keep.evaluator.reference_model(keep.params), keep.task,
+                   keep.task.eval_batches(keep.data, "validation")[:eval_batches], bleu)
+
+
+def pretrained_subject(p, eval_batches: int, sentences: int, *, batch_size: int = 64, max_len: int = 64) -> Subject:
+    """A pretrained encoder-decoder checkpoint (``pretrained.load(...)``, e.g. Marian) on our Bible corpus in its
+    own token ids: ``eval_batches`` validation batches of ``batch_size`` verse pairs (Spanish -> English, at
+    most ``max_len`` tokens a side), BLEU on the first ``sentences`` test verses."""
+    from engine import doctor
+    from engine.evaluation import cut_at_eos, score
+    from pretrained.analysis import PretrainedTask, bible_pairs
+
+    _check_sizes("pretrained_subject", eval_batches, sentences)
+    if not isinstance(p.model, models.EncoderDecoder):
+        raise ValueError(f"head importance measures an encoder-decoder translation model (BLEU, cross-attention); "
+                         f"{p.directory} is a {p.family} checkpoint ({type(p.model).__name__})")
+    view = PretrainedTask(p, max_len=max_len)
+    task, cfg = doctor.resolve_task(p.model), p.cfg
+    batches = [task.complete_batch(b, cfg, len(b["inputs"]))
+               for b in view.batches("validation", batch_size=batch_size, limit=eval_batches * batch_size)]
+    pairs = bible_pairs("test")[:sentences]
+
+    def bleu(iv):
+        hyps = []
+        for i in range(0, len(pairs), batch_size):
+            src = view.batch(pairs[i:i + batch_size])["inputs"]
+            out = models.greedy_decode(p.model, jnp.asarray(src), max_len=min(2 * src.shape[1] + 10, 512),
+                                       interventions=iv)
+            hyps += [p.tokenizer.decode(cut_at_eos(row, cfg.eos_id, cfg.pad_id)) for row in np.asarray(out)]
+        return score(hyps, [en for _, en in pairs])["bleu"], hyps
+
+    return Subject(p.model, doctor.reference_model(p.model), task, batches, bleu)
+
+
+class Probe:
+    """One translation model's measurements under interventions: NLL and next-token distribution change on its
+    validation batches (teacher forced), BLEU of its test sentences (greedy decoding), gradient importance and
+    attention behaviour per head."""
+
+    def __init__(self, subject: Subject):
+        self.subject = subject
         self.decoded: dict[str, list[str]] = {}  # condition -> hypotheses, for the decodes asked to be kept
-        self.model = keep.setup.model(keep.params)
+        self.model = subject.model
         self.shapes = models.head_shapes(self.model)
         self.unit = models.unit_head_mask(self.model)
         self.graphdef, self.state = nnx.split(self.model)
-        host = keep.task.eval_batches(keep.data, "validation")[:eval_batches]
-        self.batches = [{k: jnp.asarray(v) for k, v in crop(b).items()} for b in host]
-        task, graphdef = keep.task, self.graphdef
+        self.batches = [{k: jnp.asarray(v) for k, v in crop(b).items()} for b in subject.batches]
+        task, graphdef = subject.task, self.graphdef
 
         def nll_terms(state, iv, batch):
             logits = task.forward(nnx.merge(graphdef, state), batch, deterministic=True, interventions=iv)
@@ -146,13 +209,12 @@ class Probe:
         return {"tvd_mean": float(tvd.mean()), "tvd_median": float(np.median(tvd)), "nll": nll / max(weight, 1.0)}
 
     def bleu(self, iv: Optional[models.Interventions], keep_as: str = "") -> float:
-        """BLEU of the first ``sentences`` test sentences under ``iv``; with ``keep_as``, the hypotheses are
-        kept in ``decoded[keep_as]``."""
-        r = self.keep.evaluator.bleu(self.keep.params, "test", 0, limit=self.sentences, write=False,
-                                     interventions=iv)
+        """BLEU of the subject's test sentences under ``iv``; with ``keep_as``, the hypotheses are kept in
+        ``decoded[keep_as]``."""
+        bleu, hyps = self.subject.bleu(iv)
         if keep_as:
-            self.decoded[keep_as] = list(r["hypotheses"])
-        return r["bleu"]
+            self.decoded[keep_as] = hyps
+        return bleu
 
     def importance(self) -> dict[str, np.ndarray]:
         """Michel et al.'s raw importance: mean over batches of |dNLL/dxi_h| at xi = 1, {group: [L, H]}."""
@@ -163,8 +225,8 @@ class Probe:
         """Per head ([L, H] per group): ``confidence`` (mean max weight over non-padding queries); for
         self-attention the mean weight on the previous / next token (``prev``, ``next``) and the fraction of
         queries whose maximum sits there (``prev_arg``, ``next_arg``)."""
-        graphdef, state = nnx.split(self.keep.evaluator.reference_model(self.keep.params))
-        task = self.keep.task
+        graphdef, state = nnx.split(self.subject.reference)
+        task = self.subject.task
 
         @jax.jit
         def sums(state, batch):
@@ -207,13 +269,12 @@ class Probe:
         return out
 
 
-def measure(keep: KeepModel, seed: int, eval_batches: int, sentences: int, fractions: Sequence[float],
-            log: Callable[[str], None] = print) -> dict:
-    """The head-importance battery on one trained model: single-head masks (BLEU, NLL), raw and per-layer
-    normalised importance, the pruning order and curves at ``fractions`` (all heads, and each group alone),
-    attention behaviour, and cross-attention permuted / uniform (all layers, and each layer) at decode time."""
+def measure(subject: Subject, seed: int, fractions: Sequence[float], log: Callable[[str], None] = print) -> dict:
+    """The head-importance battery on one model: single-head masks (BLEU, NLL), raw and per-layer normalised
+    importance, the pruning order and curves at ``fractions`` (all heads, and each group alone), attention
+    behaviour, and cross-attention permuted / uniform (all layers, and each layer) at decode time."""
     t0 = time.time()
-    p = Probe(keep, eval_batches, sentences)
+    p = Probe(subject)
     shapes = {g: p.shapes[g] for g in GROUPS}
     heads = head_list(shapes)
     m = {"shapes": shapes, "fractions": tuple(fractions), "base_nll": p.nll(p.masks([]))}
@@ -267,3 +328,69 @@ def measure(keep: KeepModel, seed: int, eval_batches: int, sentences: int, fract
     m["measure_minutes"] = (time.time() - t0) / 60
     log(f"  cross-attention overrides done ({time.time() - t0:.0f}s)")
     return m
+
+
+# ------------------------------------------------------------------------------------------- JSON records
+def to_json(value: Any) -> Any:
+    """``measure``'s result (or any part of it) as JSON values: arrays as ``{"array": nested lists, "dtype"}``,
+    tuples as lists; every float exactly (``from_json`` gives back equal arrays of the same dtype)."""
+    if isinstance(value, np.ndarray):
+        return {"array": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    raise ValueError(f"to_json: a {type(value).__name__} ({value!r}); expected arrays, dicts, lists, numbers, str")
+
+
+def from_json(value: Any, key: str = "") -> Any:
+    """The inverse of ``to_json`` on a ``measure`` result: arrays back with their dtype, ``order`` as (group,
+    layer, head) tuples, ``shapes`` and ``fractions`` as tuples."""
+    if isinstance(value, dict):
+        if set(value) == {"array", "dtype"}:
+            return np.asarray(value["array"], dtype=value["dtype"])
+        if key == "shapes":
+            return {g: tuple(shape) for g, shape in value.items()}
+        return {k: from_json(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        if key == "order":
+            return [tuple(v) for v in value]
+        return tuple(value) if key == "fractions" else [from_json(v) for v in value]
+    return value
+
+
+TOP = ("seed", "commit", "measured_utc", "steps", "base_nll", "base_bleu", "decoded")  # not in "measurements"
+
+
+def record(m: dict, name: str, config: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The JSON record of one model's measurements ``m`` (``measure``'s result plus ``seed``, ``commit``,
+    ``measured_utc``, ``steps``): ``studies.records.Record``'s fields (``validation.nll``, ``test.bleu``, ...)
+    and the rest under ``measurements`` (``to_json``); the kept decodes are not part of it."""
+    return {"schema": 1, "point": name, "config": config, "overrides": to_json(overrides), "seed": m.get("seed"),
+            "commit": m.get("commit"), "measured_utc": m.get("measured_utc"), "steps": m.get("steps"),
+            "validation": {"nll": m["base_nll"]}, "test": {"bleu": m["base_bleu"]},
+            "measurements": to_json({k: v for k, v in m.items() if k not in TOP})}
+
+
+def from_record(raw: dict[str, Any]) -> dict:
+    """The measurements of a record written by ``record``."""
+    m = dict(from_json(raw["measurements"]), base_nll=raw["validation"]["nll"], base_bleu=raw["test"]["bleu"])
+    m.update({k: raw[k] for k in ("seed", "commit", "measured_utc", "steps") if raw.get(k) is not None})
+    return m
+
+
+def recorded(path: str, decoded: str, make: Callable[[], tuple[dict, Callable[[dict], dict]]]) -> None:
+    """Write record ``path`` unless it exists: ``make()`` gives the measurements and a function from them to the
+    record (``record``); the decodes they kept (``decoded``) go to ``<decoded>_<condition>.txt``, one per line."""
+    from engine.evaluation import write_hypotheses
+    from studies.points import write_record
+
+    if os.path.exists(path):
+        return
+    m, as_record = make()
+    os.makedirs(os.path.dirname(decoded) or ".", exist_ok=True)
+    for condition, hyps in m.pop("decoded", {}).items():
+        write_hypotheses(f"{decoded}_{condition.replace(', ', '_').replace(' ', '_')}.txt", hyps)
+    write_record(path, as_record(m))

@@ -5,6 +5,7 @@ The study is ``studies/specs/explanation.py`` (claims, records, report); this is
     python scripts/repro_explanation.py                  # 3 seeds x 2000 steps -> docs/results/explanation/
     python scripts/repro_explanation.py --report_only    # the report from the committed records (no training)
     python scripts/repro_explanation.py --quick --out /tmp/explanation   # seconds: tiny sizes, for tests
+    python scripts/repro_explanation.py --pretrained ckpt/bert-sst2 --out /tmp/bert   # a checkpoint (forward-only tests)
 """
 from __future__ import annotations
 
@@ -22,9 +23,20 @@ def main(argv=None) -> str:
     ap.add_argument("--epsilon", type=float, default=0.01, help="output TVD allowed for adversarial attention")
     ap.add_argument("--adv_steps", type=int, default=300)
     ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (tests)")
-    ap.add_argument("--out", default=explanation.OUT)
+    ap.add_argument("--pretrained", default="", help="a checkpoint (directory or hub id: BERT with a classification "
+                    "head, GPT-2, Llama) measured instead of training; needs --out")
+    ap.add_argument("--attention_impl", default="auto", help="attention backend of the --pretrained model")
+    ap.add_argument("--out", default=None, help="report folder (default docs/results/explanation)")
     ap.add_argument("--report_only", action="store_true", help="the report from the records in --out; no training")
     a = ap.parse_args(argv)
+    if a.pretrained:
+        if a.out is None or a.report_only:
+            raise SystemExit(f"--pretrained={a.pretrained} needs --out and measures (no --report_only)")
+        path = explanation.run_pretrained(a.pretrained, a.out, examples=min(a.examples, 8) if a.quick else a.examples,
+                                          permutations=a.permutations, attention_impl=a.attention_impl)
+        print(f"wrote {path}")
+        return path
+    a.out = a.out or explanation.OUT
     if not a.report_only:
         if a.quick:
             a.seeds, a.examples, a.adv_steps = 1, min(a.examples, 8), 20

@@ -29,8 +29,10 @@ def test_repro_head_importance_quick(tmp_path):
     # --workdir: the model trains in <workdir>/quick_seed2 with checkpoints; a rerun of the finished run restores its
     # last checkpoint instead of training again
     assert sorted(os.listdir(runs / "quick_seed2" / "checkpoints")) == ["4"]
-    spec = study.SPEC + ":quick"
-    _, info = study.train(spec, {"seed": 2}, str(runs / "quick_seed2"))
+    from analysis.keep import train_kept
+    from studies.inprocess import load, with_overrides
+
+    _, info = train_kept(with_overrides(load(study.SPEC + ":quick"), {"seed": 2}), str(runs / "quick_seed2"))
     starts = [json.loads(line) for line in open(runs / "quick_seed2" / "metrics.jsonl")
               if '"event": "start"' in line]
     assert info["steps"] == 4 and [s["resumed"] for s in starts] == [False]
@@ -58,7 +60,9 @@ def test_repro_head_importance_quick(tmp_path):
     assert verdicts[-1]["verdict"] == "unresolved" and "none" in verdicts[-1]["measured"]  # no uniform baseline
     text = (tmp_path / "README.md").read_text()
     assert "## Verdicts" in text and "pre-registered for these measurements" in text and "--first_seed 2" in text
-    assert sorted(os.listdir(tmp_path / "raw")) == ["quick_seed2.pkl"]  # the records: a rerun reports from them
+    assert sorted(os.listdir(tmp_path / "points")) == ["quick_seed2.json"]  # the records: a rerun reports from them
+    assert sorted(os.listdir(tmp_path / "decoded")) == [
+        f"seed2_{c}.txt" for c in ("cross_permute_all_layers", "cross_uniform_all_layers", "unmasked")]
     os.remove(tmp_path / "README.md")
     repro_head_importance.main(["--report_only", "--out", str(tmp_path)])
     assert "## Verdicts" in (tmp_path / "README.md").read_text()
@@ -69,26 +73,35 @@ def _without_measured_line(text: str) -> str:
 
 
 def test_report_regenerates_the_committed_report(tmp_path):
-    """The committed report from its records (run.json and the raw measurements), with the overclaims of
+    """The committed report from its records (run.json and the JSON records in points/), with the overclaims of
     issue 45 resolved: cross- vs decoder self-attention at 50% pruning is unresolved, and confidence does not
     track importance within encoder layers."""
-    for name in ("run.json", "raw"):
-        (shutil.copytree if name == "raw" else shutil.copy)(os.path.join(COMMITTED, name), tmp_path / name)
-    config = json.load(open(tmp_path / "run.json"))
-    config["raw"] = str(tmp_path / "raw")
-    json.dump(config, open(tmp_path / "run.json", "w"))
+    for name in ("run.json", "points"):
+        (shutil.copytree if name == "points" else shutil.copy)(os.path.join(COMMITTED, name), tmp_path / name)
     study.report_from_records(str(tmp_path))
-    for name in ("verdicts.csv", "groups.csv", "per_head.csv", "pruning.csv", "voita.csv", "vashishth.csv"):
+    for name in ("verdicts.csv", "groups.csv", "per_head.csv", "pruning.csv", "voita.csv", "vashishth.csv",
+                 "README.md"):
         assert (tmp_path / name).read_text() == open(os.path.join(COMMITTED, name)).read(), name
-    ours, committed = (_without_measured_line(open(os.path.join(d, "README.md")).read())
-                       for d in (tmp_path, COMMITTED))
-    assert ours == committed.replace("docs/results/head_importance/raw", str(tmp_path / "raw"))
     kinds = {r["claim"]: r["verdict"] for r in _rows(tmp_path / "verdicts.csv")}
     assert kinds["cross-attention loses more BLEU than decoder_self when 50% of the group is pruned"] == "unresolved"
     assert kinds["confident encoder heads are the important ones within a layer (Spearman > 0.3)"] != "reproduced"
-    os.remove(tmp_path / "raw" / "seed1.pkl")
-    with pytest.raises(ValueError, match="seed1.pkl not found"):
+    os.remove(tmp_path / "points" / "seed1.json")
+    with pytest.raises(ValueError, match="no record of seed1"):
         study.report_from_records(str(tmp_path))
     os.remove(tmp_path / "run.json")
     with pytest.raises(ValueError, match="run.json not found"):
         study.report_from_records(str(tmp_path))
+
+
+def test_records_round_trip_the_measurements():
+    """A record gives back the measurements it was written from: arrays with their dtype, tuples as tuples."""
+    from analysis.importance import from_record, record
+
+    m = {"seed": 4, "commit": "abc", "steps": 10, "base_nll": 2.5, "base_bleu": 17.25, "fractions": (0.0, 0.5),
+         "shapes": {"cross": (1, 2)}, "order": [("cross", 0, 1), ("cross", 0, 0)],
+         "raw": {"cross": np.array([[0.1, 0.3]], np.float32)}, "single_bleu": {"cross": np.array([[1 / 3, 2.0]])},
+         "curve_bleu": [17.25, 3.0]}
+    back = from_record(json.loads(json.dumps(record(m, "seed4", "configs/x.py", {"seed": 4}))))
+    assert back.keys() == m.keys() and back["order"] == m["order"] and back["shapes"] == {"cross": (1, 2)}
+    assert back["raw"]["cross"].dtype == np.float32 and np.array_equal(back["raw"]["cross"], m["raw"]["cross"])
+    assert back["single_bleu"]["cross"][0, 0] == 1 / 3 and back["fractions"] == (0.0, 0.5)

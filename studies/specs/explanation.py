@@ -19,7 +19,8 @@ from studies import seedwise
 from studies.regenerate import regenerate
 from studies.claims import NO_EFFECT
 from studies.inprocess import load, with_overrides
-from studies.report import REPO, Report, environment_line, fmt, mean_std, plt, read_csv, write_csv
+from analysis.explanation import figures
+from studies.report import REPO, Report, environment_line, fmt, mean_std, read_csv, write_csv
 
 NAME = "explanation"
 CONFIG = os.path.join(REPO, "configs", "repro_explanation.py")
@@ -70,7 +71,8 @@ def measure(out: str, *, seeds: int, steps: int, examples: int, permutations: in
             quick: bool = False) -> None:
     """Train each seed (learned and uniform pooling), measure ``examples`` test verses, write the records."""
     import engine
-    from analysis import KeepModel, explanation_measures
+    from analysis import KeepModel
+    from analysis.explanation import test_verse_measures
 
     spec = CONFIG + (":quick" if quick else f":steps={steps}")
     t0, rows, acc = time.time(), [], []
@@ -79,11 +81,8 @@ def measure(out: str, *, seeds: int, steps: int, examples: int, permutations: in
         learned = engine.run(with_overrides(load(spec), {"seed": seed}), hooks=[keep])["test/accuracy"]
         uniform = engine.run(with_overrides(load(spec), {"seed": seed, "model.uniform_attention_groups": ("pool",)})
                              )["test/accuracy"]
-        data = keep.data
-        n_test = len(data.ids["test"])
-        chosen = np.unique(np.linspace(0, n_test - 1, min(examples, n_test)).round().astype(int))
-        m = explanation_measures(keep.setup.model(keep.params), data.make_batch("test", chosen.tolist(), len(chosen)),
-                                 permutations=permutations, epsilon=epsilon, adv_steps=adv_steps, seed=seed)
+        m = test_verse_measures(keep, examples, permutations=permutations, epsilon=epsilon, adv_steps=adv_steps,
+                                seed=seed)
         m["max_alpha"] = m.pop("alpha_max")  # the CSV's column name
         rows += [[seed, i, int(m["length"][i]), bool(m["correct"][i])] + [float(m[k][i]) for k in FIELDS[4:]]
                  for i in range(len(m["length"]))]
@@ -143,7 +142,7 @@ def report(out: str = OUT) -> str:
            "(accuracy.csv)) by `studies/specs/explanation.py` (`python -m studies report explanation`).")
     r.text(f"`python scripts/repro_explanation.py --seeds {run['seeds']} --steps {run['steps']} --examples "
            f"{run['examples']} --permutations {run['permutations']} --epsilon {run['epsilon']} --adv_steps "
-           f"{run['adv_steps']}{' --quick' if run['quick'] else ''}`")
+           f"{run['adv_steps']}{' --quick' if run['quick'] else ''}`. " + PRETRAINED_NOTE)
     r.text(f"""**Protocol.** `configs/repro_explanation.py`: verses labelled by {config.data.label}, a
 {config.model.num_encoder_layers}-layer pre-LN encoder (d_model {config.model.d_model}, {config.model.num_heads} heads)
 and an attention-pooling classifier (one learned query, one head); {run['steps']} steps of AdamW, seeds
@@ -175,7 +174,8 @@ Wiegreffe & Pinter's baseline: the same model trained from scratch with the pool
                      float(np.median(perm[sel])) if sel.any() else None, float(np.mean(adv[sel])) if sel.any() else None])
     r.table(["max α", "verses", "median of per-verse median TVD", "mean adversarial JSD"], rows,
             csv_name="by_max_attention.csv")
-    _figures(r, seeds, col, learned, uniform, run["epsilon"])
+    for fig, name, caption in figures(seeds, col, learned, uniform, run["epsilon"]):
+        r.figure(fig, name, caption)
     r.section("Verdicts")
     r.text("Every claim: the mean over seeds with its 95% t interval (Welch for learned vs uniform), Holm-adjusted "
            "within the family `explanation`; kinds as in `studies.claims`. The criteria were rewritten on "
@@ -184,39 +184,6 @@ Wiegreffe & Pinter's baseline: the same model trained from scratch with the pool
     r.section("What the data say")
     r.text(_summary_text(verdicts, summary, learned, uniform, run))
     return r.write()
-
-
-def _figures(r: Report, seeds, col, learned, uniform, epsilon) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-    bins = np.linspace(-1, 1, 41)
-    for k, label in (("tau_grad", "gradient × input"), ("tau_loo", "leave-one-out")):
-        axes[0].hist(np.concatenate(col[k]), bins=bins, alpha=0.6, label=label)
-    axes[0].axvline(0.5, color="0.4", ls="--", lw=0.8)
-    axes[0].set(xlabel="Kendall τ with α (per verse)", ylabel="verses", title="agreement with other importances")
-    for s, amax, tvd in zip(seeds, col["max_alpha"], col["perm_median_tvd"]):
-        axes[1].scatter(amax, tvd, s=6, alpha=0.6, label=f"seed {s}")
-    axes[1].axhline(0.05, color="0.4", ls="--", lw=0.8)
-    axes[1].set(xlabel="max α", ylabel="median output TVD", yscale="log", title="random permutations of α")
-    axes[2].hist(np.concatenate(col["adv_jsd"]), bins=np.linspace(0, np.log(2), 30))
-    axes[2].axvline(0.5, color="0.4", ls="--", lw=0.8)
-    axes[2].set(xlabel=f"JSD(α, α') with output TVD <= {epsilon:g}", ylabel="verses", title="adversarial attention")
-    for ax in axes[:2]:
-        ax.legend(fontsize=7)
-    for ax in axes:
-        ax.title.set_fontsize(9)
-    fig.tight_layout()
-    r.figure(fig, "explanation", "Per verse, all seeds: Kendall τ of α with two importance measures; the median "
-             "output change under 100 random permutations of α against max α; the largest JSD of an adversarial "
-             "α' that keeps the output. Dashed: the thresholds of the claims.")
-    fig, ax = plt.subplots(figsize=(4.2, 3.2))
-    for x, values, label in ((0, learned, "learned α"), (1, uniform, "uniform α")):
-        ax.scatter([x] * len(values), values, label=label)
-        ax.errorbar([x + 0.15], [np.mean(values)], yerr=[np.std(values, ddof=1)] if len(values) > 1 else None,
-                    fmt="k_", capsize=3)
-    ax.set(xticks=[0, 1], xticklabels=["learned", "uniform"], xlim=(-0.5, 1.5), ylabel="test accuracy")
-    fig.tight_layout()
-    r.figure(fig, "accuracy", "Test accuracy per seed with learned and with uniform pooling attention (black: "
-             "mean ± std).")
 
 
 def _summary_text(verdicts, summary, learned, uniform, run) -> str:
@@ -235,6 +202,40 @@ def _summary_text(verdicts, summary, learned, uniform, run) -> str:
     lines.append("Caveats: one short training budget, small models, a coarse label; the adversarial search is a "
                  "penalty method, so its JSD is a lower bound on what is achievable.")
     return "\n".join(lines)
+
+
+PRETRAINED_NOTE = ("On a pretrained checkpoint (BERT with a classification head, GPT-2, Llama; a directory or a hub "
+                   "id), `python scripts/repro_explanation.py --pretrained DIR --out FOLDER` runs the forward-only tests "
+                   "(leave-one-out and permutation) on its last layer's attention into a per-verse CSV and a summary.")
+
+
+def run_pretrained(source: str, out: str, *, examples: int, permutations: int, attention_impl: str = "auto") -> str:
+    """Jain & Wallace's forward-only tests (``analysis.explanation.pretrained_measures``) of checkpoint ``source``
+    on our first ``examples`` English test verses: ``<out>/per_example.csv``, a summary and the README (its path)."""
+    from analysis.explanation import pretrained_measures
+    from pretrained import load as load_pretrained
+    from pretrained.analysis import bible_pairs
+
+    p = load_pretrained(source, attention_impl=attention_impl)
+    m = pretrained_measures(p, [en for _, en in bible_pairs("test")[:examples]], permutations=permutations, seed=0)
+    rows = [[i, int(n), float(a), float(t), float(v)]
+            for i, (n, a, t, v) in enumerate(zip(m["length"], m["alpha_max"], m["tau_loo"], m["perm_median_tvd"]))]
+    r = Report(out, f"Is attention explanation? Jain & Wallace's tests on {os.path.basename(source.rstrip('/'))}")
+    r.text(f"""{environment_line()} The pretrained {p.family} checkpoint `{source}`:
+`python scripts/repro_explanation.py --pretrained {source} --examples {examples} --permutations {permutations} \
+--out <this folder>`. The explanation α is the last layer's attention from the query that predicts, averaged over
+heads ({"the first token, [CLS], feeding the classifier" if p.family == "bert" else "the last token, predicting"}), \
+on the first {len(rows)} English test verses of our Bible corpus in the checkpoint's own token ids. Per verse: \
+Kendall τ between α and the output's TVD when the token is deleted, and the median output TVD over {permutations} \
+random permutations of the last layer's attention weights. Gradient x input, the adversarial search and the uniform \
+baseline need attnlab's attention-pooling classifier (`docs/results/explanation/`); no claim is judged here.""")
+    tvds = m["perm_median_tvd"]
+    r.table(["measure", "value"], [["mean Kendall τ(α, leave-one-out TVD)", float(np.nanmean(m["tau_loo"]))],
+                                   ["median of the per-verse median permutation TVD", float(np.median(tvds))],
+                                   ["verses with permutation TVD below 0.05", float(np.mean(tvds < 0.05))],
+                                   ["mean max α", float(np.mean(m["alpha_max"]))]], csv_name="summary.csv")
+    r.csv("per_example.csv", ["example", "tokens", "max_alpha", "tau_loo", "perm_median_tvd"], rows)
+    return r.write()
 
 
 def generate(into: Optional[str] = None) -> list[str]:
