@@ -268,14 +268,26 @@ class MultiHeadAttention(nnx.Module):
     def extend_cache(
         self, x: jax.Array, k_cache: jax.Array, v_cache: jax.Array, index: jax.Array, positions: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
-        """Write the keys/values of new tokens into a self-attention cache at ``index``.
+        """Write the keys/values of new tokens into a self-attention cache (``to_cache_layout``) at ``index``.
 
-        x: [B, t, d_model], k_cache: [B, L, Hkv, Dk], v_cache: [B, L, Hkv, Dv], index: scalar int,
-        positions: [B, t] -> (k_cache, v_cache) with rows index..index+t-1 replaced.
+        x: [B, t, d_model], k_cache: [B, Hkv, Dk, L], v_cache: [B, Hkv, Dv, L], index: scalar int,
+        positions: [B, t] -> (k_cache, v_cache) with slots index..index+t-1 replaced.
         """
         k, v = self.keys_values(x, positions)
         zero = jnp.zeros((), jnp.int32)
-        start = (zero, jnp.asarray(index, jnp.int32), zero, zero)
-        k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
-        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
+        start = (zero, zero, zero, jnp.asarray(index, jnp.int32))
+        k_cache = jax.lax.dynamic_update_slice(k_cache, to_cache_layout(k).astype(k_cache.dtype), start)
+        v_cache = jax.lax.dynamic_update_slice(v_cache, to_cache_layout(v).astype(v_cache.dtype), start)
         return k_cache, v_cache
+
+
+def to_cache_layout(x: jax.Array) -> jax.Array:
+    """Keys or values [B, T, H, D] -> the decoding cache layout [B, H, D, T]: head-major with the sequence
+    last, the layout XLA's CPU dot kernels read without a copy (in [B, T, H, D], every decoding step
+    transposed every cached tensor)."""
+    return jnp.transpose(x, (0, 2, 3, 1))
+
+
+def from_cache_layout(x: jax.Array) -> jax.Array:
+    """A cached tensor [B, H, D, T] -> keys or values [B, T, H, D] (a view for the attention backends)."""
+    return jnp.transpose(x, (0, 3, 1, 2))

@@ -16,6 +16,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from models.interventions import Interventions, head_shapes
@@ -232,56 +233,84 @@ def _beam_loop(model, cache: DecodeCache, last: jax.Array, start: int, steps: in
 
 
 # ---------------------------------------------------------------------------------------- decoder-only models
-def _check_lm(model, prompt, max_new_tokens: int) -> None:
+def _check_lm(model, prompt, max_new_tokens: int, prompt_mask) -> None:
     if not isinstance(model, DecoderOnly):
         raise ValueError(f"lm decoding needs a DecoderOnly model; got {type(model).__name__}")
     if getattr(prompt, "ndim", None) != 2 or prompt.shape[1] < 1:
         raise ValueError(f"prompt must be a [batch, length >= 1] int array; got shape {getattr(prompt, 'shape', None)}")
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive int; got {max_new_tokens!r}")
+    if prompt_mask is None:
+        return
+    if getattr(prompt_mask, "shape", None) != prompt.shape:
+        raise ValueError(f"prompt_mask must have the prompt's shape {tuple(prompt.shape)}; got "
+                         f"{getattr(prompt_mask, 'shape', None)}")
+    if isinstance(prompt_mask, jax.core.Tracer):
+        return
+    mask = np.asarray(prompt_mask)
+    left_padded = np.all(np.diff(mask.astype(np.int64), axis=1) >= 0, axis=1) & (mask[:, -1] == 1)
+    values_ok = np.isin(mask, (0, 1)).all(axis=1)
+    bad = np.flatnonzero(~(left_padded & values_ok))
+    if bad.size:
+        raise ValueError(f"prompt_mask row {int(bad[0])} is {mask[bad[0]].tolist()}; each row must be 0s (left "
+                         f"padding) then 1s, ending with a 1")
 
 
-def _prefill(model: DecoderOnly, prompt: jax.Array, steps: int) -> DecodeCache:
-    """The cache after the prompt's first P-1 tokens (one pass), sized for P - 1 + steps positions."""
+def _left_padding(prompt_mask) -> Optional[jax.Array]:
+    """[B, P] mask (0 = left padding) -> padding slots per row [B] int32, or None without a mask."""
+    if prompt_mask is None:
+        return None
+    mask = jnp.asarray(prompt_mask)
+    return mask.shape[1] - jnp.sum(mask != 0, axis=1).astype(jnp.int32)
+
+
+def _prefill(model: DecoderOnly, prompt: jax.Array, steps: int, left_padding: Optional[jax.Array]) -> DecodeCache:
+    """The cache after the prompt's first P-1 tokens (one pass), sized for P - 1 + steps slots."""
     P = prompt.shape[1]
-    cache = model.init_cache(prompt.shape[0], P - 1 + steps)
+    cache = model.init_cache(prompt.shape[0], P - 1 + steps, left_padding)
     if P > 1:
         _, cache = model.decode_step(prompt[:, :-1], cache, 0)
     return cache
 
 
-def lm_greedy_decode(model: DecoderOnly, prompt: jax.Array, *, max_new_tokens: int) -> jax.Array:
-    """Greedy continuation of ``prompt`` [B, P] (every row P real tokens, no padding) with a KV cache
-    -> new tokens [B, max_new_tokens] int32, ``pad_id`` after a row's EOS."""
-    _check_lm(model, prompt, max_new_tokens)
+def lm_greedy_decode(model: DecoderOnly, prompt: jax.Array, *, max_new_tokens: int,
+                     prompt_mask: Optional[jax.Array] = None) -> jax.Array:
+    """Greedy continuation of ``prompt`` [B, P] with a KV cache -> new tokens [B, max_new_tokens] int32,
+    ``pad_id`` after a row's EOS. Prompts of different lengths are left-padded: ``prompt_mask`` [B, P] is 0
+    on the padding and 1 on the tokens (``transformers``' ``attention_mask`` with ``padding_side="left"``);
+    None means every row is P real tokens. Padding is masked and each row's positions start at its first
+    token, so a row decodes as it would alone."""
+    _check_lm(model, prompt, max_new_tokens, prompt_mask)
     graphdef, state = nnx.split(model)
-    return _lm_greedy(graphdef, state, jnp.asarray(prompt, jnp.int32), steps=max_new_tokens)
+    return _lm_greedy(graphdef, state, jnp.asarray(prompt, jnp.int32), _left_padding(prompt_mask),
+                      steps=max_new_tokens)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "steps"))
-def _lm_greedy(graphdef, state, prompt, *, steps: int):
+def _lm_greedy(graphdef, state, prompt, left_padding, *, steps: int):
     model = nnx.merge(graphdef, state)
-    cache = _prefill(model, prompt, steps)
+    cache = _prefill(model, prompt, steps, left_padding)
     done = jnp.zeros((prompt.shape[0],), bool)
     return _greedy_loop(model, cache, prompt[:, -1], prompt.shape[1] - 1, steps, done, None)
 
 
 def lm_beam_search(model: DecoderOnly, prompt: jax.Array, *, beam_size: int, max_new_tokens: int,
-                   length_penalty: float = 0.6) -> jax.Array:
-    """Beam search continuing ``prompt`` [B, P] (no padding) -> the best new tokens per row
-    [B, max_new_tokens] int32; hypotheses ranked as in ``beam_search`` (lengths count new tokens only)."""
-    _check_lm(model, prompt, max_new_tokens)
+                   length_penalty: float = 0.6, prompt_mask: Optional[jax.Array] = None) -> jax.Array:
+    """Beam search continuing ``prompt`` [B, P] (left-padded where ``prompt_mask`` [B, P] is 0, as in
+    ``lm_greedy_decode``) -> the best new tokens per row [B, max_new_tokens] int32; hypotheses ranked as in
+    ``beam_search`` (lengths count new tokens only)."""
+    _check_lm(model, prompt, max_new_tokens, prompt_mask)
     if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
         raise ValueError(f"beam_size must be a positive int; got {beam_size!r}")
     graphdef, state = nnx.split(model)
-    return _lm_beam(graphdef, state, jnp.asarray(prompt, jnp.int32), jnp.float32(length_penalty),
-                    beam_size=beam_size, steps=max_new_tokens)
+    return _lm_beam(graphdef, state, jnp.asarray(prompt, jnp.int32), _left_padding(prompt_mask),
+                    jnp.float32(length_penalty), beam_size=beam_size, steps=max_new_tokens)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "beam_size", "steps"))
-def _lm_beam(graphdef, state, prompt, alpha, *, beam_size: int, steps: int):
+def _lm_beam(graphdef, state, prompt, left_padding, alpha, *, beam_size: int, steps: int):
     model = nnx.merge(graphdef, state)
     B, K = prompt.shape[0], beam_size
-    cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), _prefill(model, prompt, steps))
+    cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), _prefill(model, prompt, steps, left_padding))
     last = jnp.repeat(prompt[:, -1:], K, axis=1)
     return _beam_loop(model, cache, last, prompt.shape[1] - 1, steps, alpha, jnp.zeros((B,), bool), None)

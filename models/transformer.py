@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import attention as attn
-from models.attention import MultiHeadAttention
+from models.attention import MultiHeadAttention, from_cache_layout, to_cache_layout
 from models.config import TransformerConfig
 from models.interventions import Interventions, LayerIntervention, at, head_shapes
 from models.layers import MLP, PositionEncoding, activation, make_dropout, make_norm, positions_from_segmentation
@@ -246,24 +246,24 @@ class DecoderLayer(nnx.Module):
                                              cross_intervention)
         return y, self_stats, cross_stats
 
-    def step(self, y, k_cache, v_cache, index, positions, cross_kv, cross_mask, cache_positions, *,
+    def step(self, y, k_cache, v_cache, index, positions, self_mask: attn.Mask, cross_kv, cross_mask, *,
              self_intervention: Optional[LayerIntervention] = None,
              cross_intervention: Optional[LayerIntervention] = None):
-        """One decoding step. y: [B, 1, d_model]; caches [B, L, Hkv, D*]; index: scalar; positions: [B, 1];
-        cross_kv: (k, v) of the encoder output or None; cache_positions: [B, L]; interventions of this layer
-        (see ``step_intervention``). Returns (y, k_cache, v_cache)."""
+        """One decoding step. y: [B, t, d_model]; caches in the cache layout [B, Hkv, D*, L] (``DecodeCache``);
+        index: scalar slot of y's first token; positions: [B, t] (position encoding); self_mask: visibility of
+        the L cache slots; cross_kv: (k, v) of the encoder output ([B, S, Hkv, D*]) or None; interventions of
+        this layer (see ``step_intervention``). Returns (y, k_cache, v_cache)."""
         h = self.self_block.inputs(y)
         sa = self.self_attention
         k_cache, v_cache = sa.extend_cache(h, k_cache, v_cache, index, positions)
-        mask = attn.Mask(causal=True, q_positions=positions, kv_positions=cache_positions)
-        a, _ = sa.attend(sa.queries(h, positions), k_cache, v_cache, mask,
-                         intervention=step_intervention(self_intervention, index, k_cache.shape[1]))
+        k, v = from_cache_layout(k_cache), from_cache_layout(v_cache)
+        a, _ = sa.attend(sa.queries(h, positions), k, v, self_mask,
+                         intervention=step_intervention(self_intervention, index, k.shape[1]))
         y = self.self_block.residual(y, a, True)
         if cross_kv is not None:
             cross_intervention = step_intervention(cross_intervention, index, cross_kv[0].shape[1])
         y, _ = self._cross_and_mlp(y, cross_kv, cross_mask, True, False, cross_intervention)
         return y, k_cache, v_cache
-
 
 
 class Encoder(nnx.Module):
@@ -299,14 +299,17 @@ class Encoder(nnx.Module):
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class DecodeCache:
-    """State of incremental decoding. Self-attention caches are [B, L, Hkv, D*] per layer; cross-attention
-    keys/values ([B, S, Hkv, D*] per layer) and the source segmentation ([B, S]) are computed once."""
+    """State of incremental decoding. Every cached tensor is in ``models.attention.to_cache_layout``:
+    self-attention caches [B, Hkv, D*, L] per layer; cross-attention keys/values [B, Hkv, D*, S] per layer and
+    the source segmentation [B, S], computed once. ``left_padding`` [B] (decoder-only, or None): the number of
+    padding slots before row b's prompt; those slots are masked and positions count from the first real token."""
 
     self_k: list
     self_v: list
     cross_k: list
     cross_v: list
     source_segmentation: Optional[jax.Array]
+    left_padding: Optional[jax.Array] = None
 
 
 class Decoder(nnx.Module):
@@ -356,19 +359,29 @@ class Decoder(nnx.Module):
 
     def step(self, y, cache: DecodeCache, index,
              interventions: Optional[Interventions] = None) -> tuple[jax.Array, DecodeCache]:
-        """y: embeddings of the newest tokens [B, t, d_model] at positions ``index`` .. ``index + t - 1``
-        -> ([B, t, d_model], cache); t > 1 fills the cache with a prompt in one pass.
+        """y: embeddings of the newest tokens [B, t, d_model] at cache slots ``index`` .. ``index + t - 1``
+        (their positions, less the row's ``cache.left_padding``) -> ([B, t, d_model], cache); t > 1 fills the
+        cache with a prompt in one pass.
         ``interventions``: the "decoder_self" and "cross" parts apply at this step."""
-        B, L = cache.self_k[0].shape[:2]
-        positions = jnp.broadcast_to(index + jnp.arange(y.shape[1], dtype=jnp.int32), (B, y.shape[1]))
-        cache_positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+        B, L = cache.self_k[0].shape[0], cache.self_k[0].shape[-1]
+        slots = jnp.broadcast_to(index + jnp.arange(y.shape[1], dtype=jnp.int32), (B, y.shape[1]))
+        cache_slots = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+        if cache.left_padding is None:
+            positions, self_mask = slots, attn.Mask(causal=True, q_positions=slots, kv_positions=cache_slots)
+        else:  # padding slots form segment 0: real tokens never see them, padding queries see only padding
+            pad = jnp.asarray(cache.left_padding, jnp.int32)[:, None]
+            positions = jnp.maximum(slots - pad, 0)
+            self_mask = attn.Mask(causal=True, q_positions=slots, kv_positions=cache_slots,
+                                  q_segment_ids=(slots >= pad).astype(jnp.int32),
+                                  kv_segment_ids=(cache_slots >= pad).astype(jnp.int32))
         y = self.positions(y, positions)
         cross_mask = attn.Mask(kv_segment_ids=cache.source_segmentation)
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
-            cross_kv = (cache.cross_k[i], cache.cross_v[i]) if cache.cross_k else None
-            y, k, v = layer.step(y, cache.self_k[i], cache.self_v[i], index, positions, cross_kv, cross_mask,
-                                 cache_positions, self_intervention=at(interventions, "decoder_self", i),
+            cross_kv = ((from_cache_layout(cache.cross_k[i]), from_cache_layout(cache.cross_v[i]))
+                        if cache.cross_k else None)
+            y, k, v = layer.step(y, cache.self_k[i], cache.self_v[i], index, positions, self_mask, cross_kv,
+                                 cross_mask, self_intervention=at(interventions, "decoder_self", i),
                                  cross_intervention=at(interventions, "cross", i))
             new_k.append(k)
             new_v.append(v)
@@ -377,12 +390,12 @@ class Decoder(nnx.Module):
         return y, dataclasses.replace(cache, self_k=new_k, self_v=new_v)
 
     def empty_self_cache(self, batch: int, max_len: int, dtype) -> tuple[list, list]:
-        """Zero self-attention caches: ([B, L, Hkv, Dk] per layer, [B, L, Hkv, Dv] per layer)."""
+        """Zero self-attention caches: ([B, Hkv, Dk, L] per layer, [B, Hkv, Dv, L] per layer)."""
         ks, vs = [], []
         for layer in self.layers:
             sa = layer.self_attention
-            ks.append(jnp.zeros((batch, max_len, sa.num_kv_heads, sa.qk_dim), dtype))
-            vs.append(jnp.zeros((batch, max_len, sa.num_kv_heads, sa.v_dim), dtype))
+            ks.append(jnp.zeros((batch, sa.num_kv_heads, sa.qk_dim, max_len), dtype))
+            vs.append(jnp.zeros((batch, sa.num_kv_heads, sa.v_dim, max_len), dtype))
         return ks, vs
 
 
@@ -530,8 +543,11 @@ class EncoderDecoder(_LanguageModelHead):
         B = encoded.shape[0]
         self_k, self_v = self.decoder.empty_self_cache(B, max_len, self.cfg.jnp_dtype)
         cross = [layer.cross_attention.keys_values(encoded) for layer in self.decoder.layers]
-        return DecodeCache(self_k=self_k, self_v=self_v, cross_k=[k for k, _ in cross],
-                           cross_v=[v for _, v in cross], source_segmentation=inputs_segmentation)
+        # the barrier keeps XLA from moving the re-layout back into the decoding loop (once per step)
+        cross_k, cross_v = jax.lax.optimization_barrier(([to_cache_layout(k) for k, _ in cross],
+                                                         [to_cache_layout(v) for _, v in cross]))
+        return DecodeCache(self_k=self_k, self_v=self_v, cross_k=cross_k, cross_v=cross_v,
+                           source_segmentation=inputs_segmentation)
 
     def decode_step(self, tokens: jax.Array, cache: DecodeCache, index,
                     interventions: Optional[Interventions] = None) -> tuple[jax.Array, DecodeCache]:
@@ -588,16 +604,20 @@ class DecoderOnly(_LanguageModelHead):
 
 
     # ------------------------------------------------------------------------------------ incremental decoding
-    def init_cache(self, batch: int, max_len: int) -> DecodeCache:
-        """Empty self-attention caches of ``max_len`` positions for ``batch`` rows."""
+    def init_cache(self, batch: int, max_len: int, left_padding: Optional[jax.Array] = None) -> DecodeCache:
+        """Empty self-attention caches of ``max_len`` slots for ``batch`` rows. ``left_padding`` [batch] ints
+        (or None: none): padding slots before each row's first token, masked at every step; a row's positions
+        (learned or RoPE) count from its first real token."""
         _check_len(self.cfg, "max_len", max_len)
         self_k, self_v = self.decoder.empty_self_cache(batch, max_len, self.cfg.jnp_dtype)
-        return DecodeCache(self_k=self_k, self_v=self_v, cross_k=[], cross_v=[], source_segmentation=None)
+        return DecodeCache(self_k=self_k, self_v=self_v, cross_k=[], cross_v=[], source_segmentation=None,
+                           left_padding=left_padding)
 
     def decode_step(self, tokens: jax.Array, cache: DecodeCache, index,
                     interventions: Optional[Interventions] = None) -> tuple[jax.Array, DecodeCache]:
-        """tokens: [B] ids at position ``index`` -> (logits [B, V] for the next token, updated cache);
-        or tokens [B, t] at positions index .. index+t-1 (a prompt, in one pass) -> (logits [B, t, V], cache)."""
+        """tokens: [B] ids at cache slot ``index`` -> (logits [B, V] for the next token, updated cache); or
+        tokens [B, t] at slots index .. index+t-1 (a prompt, in one pass) -> (logits [B, t, V], cache). A slot
+        is the token's position unless the cache has ``left_padding``."""
         if interventions is not None:
             interventions.check(head_shapes(self))
         one = tokens.ndim == 1

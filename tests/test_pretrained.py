@@ -119,6 +119,44 @@ def test_decoder_greedy_generation_matches(checkpoints, family):
     assert len(set(ref[0].tolist())) > 2  # not a degenerate repetition
 
 
+@pytest.mark.parametrize("family", DECODERS)
+@pytest.mark.parametrize("beams", (1, 4))
+def test_left_padded_prompts_match_generate(checkpoints, family, beams):
+    """Prompts of lengths 9, 4, 6 left-padded to 9: token-identical to ``generate`` with the same padding
+    (greedy), and each row equal to its prompt decoded alone (greedy and beam-4)."""
+    p = pretrained.load(checkpoints[family])
+    lengths = (9, 4, 6)
+    ids, mask = _batch(p.cfg.vocab_size, lengths, seed=8)
+    ids, mask = ids[:, ::-1].copy(), mask[:, ::-1].copy()  # right padding mirrored: left padding
+    filler = p.cfg.vocab_size - 1
+    ids = np.where(mask == 1, ids, filler)
+    if beams == 1:
+        decode = lambda x, m=None: models.lm_greedy_decode(p.model, jnp.asarray(x), max_new_tokens=12,  # noqa: E731
+                                                           prompt_mask=m)
+        with torch.no_grad():
+            ref = _reference(checkpoints[family], family).generate(
+                torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=12, min_new_tokens=12,
+                do_sample=False, num_beams=1, pad_token_id=filler, eos_token_id=None).numpy()[:, ids.shape[1]:]
+    else:
+        decode = lambda x, m=None: models.lm_beam_search(p.model, jnp.asarray(x), beam_size=beams,  # noqa: E731
+                                                         max_new_tokens=12, prompt_mask=m)
+    ours = np.asarray(decode(ids, jnp.asarray(mask)))
+    if beams == 1:
+        np.testing.assert_array_equal(ours, ref)
+    for row, n in enumerate(lengths):
+        alone = np.asarray(decode(ids[row:row + 1, ids.shape[1] - n:]))
+        np.testing.assert_array_equal(ours[row], alone[0])
+
+
+def test_prompt_mask_errors(checkpoints):
+    p = pretrained.load(checkpoints["gpt2"])
+    ids = jnp.ones((2, 4), jnp.int32)
+    with pytest.raises(ValueError, match="prompt_mask row 1 is \\[1, 1, 0, 1\\]"):
+        models.lm_greedy_decode(p.model, ids, max_new_tokens=2, prompt_mask=jnp.asarray([[0, 1, 1, 1], [1, 1, 0, 1]]))
+    with pytest.raises(ValueError, match="prompt_mask must have the prompt's shape"):
+        models.lm_beam_search(p.model, ids, beam_size=2, max_new_tokens=2, prompt_mask=jnp.ones((2, 3)))
+
+
 def test_marian_greedy_generation_matches(checkpoints):
     p = pretrained.load(checkpoints["marian"])
     src, src_mask = _batch(p.cfg.vocab_size, (8, 5), seed=5)
