@@ -89,7 +89,7 @@ def load(path_or_id: str, *, attention_impl: str = "auto", dtype: str = "float32
     """Load a checkpoint into attnlab (see the module docstring).
 
     attention_impl: an ``attention`` backend or "auto"; dtype: parameter and computation dtype; num_classes:
-    BERT's classification head (None: from the config's ``id2label`` when the checkpoint has a classifier);
+    BERT's classification head (None: the rows of the checkpoint's classifier, if it has one);
     mesh: a ``jax.sharding.Mesh`` with a "model" axis to shard the parameters over (None: default device).
     Errors: ``UnsupportedCheckpoint`` (a config field attnlab does not implement, before any weight is read),
     ``CheckpointMismatch`` (tensors disagree with the config), ``ValueError`` (no such directory or hub id).
@@ -104,7 +104,8 @@ def load(path_or_id: str, *, attention_impl: str = "auto", dtype: str = "float32
     family, cfg = model_config(hf, attention_impl=attention_impl, dtype=dtype)
     names, read = _tensor_reader(directory)
     if num_classes is None:
-        num_classes = len(hf.get("id2label") or {}) if "classifier.weight" in names else 0
+        # the head's own rows: transformers leaves id2label out of config.json for the default 2 labels
+        num_classes = int(read("classifier.weight").shape[0]) if "classifier.weight" in names else 0
     place = None
     if mesh is not None:
         from jax.sharding import NamedSharding

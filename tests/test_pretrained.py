@@ -29,7 +29,8 @@ DECODERS = ("gpt2", "llama", "qwen2")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
     out = {f: random_checkpoints.make(f, str(root / f)) for f in random_checkpoints.FAMILIES}
-    out["bert_cls"] = random_checkpoints.make("bert", str(root / "bert_cls"), config_overrides={"num_labels": 3})
+    # 2 labels, the default: transformers writes no id2label into config.json then
+    out["bert_cls"] = random_checkpoints.make("bert", str(root / "bert_cls"), config_overrides={"num_labels": 2})
     return out
 
 
@@ -97,7 +98,7 @@ def test_bert_mlm_and_classifier_match(checkpoints, backend):
     ours = np.asarray(p.model(jnp.asarray(ids), token_types=jnp.asarray(types)))
     assert _max_rel(ours, ref, mask) <= RTOL
     c = pretrained.load(checkpoints["bert_cls"], attention_impl=backend)
-    assert c.model.num_classes == 3
+    assert c.model.num_classes == 2
     with torch.no_grad():
         ref = _reference(checkpoints["bert_cls"], "bert_cls")(torch.tensor(ids), attention_mask=torch.tensor(mask),
                                                                token_type_ids=torch.tensor(types)).logits.numpy()
