@@ -151,3 +151,29 @@ def library(arg=None) -> list[tuple[str, str]]:
                                                                           and n.endswith("h2"))]
     out = [x for x in full if x[0] in first] + [x for x in full if x[0] not in first]
     return out
+
+
+HELDOUT_WIDTH = 96  # a width, and head counts, no calibration run used
+HELDOUT_HEADS = {"mqar": 3, "translation": 6}
+
+
+def heldout(arg=None) -> list[tuple[str, str]]:
+    """The held-out runs, trained after the monitor's rules were committed: every fault on MQAR and translation at
+    d_model 96 (3 and 6 heads), then hard healthy runs: 16 and 32 heads at d_model 128, 4x longer training, and
+    translation at d_model 128 with 8 heads trained 4x longer (sharp cross-attention)."""
+    a = _parse(arg)
+    out = []
+    for task, heads in HELDOUT_HEADS.items():
+        for f in FAULTS:
+            if f == "no_padding_mask" and task not in PADDED_TASKS:
+                continue
+            out.append((f"{task}-{f}-d{HELDOUT_WIDTH}-h{heads}",
+                        f"task={task},fault={f},d_model={HELDOUT_WIDTH},heads={heads},steps={a.steps}"))
+    for task, heads in HELDOUT_HEADS.items():
+        for h in (16, 32):
+            out.append((f"{task}-healthy-d128-h{h}", f"task={task},fault=healthy,d_model=128,heads={h},steps={a.steps}"))
+        out.append((f"{task}-healthy-d{HELDOUT_WIDTH}-h{heads}-long",
+                    f"task={task},fault=healthy,d_model={HELDOUT_WIDTH},heads={heads},steps={4 * a.steps}"))
+    out.append(("translation-healthy-d128-h8-long", f"task=translation,fault=healthy,d_model=128,heads=8,"
+                                                    f"steps={4 * a.steps}"))
+    return out
