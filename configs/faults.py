@@ -54,7 +54,7 @@ def _base(task: str, d_model: int, heads: int, steps: int, quick: bool):
         c.eval.bleu_examples = 0
         c.eval.heatmap_examples = 0
         if quick:
-            c.data.batch_size = 4
+            c.data.batch_size = 8  # a multiple of the 8 simulated devices of the tests
             c.train.log_every = c.train.stats_every = 1
         return c
     c = small_decoder_config(

@@ -19,7 +19,8 @@ from studies.report import REPO
 RESULTS = os.path.join(REPO, "docs", "results")
 HEALTHY = ["table3_d256/points/A/num_heads_32-seed_0", "table3_d256/points/A/num_heads_1-seed_0",
            "table3_d256/points/B/qk_dim_8-seed_0", "heads_vs_depth/points/num_encoder_layers_6-qk_layernorm_false-"
-           "seed_2-num_steps_7200", "health_calibration/points/qk_layernorm_false-learning_rate_0.03-seed_4"]
+           "seed_2-num_steps_7200", "health_calibration/points/qk_layernorm_false-learning_rate_0.03-seed_4",
+           "health_calibration/heldout/mqar-healthy-d128-h32", "health_calibration/heldout/translation-healthy-d96-h6"]
 
 
 def _replay(point):
@@ -30,7 +31,8 @@ def _replay(point):
 
 @pytest.mark.parametrize("point", HEALTHY)
 def test_committed_healthy_runs_are_silent(point):
-    """32 heads, one head of d_k 256, d_k 8, 7,200 steps, and MQAR solved with near one-hot attention."""
+    """32 heads, one head of d_k 256, d_k 8, 7,200 steps, MQAR solved with near one-hot attention, and two
+    held-out runs (32 heads of d_k 4; translation at d_model 96 with 6 heads)."""
     assert _replay(point) == []
 
 
@@ -93,12 +95,12 @@ def test_a_scale_too_small_everywhere_is_named_one_low_group_is_only_described()
     assert [(w.kind, w.group, w.cause) for w in ws] == [("init_spread_low", "cross", "")]
 
 
-def _quick_run(fault, workdir, task="mqar", **wandb):
-    """A short planted-fault training (configs/faults.py at quick sizes); its result dict."""
+def _quick_run(fault, workdir, task="mqar", steps=12, **wandb):
+    """A short planted-fault training (configs/faults.py at quick sizes, ``steps`` steps); its result dict."""
     import engine
     from studies.inprocess import load
 
-    c = load(os.path.join(REPO, "configs", "faults.py") + f":task={task},fault={fault},quick")
+    c = load(os.path.join(REPO, "configs", "faults.py") + f":task={task},fault={fault},steps={steps},quick")
     c.wandb.update(wandb)
     return engine.run(c, str(workdir))
 
@@ -145,7 +147,7 @@ def _wandb_records(path):
 def test_an_offline_wandb_run_plots_attention_against_its_step_alerts_once_and_tables_warnings(tmp_path,
                                                                                               monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    ws = _quick_run("temperature_x10", tmp_path / "run", mode="offline")["health_warnings"]
+    ws = _quick_run("temperature_x10", tmp_path / "run", steps=6, mode="offline")["health_warnings"]
     assert ws
     path, = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "run-*.wandb"))
     records = _wandb_records(path)
@@ -155,11 +157,13 @@ def test_an_offline_wandb_run_plots_attention_against_its_step_alerts_once_and_t
     assert metrics.get("attn/*") == health_wandb.STEP_METRIC and metrics.get("health/*") == health_wandb.STEP_METRIC
     rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
             for r in records if r.WhichOneof("record_type") == "history"]
-    attn = [row for row in rows if any(k.startswith("attn/") and k != health_wandb.STEP_METRIC for k in row)]
-    assert attn and attn[0][health_wandb.STEP_METRIC] == 0  # the first check: step 0, whatever W&B's _step
-    assert all(health_wandb.STEP_METRIC in row for row in attn)
+    series = [row for row in rows if any(k.startswith(("attn/", "health/")) for k in row)]
+    assert series and all(health_wandb.STEP_METRIC in row for row in series)
+    first = series[0]
+    assert first[health_wandb.STEP_METRIC] == 0 and first["_step"] > 0  # measured at step 0, logged later
     assert kinds["alert"] == 1  # rate-limited: the run's first warning only
     alert, = [r.alert for r in records if r.WhichOneof("record_type") == "alert"]
     assert alert.text == ws[0].message()
-    table, = [row[health_wandb.TABLE_KEY] for row in rows if health_wandb.TABLE_KEY in row]
-    assert table["_type"] == "table-file" and table["nrows"] == len(ws)
+    table, = [row for row in rows if f"{health_wandb.TABLE_KEY}/_type" in row]
+    assert table[f"{health_wandb.TABLE_KEY}/_type"] == "table-file"
+    assert table[f"{health_wandb.TABLE_KEY}/nrows"] == len(ws)

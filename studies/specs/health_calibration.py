@@ -111,9 +111,12 @@ def write_report(out: str, results: str) -> str:
     report.text(__doc__.split("\n\n")[0].replace("\n", " "))
     report.section("Protocol")
     report.text(health_eval.__doc__[health_eval.__doc__.index("Definitions"):].strip())
-    report.text(SPLIT_TEXT)
-    cfg = config_lib.base_config().health
     found = load_runs(results, out)
+    listed = [n for n, _ in sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG)).heldout()]
+    missing = [n for n in listed if n not in {r.point for s, r in found if s == "held out"}]
+    report.text(SPLIT_TEXT + (f" Of the {len(listed)} held-out runs `heldout()` lists, {len(missing)} have no record "
+                              f"yet and are not in the numbers: {', '.join(missing)}." if missing else ""))
+    cfg = config_lib.base_config().health
     report.text("Thresholds: the defaults of `engine/config.py`: " + ", ".join(f"`{k}` {v:g}" for k, v in
                                                                                 cfg.items())
                 + f" (rules and thresholds as of commit {RULES_COMMIT}). "
