@@ -1,5 +1,5 @@
 """The fault library: short runs that plant each failure the attention health monitor claims to see, and
-healthy runs that are hard for it, to calibrate and test the monitor (``scripts/health_calibration.py``).
+healthy runs that are hard for it, to calibrate and test the monitor (``studies/specs/health_calibration.py``).
 
 Tasks: ``mqar`` (multi-query associative recall, a 2-layer pre-LN decoder: the entropy-collapse and logit-growth
 studies' set-up), ``induction`` (an LM induction task) and ``translation`` (the main job's Bible es->en, 2+2
@@ -20,7 +20,8 @@ layers). Faults (``fault=``):
 
 Arguments: task, fault, d_model, heads, steps, seed, quick (tiny sizes, a few steps: tests).
 ``library()`` lists the library (point names and config arguments): every fault on each task where it applies, at two widths and several head counts,
-plus the hard healthy runs (16 and 32 heads, longer training).
+plus the hard healthy runs (16 and 32 heads, longer training); ``heldout()`` the calibration's held-out runs (a new
+width and head counts, trained after the monitor's rules were committed).
 """
 import math
 

@@ -105,16 +105,17 @@ def _quick_run(fault, workdir, task="mqar", steps=12, **wandb):
     return engine.run(c, str(workdir))
 
 
-PLANTED = [("mqar", "temperature_x10", "init_spread_high", "scale missing or too large?"),
-           ("mqar", "scale_dk", "init_spread_low", "scale too small (1/d_k?)"),
-           ("mqar", "causal_leak", "mask_leak", "causal mask leaking?"),
-           ("translation", "no_padding_mask", "mask_leak", "padding mask missing?")]
+PLANTED = [pytest.param("mqar", "temperature_x10", "init_spread_high", "scale missing or too large?", id="temperature"),
+           pytest.param("mqar", "scale_dk", "init_spread_low", "scale too small (1/d_k?)", id="scale_dk"),
+           pytest.param("mqar", "causal_leak", "mask_leak", "causal mask leaking?", id="causal_leak"),
+           pytest.param("translation", "no_padding_mask", "mask_leak", "padding mask missing?", id="no_padding_mask",
+                        marks=pytest.mark.slow)]  # the translation data and decoding: minutes on 2 cores
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("task,fault,kind,cause", PLANTED, ids=[p[1] for p in PLANTED])
+@pytest.mark.parametrize("task,fault,kind,cause", PLANTED)
 def test_a_planted_fault_is_caught_in_training_with_its_cause(task, fault, kind, cause, tmp_path):
-    """Each fault the monitor names a cause for, planted in a short run at quick sizes: its first warning."""
+    """Each fault the monitor names a cause for, planted in a short run at quick sizes (MQAR ~5 s each): its first
+    warning. Logit growth is asserted on a committed trace above."""
     ws = _quick_run(fault, tmp_path / "run", task)["health_warnings"]
     assert ws and (ws[0].kind, ws[0].cause) == (kind, cause), [w.message() for w in ws]
 
