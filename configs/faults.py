@@ -1,5 +1,5 @@
 """The fault library: short runs that plant each failure the attention health monitor claims to see, and
-healthy runs that are hard for it, to calibrate and test the monitor (``scripts/health_calibration.py``).
+healthy runs that are hard for it, to calibrate and test the monitor (``studies/specs/health_calibration.py``).
 
 Tasks: ``mqar`` (multi-query associative recall, a 2-layer pre-LN decoder: the entropy-collapse and logit-growth
 studies' set-up), ``induction`` (an LM induction task) and ``translation`` (the main job's Bible es->en, 2+2
@@ -20,7 +20,8 @@ layers). Faults (``fault=``):
 
 Arguments: task, fault, d_model, heads, steps, seed, quick (tiny sizes, a few steps: tests).
 ``library()`` lists the library (point names and config arguments): every fault on each task where it applies, at two widths and several head counts,
-plus the hard healthy runs (16 and 32 heads, longer training).
+plus the hard healthy runs (16 and 32 heads, longer training); ``heldout()`` the calibration's held-out runs (a new
+width and head counts, trained after the monitor's rules were committed).
 """
 import math
 
@@ -54,7 +55,7 @@ def _base(task: str, d_model: int, heads: int, steps: int, quick: bool):
         c.eval.bleu_examples = 0
         c.eval.heatmap_examples = 0
         if quick:
-            c.data.batch_size = 4
+            c.data.batch_size = 8  # a multiple of the 8 simulated devices of the tests
             c.train.log_every = c.train.stats_every = 1
         return c
     c = small_decoder_config(
@@ -150,4 +151,30 @@ def library(arg=None) -> list[tuple[str, str]]:
              and not (n.startswith("mqar") and n.endswith("h4")) and not (n.startswith("translation")
                                                                           and n.endswith("h2"))]
     out = [x for x in full if x[0] in first] + [x for x in full if x[0] not in first]
+    return out
+
+
+HELDOUT_WIDTH = 96  # a width, and head counts, no calibration run used
+HELDOUT_HEADS = {"mqar": 3, "translation": 6}
+
+
+def heldout(arg=None) -> list[tuple[str, str]]:
+    """The held-out runs, trained after the monitor's rules were committed: every fault on MQAR and translation at
+    d_model 96 (3 and 6 heads), then hard healthy runs: 16 and 32 heads at d_model 128, 4x longer training, and
+    translation at d_model 128 with 8 heads trained 4x longer (sharp cross-attention)."""
+    a = _parse(arg)
+    out = []
+    for task, heads in HELDOUT_HEADS.items():
+        for f in FAULTS:
+            if f == "no_padding_mask" and task not in PADDED_TASKS:
+                continue
+            out.append((f"{task}-{f}-d{HELDOUT_WIDTH}-h{heads}",
+                        f"task={task},fault={f},d_model={HELDOUT_WIDTH},heads={heads},steps={a.steps}"))
+    for task, heads in HELDOUT_HEADS.items():
+        for h in (16, 32):
+            out.append((f"{task}-healthy-d128-h{h}", f"task={task},fault=healthy,d_model=128,heads={h},steps={a.steps}"))
+        out.append((f"{task}-healthy-d{HELDOUT_WIDTH}-h{heads}-long",
+                    f"task={task},fault=healthy,d_model={HELDOUT_WIDTH},heads={heads},steps={4 * a.steps}"))
+    out.append(("translation-healthy-d128-h8-long", f"task=translation,fault=healthy,d_model=128,heads=8,"
+                                                    f"steps={4 * a.steps}"))
     return out

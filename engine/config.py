@@ -324,7 +324,10 @@ def base_config() -> ml_collections.ConfigDict:
     h.init_std_high = 3.0  # init_spread_high: a layer's median logit std at the first check above this (a working
     # 1/sqrt(d_k) scale gives 0.4-2.5 in every committed healthy run; a missing one ~sqrt(d_k) times that) ...
     h.init_sharp = 0.6  # ... cause named when every head is above it and the mean normalized entropy is below this.
-    h.init_std_low = 0.2  # init_spread_low: every layer's median logit std at the first check below this.
+    h.init_std_low = 0.2  # init_spread_low: every layer of a group with its median logit std at the first check
+    # below this (healthy 6-layer post-LN cross-attention starts at 0.25) ...
+    h.init_std_all_low = 0.35  # ... or every layer of every group below this (a scale acts on all of them; 1/d_k
+    # gives ~0.8/sqrt(d_k), 0.14-0.21 at d_k 16-32; no healthy run has every group below 0.78).
     h.growth_ratio = 10.0  # logit_growth: a layer's median logit std above growth_ratio x its early value ...
     h.growth_floor = 8.0  # ... and above this ...
     h.growth_rate = 1.5  # ... grown this many times over the last growth_window checks ...
@@ -335,6 +338,7 @@ def base_config() -> ml_collections.ConfigDict:
     h.uniform_layers = 0.5  # ... in at least this fraction of the group's layers ...
     h.uniform_after_checks = 16  # ... from this check on (healthy 6-layer post-LN cross-attention stays uniform
     # to check 11).
+    h.mask_leak_ratio = 1.01  # mask_leak: a head's normalized entropy above this (at most 1 when the mask holds).
     h.recover_margin = 0.8  # a problem clears (and can warn again) only once its value is past threshold x this
     # (an upper bound) or threshold / this (a lower bound).
 

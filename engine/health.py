@@ -11,8 +11,9 @@ the run's own early values while the loss gets worse. The checks, each per atten
   temperature 10x. Cause named ("scale missing or too large?") when every head of the layer is above it and
   the layer's attention is already sharp (mean normalized entropy below ``init_sharp``).
 - ``init_spread_low``: at the first check, every layer of the group has a median logit spread below
-  ``init_std_low`` (a 1/d_k scale gives ~1/sqrt(d_k) of the usual; one low layer is depth, not scale: post-LN's
-  top decoder layers start near 0.1); cause named ("scale too small?") when every layer of every group is low.
+  ``init_std_low``, or every layer of every group below ``init_std_all_low`` (a 1/d_k scale gives ~1/sqrt(d_k)
+  of the usual spread everywhere; one low layer is depth, not scale: post-LN's top decoder layers start near
+  0.1); cause named ("scale too small?") in the second case.
 - ``logit_growth``: the layer's median logit spread is above ``growth_floor`` and ``growth_ratio`` x its early
   value (the mean over the first ``baseline_checks`` checks), has grown ``growth_rate`` x over the last
   ``growth_window`` checks, and the training loss is ``loss_rise`` nats above its lowest value so far (logits
@@ -23,6 +24,10 @@ the run's own early values while the loss gets worse. The checks, each per atten
   uniformly (normalized entropy above ``uniform_ratio``), in at least a ``uniform_layers`` fraction of the
   group's layers: the layers have not learned to attend. Cause named
   ("scale too small?") only when the layer's init spread was low.
+- ``mask_leak``: a head's normalized entropy is above ``mask_leak_ratio`` (entropy over log of the keys the mask
+  lets a query see is at most 1, so above it the attention reaches keys its mask should hide). Cause named by
+  where: decoder self-attention alone ("causal mask leaking?"), or any encoder or cross layer ("padding mask
+  missing?").
 
 One alert per problem: a problem is a (check, group, layer); it warns when it starts and not again until it has
 cleared (its value back past ``recover_margin`` x its threshold, or the threshold / ``recover_margin`` for a lower
@@ -37,20 +42,23 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import ml_collections
 import numpy as np
 
-KINDS = ("init_spread_high", "init_spread_low", "logit_growth", "runaway_logits", "uniform_attention")
+KINDS = ("init_spread_high", "init_spread_low", "logit_growth", "runaway_logits", "uniform_attention", "mask_leak")
 FIELDS = ("entropy", "norm_entropy", "max_logit", "logit_std")  # the summary fields the monitor reads
 CAUSES = {
     "init_spread_high": "scale missing or too large?",
     "init_spread_low": "scale too small (1/d_k?)",
     "logit_growth": "learning rate too high or logit growth?",
     "uniform_attention": "scale too small?",
+    "mask_leak": "padding mask missing?",
 }
+CAUSAL_LEAK = "causal mask leaking?"  # the mask_leak cause when decoder self-attention alone leaks
 SYMPTOMS = {
     "init_spread_high": "attention logits spread far wider at initialization than a 1/sqrt(d_k) scale gives",
     "init_spread_low": "attention logits barely differ at initialization",
     "logit_growth": "attention logits growing fast",
     "runaway_logits": "attention logits running away",
     "uniform_attention": "attention stays near uniform",
+    "mask_leak": "attention reaches keys its mask should hide",
 }
 
 Summary = Mapping[str, Mapping[str, np.ndarray]]
@@ -126,8 +134,9 @@ class HealthMonitor:
         out: list[HealthWarning] = []
         # Cause of a low init spread named only when every layer of every group starts low (a scale, not depth).
         all_low = all(self._checks.get(g, 0) == 0 and "logit_std" in s
-                      and bool((np.median(np.asarray(s["logit_std"]), axis=1) < c.init_std_low).all())
+                      and bool((np.median(np.asarray(s["logit_std"]), axis=1) < c.init_std_all_low).all())
                       for g, s in summary.items())
+        leaking = {g for g, s in summary.items() if float(np.max(s["norm_entropy"])) > c.mask_leak_ratio}
         for group, s in summary.items():
             n = self._checks.get(group, 0)
             self._checks[group] = n + 1
@@ -140,14 +149,15 @@ class HealthMonitor:
                 std = np.asarray(s["logit_std"], np.float64)
                 med = np.median(std, axis=1)
                 if n == 0:
-                    high, low = std > c.init_std_high, std < c.init_std_low
+                    low_thr = c.init_std_all_low if all_low else c.init_std_low
+                    high, low = std > c.init_std_high, std < low_thr
                     sharp = ne.mean(axis=1) < c.init_sharp
                     flags["init_spread_high"] = (med > c.init_std_high, med > c.init_std_high, med,
                                                  c.init_std_high, high.sum(1), high.all(1) & sharp,
                                                  {"mean_norm_entropy": ne.mean(axis=1)})
                     # A scale acts on every layer; one low layer is depth (post-LN's top layers start low).
-                    group_low = np.full(L, bool((med < c.init_std_low).all()))
-                    flags["init_spread_low"] = (group_low, group_low, med, c.init_std_low, low.sum(1),
+                    group_low = np.full(L, bool((med < low_thr).all()))
+                    flags["init_spread_low"] = (group_low, group_low, med, low_thr, low.sum(1),
                                                 np.full(L, all_low), {})
                     self._init_low[group] = group_low & all_low
                 early = self._early.setdefault(group, [])
@@ -182,6 +192,10 @@ class HealthMonitor:
                 flags["uniform_attention"] = (layer_uni, least > c.uniform_ratio * c.recover_margin, least,
                                               c.uniform_ratio, uni.sum(1),
                                               self._init_low.get(group, np.zeros(L, bool)), {})
+            leak = ne.max(axis=1)
+            flags["mask_leak"] = (leak > c.mask_leak_ratio, leak > 1.0, leak, c.mask_leak_ratio,
+                                  (ne > c.mask_leak_ratio).sum(1), np.ones(L, bool), {})
+            causes = dict(CAUSES, mask_leak=CAUSAL_LEAK if leaking == {"decoder_self"} else CAUSES["mask_leak"])
             for kind, (bad, still, value, thr, count, cause, evidence) in flags.items():
                 was = self._active.get((kind, group))
                 if was is None or was.shape != bad.shape:
@@ -200,7 +214,7 @@ class HealthMonitor:
                         ev[k] = ({str(i): round(float(np.asarray(v)[i]), 5) for i in layers}
                                  if np.ndim(v) else round(float(v), 5))
                 out.append(HealthWarning(step, kind, group, tuple(layers), int(max(count[i] for i in layers)), H,
-                                         float(value[pick]), float(thr_l[pick]), CAUSES.get(kind, "") if named
+                                         float(value[pick]), float(thr_l[pick]), causes.get(kind, "") if named
                                          else "", ev))
         return out
 

@@ -1,23 +1,26 @@
 """engine/health.py: the per-layer monitor on committed traces (healthy runs silent, planted/real faults caught
-with their cause) and on synthetic summaries (one warning per problem); engine/health_wandb.py's W&B calls."""
+with their cause), on synthetic summaries (one warning per problem) and in short planted-fault trainings;
+engine/health_wandb.py read back from a real offline W&B run."""
+import collections
+import glob
+import json
 import os
-import sys
+import struct
 
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-
-import sweep as sweep_lib  # noqa: E402
-from engine import config as config_lib  # noqa: E402
-from engine import health as health_lib  # noqa: E402
-from engine import health_wandb  # noqa: E402
+from engine import config as config_lib
+from engine import health as health_lib
+from engine import health_wandb
+from studies import points as sweep_lib
+from studies.report import REPO
 
 RESULTS = os.path.join(REPO, "docs", "results")
 HEALTHY = ["table3_d256/points/A/num_heads_32-seed_0", "table3_d256/points/A/num_heads_1-seed_0",
            "table3_d256/points/B/qk_dim_8-seed_0", "heads_vs_depth/points/num_encoder_layers_6-qk_layernorm_false-"
-           "seed_2-num_steps_7200", "health_calibration/points/qk_layernorm_false-learning_rate_0.03-seed_4"]
+           "seed_2-num_steps_7200", "health_calibration/points/qk_layernorm_false-learning_rate_0.03-seed_4",
+           "health_calibration/heldout/mqar-healthy-d128-h32", "health_calibration/heldout/translation-healthy-d96-h6"]
 
 
 def _replay(point):
@@ -28,7 +31,8 @@ def _replay(point):
 
 @pytest.mark.parametrize("point", HEALTHY)
 def test_committed_healthy_runs_are_silent(point):
-    """32 heads, one head of d_k 256, d_k 8, 7,200 steps, and MQAR solved with near one-hot attention."""
+    """32 heads, one head of d_k 256, d_k 8, 7,200 steps, MQAR solved with near one-hot attention, and two
+    held-out runs (32 heads of d_k 4; translation at d_model 96 with 6 heads)."""
     assert _replay(point) == []
 
 
@@ -66,62 +70,101 @@ def test_one_warning_per_problem_hovering_and_many_layers():
     assert runaway[0].cause == ""  # symptom only: nothing singles out a cause
 
 
-def test_reporter_defines_step_metrics_alerts_once_and_tables_every_warning(monkeypatch):
-    import wandb
-
-    class FakeRun:
-        def __init__(self):
-            self.calls = []
-
-        def define_metric(self, *a, **k):
-            self.calls.append(("define_metric", a, k))
-
-        def alert(self, **k):
-            self.calls.append(("alert", k))
-
-        def log(self, d, step):
-            self.calls.append(("log", d, step))
-
-    run = FakeRun()
-    rep = health_wandb.HealthReporter(run, min_alert_s=3600)
-    assert ("define_metric", ("attn/*",), {"step_metric": "attn/step"}) in run.calls
-    w = health_lib.HealthWarning(5, "runaway_logits", "cross", (0,), 1, 2, 1200.0, 1000.0)
-    assert rep.warn(w) and not rep.warn(w)  # rate-limited: one alert
-    assert sum(c[0] == "alert" for c in run.calls) == 1
-    monkeypatch.setattr(wandb, "Table", lambda columns, data: ("table", columns, data))
-    rep.finish(10)
-    (_, logged, step), = [c for c in run.calls if c[0] == "log"]
-    assert step == 10 and len(logged[health_wandb.TABLE_KEY][2]) == 2
+def test_mask_leak_names_the_causal_mask_alone_and_padding_elsewhere():
+    cfg = config_lib.base_config().health
+    ok = {"entropy": np.ones((2, 2)), "norm_entropy": np.full((2, 2), 0.9), "max_logit": np.full((2, 2), 5.0),
+          "logit_std": np.full((2, 2), 0.8)}
+    leak = {**ok, "norm_entropy": np.array([[0.9, 0.9], [1.03, 0.9]])}
+    ws = health_lib.HealthMonitor(cfg).update(0, {"decoder_self": leak, "cross": ok})
+    assert [(w.kind, w.group, w.layers, w.heads, w.cause) for w in ws] == [
+        ("mask_leak", "decoder_self", (1,), 1, "causal mask leaking?")]
+    ws = health_lib.HealthMonitor(cfg).update(0, {"decoder_self": leak, "cross": leak})
+    assert {(w.group, w.cause) for w in ws} == {("decoder_self", "padding mask missing?"),
+                                                ("cross", "padding mask missing?")}
 
 
-@pytest.mark.slow
-def test_a_planted_missing_scale_is_caught_in_training(tmp_path):
-    """A short planted-fault run (configs/faults.py, quick sizes) warns at its first check, naming the cause."""
+def test_a_scale_too_small_everywhere_is_named_one_low_group_is_only_described():
+    cfg = config_lib.base_config().health
+    low = _summary(np.full((2, 2), 0.28))["cross"]
+    ws = health_lib.HealthMonitor(cfg).update(0, {"cross": low, "decoder_self": low})
+    assert {(w.kind, w.cause) for w in ws} == {("init_spread_low", "scale too small (1/d_k?)")}
+    ws = health_lib.HealthMonitor(cfg).update(0, {"cross": low, "decoder_self": _summary(np.full((2, 2), 0.9))["cross"]})
+    assert ws == []  # 0.28 in one group: post-LN depth, not a scale
+    ws = health_lib.HealthMonitor(cfg).update(0, {"cross": _summary(np.full((2, 2), 0.1))["cross"],
+                                                  "decoder_self": _summary(np.full((2, 2), 0.9))["cross"]})
+    assert [(w.kind, w.group, w.cause) for w in ws] == [("init_spread_low", "cross", "")]
+
+
+def _quick_run(fault, workdir, task="mqar", steps=12, **wandb):
+    """A short planted-fault training (configs/faults.py at quick sizes, ``steps`` steps); its result dict."""
     import engine
-    from _runs import load
+    from studies.inprocess import load
 
-    c = load(os.path.join(REPO, "configs", "faults.py") + ":task=mqar,fault=temperature_x10,quick")
-    ws = engine.run(c, str(tmp_path / "run"))["health_warnings"]
-    assert ws and ws[0].kind == "init_spread_high" and ws[0].cause == "scale missing or too large?"
+    c = load(os.path.join(REPO, "configs", "faults.py") + f":task={task},fault={fault},steps={steps},quick")
+    c.wandb.update(wandb)
+    return engine.run(c, str(workdir))
 
 
-def test_fault_switches_plant_what_they_say():
-    """model.fault: causal_leak lets a position see the next token; no_padding_mask lets it see padding."""
-    import jax.numpy as jnp
-    from flax import nnx
+PLANTED = [pytest.param("mqar", "temperature_x10", "init_spread_high", "scale missing or too large?", id="temperature"),
+           pytest.param("mqar", "scale_dk", "init_spread_low", "scale too small (1/d_k?)", id="scale_dk"),
+           pytest.param("mqar", "causal_leak", "mask_leak", "causal mask leaking?", id="causal_leak"),
+           pytest.param("translation", "no_padding_mask", "mask_leak", "padding mask missing?", id="no_padding_mask",
+                        marks=pytest.mark.slow)]  # the translation data and decoding: minutes on 2 cores
 
-    import models
 
-    def outputs(fault, tokens):
-        cfg = models.TransformerConfig(vocab_size=50, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=0,
-                                       num_decoder_layers=1, dropout_rate=0.0, fault=fault)
-        out = models.DecoderOnly(cfg, rngs=nnx.Rngs(0))(tokens)
-        return out[0] if isinstance(out, tuple) else out
+@pytest.mark.parametrize("task,fault,kind,cause", PLANTED)
+def test_a_planted_fault_is_caught_in_training_with_its_cause(task, fault, kind, cause, tmp_path):
+    """Each fault the monitor names a cause for, planted in a short run at quick sizes (MQAR ~5 s each): its first
+    warning. Logit growth is asserted on a committed trace above."""
+    ws = _quick_run(fault, tmp_path / "run", task)["health_warnings"]
+    assert ws and (ws[0].kind, ws[0].cause) == (kind, cause), [w.message() for w in ws]
 
-    x = jnp.arange(3, 11)[None]
-    y = x.at[0, 5].set(40)
-    for fault, sees_next in (("", False), ("causal_leak", True)):
-        changed = jnp.abs(outputs(fault, x)[0, 4] - outputs(fault, y)[0, 4]).max() > 1e-6
-        assert bool(changed) == sees_next, fault
-    with pytest.raises(ValueError, match="fault"):
-        models.TransformerConfig(vocab_size=50, fault="no_scale")
+
+def _wandb_records(path):
+    """The records of a W&B transaction log (``run-<id>.wandb``), parsed with wandb's own protobuf ``Record``: the
+    file is a LevelDB log (32 KiB blocks of 7-byte-headed chunks) after a 7-byte ``:W&B`` header."""
+    from wandb.proto import wandb_internal_pb2
+
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b":W&B", path
+    records, pos, chunks = [], 7, b""
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:  # a block's zero trailer
+            pos += left
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4: pos + 7])
+        chunks += data[pos + 7: pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL, LAST
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunks)
+            records.append(record)
+            chunks = b""
+    return records
+
+
+def test_an_offline_wandb_run_plots_attention_against_its_step_alerts_once_and_tables_warnings(tmp_path,
+                                                                                              monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    ws = _quick_run("temperature_x10", tmp_path / "run", steps=6, mode="offline")["health_warnings"]
+    assert ws
+    path, = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    records = _wandb_records(path)
+    kinds = collections.Counter(r.WhichOneof("record_type") for r in records)
+    metrics = {r.metric.glob_name or r.metric.name: r.metric.step_metric for r in records
+               if r.WhichOneof("record_type") == "metric"}
+    assert metrics.get("attn/*") == health_wandb.STEP_METRIC and metrics.get("health/*") == health_wandb.STEP_METRIC
+    rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]
+    series = [row for row in rows if any(k.startswith(("attn/", "health/")) for k in row)]
+    assert series and all(health_wandb.STEP_METRIC in row for row in series)
+    first = series[0]
+    assert first[health_wandb.STEP_METRIC] == 0 and first["_step"] > 0  # measured at step 0, logged later
+    assert kinds["alert"] == 1  # rate-limited: the run's first warning only
+    alert, = [r.alert for r in records if r.WhichOneof("record_type") == "alert"]
+    assert alert.text == ws[0].message()
+    table, = [row for row in rows if f"{health_wandb.TABLE_KEY}/_type" in row]
+    assert table[f"{health_wandb.TABLE_KEY}/_type"] == "table-file"
+    assert table[f"{health_wandb.TABLE_KEY}/nrows"] == len(ws)

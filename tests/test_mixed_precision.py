@@ -139,8 +139,9 @@ def test_health_monitor_sees_the_same_in_bfloat16(runs, tmp_path):
     for max_logit in (cfg.max_logit, float(values[widest] + values[widest + 1]) / 2):
         kinds = []
         for summary in (s32, s16):
-            monitor = health_lib.HealthMonitor(cfg.copy_and_resolve_references())
-            monitor.cfg.max_logit = max_logit
+            thresholds = cfg.copy_and_resolve_references()
+            thresholds.max_logit = max_logit
+            monitor = health_lib.HealthMonitor(thresholds)
             warnings = [monitor.update(step, summary) for step in range(3)]
             kinds.append([(w.kind, w.group, w.layer, w.head) for ws in warnings for w in ws])
         assert kinds[0] == kinds[1]

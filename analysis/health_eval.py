@@ -1,0 +1,130 @@
+"""Judging attention health warnings against what happened in a run: its events, whether the monitor caught them,
+and precision, recall, lead time and false alarms over runs with Wilson intervals.
+
+Definitions (the event rules were fixed on 2026-12-04, before the monitor of 2026-12-05 was written):
+- *Event* of a run (its first): a non-finite loss; a *loss spike*, a logged training loss more than SPIKE_NATS
+  (0.5) above the lowest logged loss before it; or a *failure to learn*, dated at the last step: for translation
+  (a record with test BLEU) a validation NLL above FAIL_NLL (4.5 nats), for other tasks a validation accuracy
+  below LEARNED (0.9). Fault-library runs are short (100-400 steps) and are not judged by learning: a planted
+  fault is the run's label and its event step is its loss event, if any, else its last step.
+- *Faulty*: a run with an event or a planted fault; otherwise *healthy*. *Alarm*: any warning; a faulty run is
+  *caught* when its first alarm is at or before its event step. Precision: faulty runs among the alarmed runs.
+  Recall: caught runs / faulty runs. Lead time: event step minus first alarm step. False alarms: warnings per
+  healthy run. Intervals: Wilson 95% for proportions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional, Sequence
+
+from analysis.curves import divergence_step
+
+SPIKE_NATS = 0.5
+FAIL_NLL = 4.5
+LEARNED = 0.9
+FAULTS_CONFIG = "configs/faults.py"
+
+
+@dataclasses.dataclass
+class Run:
+    """One traced run: its family (the split unit), point name, record, the monitor's inputs and its event."""
+    family: str
+    point: str
+    record: dict
+    observations: list  # [(step, group -> field -> [L, H])]
+    skip_groups: tuple
+    event: Optional[str]
+    event_step: Optional[int]
+    losses: list = dataclasses.field(default_factory=list)  # [(step, loss)]
+    fault: str = ""  # the planted fault of a fault-library run ("healthy": none)
+
+    @property
+    def faulty(self) -> bool:
+        return self.event is not None or self.fault not in ("", "healthy")
+
+
+def planted_fault(record: dict) -> str:
+    """The ``fault=`` of a fault-library record's config argument ("" for any other record)."""
+    spec = record.get("config") or ""
+    if not spec.split(":")[0].endswith(FAULTS_CONFIG):
+        return ""
+    args = dict(part.partition("=")[::2] for part in spec.partition(":")[2].split(",") if part)
+    return args.get("fault", "healthy")
+
+
+def run_event(record: dict, trace: dict, judge_learning: bool = True) -> tuple[Optional[str], Optional[int]]:
+    """The run's first event and its step (definitions in the module docstring), or (None, None)."""
+    steps = int(record.get("steps") or 0)
+    events = []
+    non_finite = (record.get("stability") or {}).get("non_finite_step")
+    if non_finite is not None:
+        events.append((int(non_finite), "non-finite loss"))
+    spike = divergence_step(trace.get("loss_step", []),
+                            [math.nan if v is None else v for v in trace.get("loss", [])], SPIKE_NATS)
+    if spike is not None:
+        events.append((spike, "loss spike"))
+    if non_finite is None and judge_learning:
+        valid = record.get("validation") or {}
+        if (record.get("test") or {}).get("bleu") is not None:
+            if valid.get("nll") is None or valid["nll"] > FAIL_NLL:
+                events.append((steps, "failed to learn"))
+        elif valid.get("accuracy") is None or valid["accuracy"] < LEARNED:
+            events.append((steps, "failed to learn"))
+    if not events:
+        return None, None
+    step, kind = min(events)
+    return kind, step
+
+
+def traced_run(family: str, point: str, record: dict, trace: dict, observations: list) -> Run:
+    """A ``Run`` from a point record and its attention trace (``observations``: the trace's summaries)."""
+    fault = planted_fault(record)
+    event, step = run_event(record, trace, judge_learning=not fault)
+    if fault not in ("", "healthy") and event is None:
+        step = int(record.get("steps") or 0)
+    losses = [(s, v) for s, v in zip(trace.get("loss_step", []), trace.get("loss", [])) if v is not None]
+    return Run(family, point, record, observations, tuple(trace.get("skip_groups") or ()), event, step, losses,
+               fault)
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[Optional[float], Optional[float]]:
+    """The Wilson 95% interval of k successes in n (None, None when n is 0)."""
+    if n == 0:
+        return None, None
+    p = k / n
+    d = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / d
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def interval(k: int, n: int) -> str:
+    """'k/n = p [lo, hi]' with the Wilson interval; an em dash when n is 0."""
+    lo, hi = wilson(k, n)
+    return "—" if lo is None else f"{k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def first_step(warnings: Sequence[Any]) -> Optional[int]:
+    """The step of the first of ``warnings`` (None when there is none)."""
+    return min((w.step for w in warnings), default=None)
+
+
+def caught(run: Run, warnings: Sequence[Any]) -> bool:
+    """A faulty run whose first warning is at or before its event step."""
+    first = first_step(warnings)
+    return run.faulty and first is not None and first <= run.event_step
+
+
+def detection(runs: Sequence[Run], warnings: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """Counts over ``runs`` (``warnings``: each run's warnings): runs, faulty, healthy, alarmed, true_alarmed,
+    caught, leads (steps), healthy_alarmed, healthy_warnings."""
+    firsts = [first_step(ws) for ws in warnings]
+    healthy = [i for i, r in enumerate(runs) if not r.faulty]
+    got = [i for i, (r, ws) in enumerate(zip(runs, warnings)) if caught(r, ws)]
+    return {"runs": len(runs), "faulty": len(runs) - len(healthy), "healthy": len(healthy),
+            "alarmed": sum(f is not None for f in firsts),
+            "true_alarmed": sum(r.faulty and f is not None for r, f in zip(runs, firsts)), "caught": len(got),
+            "leads": [runs[i].event_step - firsts[i] for i in got],
+            "healthy_alarmed": sum(firsts[i] is not None for i in healthy),
+            "healthy_warnings": sum(len(warnings[i]) for i in healthy)}
