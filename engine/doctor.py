@@ -1,7 +1,7 @@
 """The attention doctor: the practitioner's checklist for attention that misbehaves, run on a model and real batches.
 
 ``diagnose(model, batches)`` runs every check on a model of any task (``engine.tasks``: translation, lm,
-classification; the task describes its batches) and returns ``Finding`` values (ok / warn / fail, with what to try);
+classification; and ``MaskedLMTask``, encoder-only masked LMs such as BERT; the task describes its batches) and returns ``Finding`` values (ok / warn / fail, with what to try);
 ``write_report`` writes ``report.md`` and ``report.json``; ``run_diagnosis`` does both. Thresholds, findings and
 the report live in ``engine.doctor_report`` (re-exported here). The checks:
 
@@ -44,19 +44,46 @@ import models
 from engine import logs
 from engine.doctor_report import (Finding, default_thresholds, make_finding, rule_above, status_above, summary_line,
                                   write_report)
-from engine.tasks import TASKS, Task, task_of
+from engine.tasks import TASKS, Side, Task, task_of
 
 GROUPS = ("encoder_self", "decoder_self", "cross", "pool")  # the report's order
+
+
+class MaskedLMTask(Task):
+    """The batch description of an encoder-only masked-LM model (``models.EncoderOnly`` with its LM head,
+    BERT-style), as the doctor reads it: inputs [B, S] with optional inputs_segmentation / inputs_position;
+    logits [B, S, V], one row per input position; encoder self-attention only, no causal side. No training
+    task trains it (``engine.tasks``); the doctor and pretrained BERT checkpoints use it."""
+
+    name = "mlm"
+    groups = ("encoder_self",)
+    model_class = models.EncoderOnly
+    sides = (Side("source", "inputs", "inputs_segmentation", "inputs_position"),)
+    group_sides = {"encoder_self": ("source", "source")}
+    logits_side = "source"
+
+    def forward(self, model, batch, *, deterministic, return_stats=False, interventions=None):
+        return model(batch["inputs"], inputs_segmentation=batch.get("inputs_segmentation"),
+                     inputs_position=batch.get("inputs_position"), deterministic=deterministic,
+                     return_stats=return_stats, interventions=interventions)
+
+
+DOCTOR_TASKS: dict[str, type[Task]] = {**TASKS, MaskedLMTask.name: MaskedLMTask}
 
 # ------------------------------------------------------------------------------------------------ batches
 def resolve_task(model: nnx.Module, task: Union[Task, str, None] = None) -> Task:
     """The ``Task`` whose batches ``model`` reads: ``task`` (a task or a task name, checked against the model's
     class) or, when None, the task that trains the model's class."""
     if isinstance(task, str):  # by name: two tasks may train the same model class
-        if task not in TASKS:
-            raise ValueError(f"diagnose: task={task!r}; expected one of {tuple(TASKS)}")
-        task = TASKS[task](None)
+        if task not in DOCTOR_TASKS:
+            raise ValueError(f"diagnose: task={task!r}; expected one of {tuple(DOCTOR_TASKS)}")
+        task = DOCTOR_TASKS[task](None)
+    if task is None and isinstance(model, models.EncoderOnly):
+        task = MaskedLMTask(None)
     inferred = task_of(model) if task is None else task
+    if isinstance(model, models.EncoderOnly) and model.lm_dense is None:
+        raise ValueError("diagnose: this EncoderOnly model has no masked-LM head (lm_head=False); the doctor "
+                         "compares per-position logits, so it needs one")
     if not isinstance(model, inferred.model_class):
         raise ValueError(f"diagnose: task {inferred.name!r} trains a {inferred.model_class.__name__}; got a "
                          f"{type(model).__name__}")
@@ -341,9 +368,10 @@ def diagnose(
     """Run the attention checklist on ``model`` with (up to ``thresholds.max_batches`` of) ``batches``.
 
     model: a model of any task of ``engine.tasks``; task: its ``Task`` (default: the task that trains the model's
-    class), whose batch description the checks follow. batches: training-pipeline batches (translation:
-    inputs/targets [B, S]/[B, T] with optional *_segmentation, *_position; lm: inputs [B, T] with optional
-    segmentation, position; classification: inputs [B, S] with optional inputs_segmentation).
+    class; ``MaskedLMTask`` for an encoder-only ``models.EncoderOnly``), whose batch description the checks follow.
+    batches: training-pipeline batches (translation: inputs/targets [B, S]/[B, T] with optional *_segmentation,
+    *_position; lm: inputs [B, T] with optional segmentation, position; classification and mlm: inputs [B, S]
+    with optional inputs_segmentation, inputs_position).
     special_ids: token ids counted as special besides the model's BOS/EOS. piece_labels: the vocabulary's pieces
     by id (punctuation-only pieces count as special). thresholds: ``default_thresholds()`` or ``config.doctor``.
     Returns the findings, model-wide checks first, then per group, layer and head.
