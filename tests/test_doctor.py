@@ -68,11 +68,11 @@ def train_tiny(kind: str = "translation", steps: int = 60, **overrides) -> nnx.M
         model = models.EncoderClassifier(cfg, 2, rngs=nnx.Rngs(0))
     else:
         model = (models.EncoderDecoder if kind == "translation" else models.DecoderOnly)(cfg, rngs=nnx.Rngs(0))
-    graphdef, params = nnx.split(model)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # rest: e.g. a sampling kind's RNG state
     tx = optax.adam(3e-3)
 
     def loss_fn(params, inputs, targets):
-        m = nnx.merge(graphdef, params)
+        m = nnx.merge(graphdef, params, rest)
         if kind == "translation":
             logits, labels = m(inputs, targets), targets
         elif kind == "classification":  # the class: is the first token in the upper half of the vocabulary
@@ -94,7 +94,7 @@ def train_tiny(kind: str = "translation", steps: int = 60, **overrides) -> nnx.M
     for _ in range(steps):
         b = lm_batch(rng) if kind == "lm" else reverse_batch(rng)
         params, opt_state = step(params, opt_state, b["inputs"], b.get("targets", b["inputs"]))
-    return nnx.merge(graphdef, params)
+    return nnx.merge(graphdef, params, rest)
 
 
 def eval_batches(kind: str = "translation") -> list[dict[str, np.ndarray]]:

@@ -1,13 +1,11 @@
 """The attention doctor on an encoder-only checkpoint: a random-weight BERT (masked-LM head) written with
-``transformers`` and loaded by ``pretrained.load``, end to end through ``eval.py --pretrained --diagnose``, and
+``transformers`` and loaded by ``pretrained.load``, end to end as ``eval.py --pretrained --diagnose`` runs it, and
 the doctor catching a padding mask planted away on it. Skipped without torch/transformers (the checkpoint is
 written with them)."""
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import pytest
@@ -21,7 +19,6 @@ import pretrained  # noqa: E402
 from engine import doctor  # noqa: E402
 from pretrained import analysis, random_checkpoints  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MASK_CHECKS = {"padding_weight", "padding_invariance", "two_token_padding", "head_permutation"}
 
 
@@ -31,13 +28,10 @@ def bert(tmp_path_factory):
 
 
 def test_bert_doctor_end_to_end(bert, tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "eval.py", f"--pretrained={bert}", "--diagnose",
-                          f"--pretrained_out={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    """What ``eval.py --pretrained=<bert> --diagnose`` runs (the CLI itself: tests/test_pretrained_analysis.py)."""
+    r = analysis.run(bert, str(tmp_path), diagnose=True)
     report = json.load(open(os.path.join(tmp_path, "diagnose", "report.json"), encoding="utf-8"))
-    assert report["summary"] in out.stdout and report["meta"]["family"] == "bert"
+    assert r["family"] == "bert" and report["summary"] == r["summary"] and report["meta"]["family"] == "bert"
     findings = report["findings"]
     assert {f["group"] for f in findings} == {None, "encoder_self"}
     assert not {f["check"] for f in findings} & {"causal_weight", "causal_leakage", "two_token_causal"}
