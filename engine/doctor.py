@@ -21,6 +21,8 @@ the report live in ``engine.doctor_report`` (re-exported here). The checks:
 - ``sink``: per head, the mean attention mass on the first key of each query's own sequence (key 0).
 - ``head_permutation``: permuting the heads of every attention layer's projections (Q, K, V rows and the output
   projection's input) must leave the logits unchanged and permute each layer's per-head statistics the same way.
+- ``scale``: each attention module's logit scale against the standard 1/sqrt(d_k) (scale x sqrt(d_k); warn
+  only, naming the direction: a missing or too-large scale, or a too-small one).
 - ``two_token_padding`` / ``two_token_causal``: through each attention module (its own backend, scale and
   projections), two keys of which one is masked, by padding or by the causal mask, the masked one made the
   better match: the output must be the other key's value.
@@ -523,6 +525,14 @@ def diagnose(
             findings.append(make_finding(check, group, layer, None, err, rule_above(th.exact_warn, th.exact_fail),
                                      status_above(err, th.exact_warn, th.exact_fail), "two_token",
                                      "causal mask" if causal else "padding mask"))
+
+    for (group, layer), m in sorted(modules.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        ratio = m.scale * math.sqrt(m.qk_dim)
+        low, high = th.scale_ratio_warn_low, th.scale_ratio_warn_high
+        findings.append(make_finding("scale", group, layer, None, ratio, f"warn < {low:g} or > {high:g}",
+                                     "ok" if low <= ratio <= high else "warn",
+                                     "score_high" if ratio > high else "score_low",
+                                     f"logit scale {m.scale:.3g} x sqrt(d_k = {m.qk_dim})"))
 
     for (group, layer) in sorted(modules, key=lambda k: (order[k[0]], k[1])):
         v = acc.maxima[("padding_weight", group, layer)]

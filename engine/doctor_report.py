@@ -81,6 +81,12 @@ def default_thresholds() -> ml_collections.ConfigDict:
     c.score_std_fail_high = 8.0
     c.score_std_warn_low = 0.3
     c.score_std_fail_low = 0.1
+    # The logit scale of each attention module against the standard 1/sqrt(d_k): scale * sqrt(d_k). The planted
+    # faults put it at sqrt(d_k) (scale missing: 4-8 at d_k 16-64), 10 (temperature x10) or 1/sqrt(d_k) (1/d_k:
+    # 1/4-1/8); warn outside a factor 2 either way, naming the direction. A warning only: a deliberate other
+    # scale (QK-LayerNorm models, muP's 1/d_k) is legitimate, and the score checks judge what it does.
+    c.scale_ratio_warn_low = 0.5
+    c.scale_ratio_warn_high = 2.0
     # Entropy / log(visible keys) per head. Scores of std s over n keys give about 1 - s^2 / (2 log n): 0.95 is
     # s ~ 0.7 at n = 30 (attention barely above uniform), 0.99 is s ~ 0.3: a head that dozes. A head warns or
     # fails only when its layer's median is above 0.95 too (doctor.layer_status): a blurring fault moves the whole

@@ -59,3 +59,11 @@ def test_committed_calibration_records_hold_to_the_rules():
     assert {r["fault"] for r in claimed} == set(spec.CLAIMS)
     assert all(spec.verdict(r) == "caught" for r in claimed), [  # each with the cause CLAIMS names
         (r["name"], r["summary"], spec.causes(r)) for r in claimed if spec.verdict(r) != "caught"]
+
+
+def test_per_head_symptoms_flag_a_layer_not_one_head():
+    th = doctor.default_thresholds()
+    status = lambda e, median: doctor.layer_status(e, median, th.entropy_warn, th.entropy_fail)[0]  # noqa: E731
+    assert status(0.995, 0.6) == "ok"  # one dozing head among sharp ones: a head the model does not use
+    assert status(0.995, 0.97) == "fail" and status(0.96, 0.97) == "warn"  # the whole layer blurred
+    assert status(float("nan"), 0.5) == "fail"

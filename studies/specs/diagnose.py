@@ -29,7 +29,7 @@ from studies.study import GENERATED
 TITLE = "The attention doctor on healthy and planted-fault checkpoints"
 OUT = os.path.join(REPO, "docs", "results", "diagnose")
 CHECKS = ("padding_weight", "padding_invariance", "two_token_padding", "causal_weight", "causal_leakage",
-          "two_token_causal", "head_permutation", "score_std", "entropy", "special_mass", "sink")
+          "two_token_causal", "head_permutation", "scale", "score_std", "entropy", "special_mass", "sink")
 # planted fault -> the causes (``engine.doctor_report.ADVICE`` keys) a flag must name to catch it
 CLAIMS = {"no_padding_mask": {"padding"}, "causal_leak": {"causal"}, "scale_missing": {"score_high"},
           "temperature_x10": {"score_high"}, "scale_dk": {"score_low", "entropy"}}
@@ -47,6 +47,9 @@ BOUNDS = (
      "max", ("causal_leak",)),
     (("exact_warn", "exact_fail"), "heads permuted: relative change", "head_permutation", "max", ()),
     (("exact_warn", "exact_fail"), "two tokens, one masked: relative error", "two_token_padding", "max", ()),
+    (("scale_ratio_warn_high",), "logit scale x sqrt(d_k), largest module", "scale", "max",
+     ("scale_missing", "temperature_x10")),
+    (("scale_ratio_warn_low",), "logit scale x sqrt(d_k), smallest module", "scale", "min", ("scale_dk",)),
     (("score_std_warn_high",), "score std, median of a layer's heads", "score_std", "layer_median",
      ("scale_missing", "temperature_x10")),
     (("score_std_fail_high",), "score std, largest head", "score_std", "max", ("scale_missing", "temperature_x10")),
