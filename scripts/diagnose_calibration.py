@@ -14,9 +14,9 @@ import argparse
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = os.path.join(ROOT, "docs", "results", "diagnose", "records")
@@ -51,23 +51,34 @@ def _run(cmd: list[str], log: str) -> None:
         subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, check=True)
 
 
+def _training(log: str) -> dict:
+    """The training's wall minutes and last validation accuracy / NLL, from its log."""
+    out = {}
+    with open(log, encoding="utf-8") as f:
+        text = f.read()
+    for key, pattern in (("train_minutes", r"wall_minutes=([0-9.]+)"),
+                         ("validation_accuracy", r"validation/accuracy=([0-9.]+)"),
+                         ("validation_nll", r"validation/nll=([0-9.]+)")):
+        found = re.findall(pattern, text)
+        out[key] = round(float(found[-1]), 4) if found else None
+    return out
+
+
 def diagnose(name: str, runs: str) -> dict:
     """Train ``name`` (unless its workdir has a checkpoint), run the doctor, return its record."""
     fault, config, extra = CHECKPOINTS[name]
     workdir = os.path.join(runs, name)
     log = os.path.join(runs, f"{name}.log")
-    start = time.perf_counter()
     if not glob.glob(os.path.join(workdir, "checkpoints", "*")):
         _run([sys.executable, "train.py", f"--config={config}", f"--workdir={workdir}",
               "--config.eval.split_examples=16", *extra], log)
-    train_s = time.perf_counter() - start
     _run([sys.executable, "eval.py", f"--config={config}", f"--workdir={workdir}", "--diagnose", *extra], log)
     report = sorted(glob.glob(os.path.join(workdir, "eval", "diagnose_step*", "report.json")))[-1]
     with open(report, encoding="utf-8") as f:
         r = json.load(f)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return {"name": name, "fault": fault, "config": config, "overrides": list(extra), "step": r["meta"]["step"],
-            "summary": r["summary"], "commit": commit.stdout.strip(), "train_seconds": round(train_s, 1),
+            "summary": r["summary"], "commit": commit.stdout.strip(), **_training(log),
             "findings": [[x["check"], x["group"], x["layer"], x["head"], x["value"], x["status"], x["cause"]]
                          for x in r["findings"]]}
 

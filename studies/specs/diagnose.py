@@ -54,10 +54,20 @@ BOUNDS = (
      ("scale_missing", "temperature_x10")),
     (("score_std_fail_high",), "score std, largest head", "score_std", "max", ("scale_missing", "temperature_x10")),
     (("score_std_warn_low", "score_std_fail_low"), "score std, smallest head", "score_std", "min", ("scale_dk",)),
-    (("entropy_warn", "entropy_fail"), "entropy / log(visible keys), largest head", "entropy", "max", ("scale_dk",)),
-    (("special_mass_warn",), "mass on special keys, largest head", "special_mass", "max", ()),
-    (("sink_warn",), "mass on key 0, largest head", "sink", "max", ()),
+    (("entropy_warn", "entropy_fail"), "entropy / log(visible keys), median of a layer's heads", "entropy",
+     "layer_median", ("scale_dk",)),
+    (("special_mass_warn",), "mass on special keys, median of a layer's heads", "special_mass", "layer_median", ()),
+    (("sink_warn",), "mass on key 0, median of a layer's heads", "sink", "layer_median", ()),
 )
+
+
+def separates(healthy: Optional[float], fault: Optional[float], threshold: float, how: str) -> str:
+    """Whether ``threshold`` lies between the healthy extreme and the least flagrant fault ("—" without both)."""
+    if healthy is None or fault is None:
+        return "—"
+    if how == "min":
+        return "yes" if fault < threshold <= healthy else "no"
+    return "yes" if healthy <= threshold < fault else "no"
 
 
 def records(out: str = OUT) -> list[dict]:
@@ -117,32 +127,35 @@ def verdict(rec: dict) -> str:
     return "caught" if CLAIMS[rec["fault"]] & set(causes(rec)) else "MISSED"
 
 
-def _extreme(recs: Sequence[dict], check: str, how: str) -> str:
+def extreme(recs: Sequence[dict], check: str, how: str, flagrant: bool) -> tuple[Optional[float], str]:
+    """(value, checkpoint) of ``recs``' most flagrant (``flagrant``) or least flagrant ``how`` statistic of
+    ``check``; (None, "") when none has it."""
     vals = [(statistic(r, check, how), r["name"]) for r in recs]
     vals = [(v, n) for v, n in vals if v is not None]
     if not vals:
-        return "—"
-    v, n = (min if how == "min" else max)(vals)
-    return f"{v:.3g} ({n})"
+        return None, ""
+    return (min if (how == "min") == flagrant else max)(vals)
 
 
-def _fault_side(recs: Sequence[dict], check: str, how: str, faults: Sequence[str]) -> str:
-    """The least flagrant value of ``check`` over the checkpoints planting one of ``faults``."""
-    vals = [(statistic(r, check, how), r["name"]) for r in recs if r["fault"] in faults]
-    vals = [(v, n) for v, n in vals if v is not None]
-    if not vals:
-        return "—"
-    v, n = (max if how == "min" else min)(vals)
-    return f"{v:.3g} ({n})"
+def _cell(value: Optional[float], name: str) -> str:
+    return "—" if value is None else f"{value:.3g} ({name})"
+
+
+def _bound_row(recs: Sequence[dict], healthy: Sequence[dict], th, names, what, check, how, faults) -> list:
+    h = extreme(healthy, check, how, flagrant=True)
+    f = extreme([r for r in recs if r["fault"] in faults], check, how, flagrant=False)
+    return [" / ".join(f"`{n}`" for n in names), " / ".join(f"{th[n]:g}" for n in names), what, _cell(*h),
+            _cell(*f), separates(h[0], f[0], th[names[0]], how)]
 
 
 def report(out: str = OUT) -> tuple[list[str], list[list]]:
     """(README lines, CSV rows) from the records in ``out``."""
     recs, th = records(out), default_thresholds()
     healthy = [r for r in recs if not r["fault"] and r["name"] not in NOT_LEARNED]
-    rows = [[r["name"], r["fault"] or "—", r["step"], r["summary"]] + [status(r, c) for c in CHECKS]
-            + [", ".join(causes(r)) or "—", verdict(r)] for r in recs]
-    headers = ["checkpoint", "planted fault", "step", "doctor"] + list(CHECKS) + ["causes named", "verdict"]
+    rows = [[r["name"], r["fault"] or "—", r["step"], r.get("validation_accuracy"), r["summary"]]
+            + [status(r, c) for c in CHECKS] + [", ".join(causes(r)) or "—", verdict(r)] for r in recs]
+    headers = (["checkpoint", "planted fault", "step", "val. accuracy", "doctor"] + list(CHECKS)
+               + ["causes named", "verdict"])
     quiet = sum(verdict(r) == "quiet" for r in healthy)
     claimed = [r for r in recs if r["fault"] in CLAIMS]
     caught = sum(verdict(r) == "caught" for r in claimed)
@@ -153,7 +166,8 @@ def report(out: str = OUT) -> tuple[list[str], list[list]]:
              f"**{quiet} of {len(healthy)} healthy checkpoints quiet (0 fail, 0 warn); {caught} of {len(claimed)} "
              f"planted faults the doctor claims caught with their cause.**", "",
              "## Checkpoints", "",
-             "A column is a check's worst status over its groups, layers and heads (— : it does not apply). "
+             "*val. accuracy*: validation accuracy at the end of training (the training log). A check's column is its "
+             "worst status over its groups, layers and heads (— : it does not apply). "
              "*causes named*: the `engine.doctor_report.ADVICE` keys of the warnings and failures.", "",
              markdown_table(headers, rows), "",
              *[f"{n}: {why} (so classified after the doctor flagged it); it is not counted among the healthy checkpoints; its mask, permutation and "
@@ -165,10 +179,11 @@ def report(out: str = OUT) -> tuple[list[str], list[list]]:
              "The thresholds are the fields of `engine.doctor_report.default_thresholds()` (`config.doctor`). For "
              "each, the most extreme healthy checkpoint (it must stay on the ok side) and the least flagrant "
              "checkpoint of the planted faults the threshold must flag (it must be on the other side).", "",
-             markdown_table(["threshold", "value", "bounds", "healthy: most extreme", "planted fault: least flagrant"],
-                            [[" / ".join(f"`{n}`" for n in names), " / ".join(f"{th[n]:g}" for n in names), what,
-                              _extreme(healthy, check, how), _fault_side(recs, check, how, faults) if faults else "—"]
-                             for names, what, check, how, faults in BOUNDS]), "",
+             markdown_table(["threshold", "value", "bounds", "healthy: most extreme",
+                             "planted fault: least flagrant", "the (first) threshold separates them"],
+                            [_bound_row(recs, healthy, th, *b) for b in BOUNDS]), "",
+             "A *no* means that check alone cannot tell that fault from the healthy checkpoints at its threshold; "
+             "the checkpoint's row above shows which other check caught it.", "",
              "Records: " + ", ".join(sorted({f"{r['name']} at {r['commit']}" for r in recs})) + ".", ""]
     main = os.path.join(out, "main_job", "report.json")
     if os.path.exists(main):
