@@ -467,11 +467,16 @@ def diagnose(
                 perm = perms[(group, layer)]
                 rows = np.asarray(s.valid)
                 err = 0.0
-                for field in ("entropy", "max_logit"):
+                # relative to the largest value; entropy (lse - E[score], so rounded on the logits' scale: with
+                # logits in the thousands its float32 error is ~1e-2 nats) relative to at least 1 nat and the
+                # largest logit
+                seen = rows[:, perm]
+                logit_scale = np.abs(np.asarray(s.max_logit)[:, perm][seen]).max(initial=0.0)
+                for field, floor in (("entropy", max(1.0, logit_scale)), ("max_logit", 1e-30)):
                     a = np.asarray(getattr(s, field))[:, perm]
                     b = np.asarray(getattr(ps, field))
-                    scale = max(np.abs(a[rows[:, perm]]).max(initial=0.0), 1e-30)
-                    err = max(err, float(np.abs(a - b)[rows[:, perm]].max(initial=0.0)) / scale)
+                    scale = max(np.abs(a[seen]).max(initial=0.0), floor)
+                    err = max(err, float(np.abs(a - b)[seen].max(initial=0.0)) / scale)
                 acc.add_max(("head_permutation", group, layer), err)
         ref_stats = stats if ref is exact else _forward(ref, batch, task)[1]
         for group, layers in ref_stats.items():
