@@ -76,16 +76,15 @@ class MaskedLMTask(Task):
                      return_stats=return_stats, interventions=interventions)
 
 
-DOCTOR_TASKS: dict[str, type[Task]] = {**TASKS, MaskedLMTask.name: MaskedLMTask}
-
 # ------------------------------------------------------------------------------------------------ batches
 def resolve_task(model: nnx.Module, task: Union[Task, str, None] = None) -> Task:
     """The ``Task`` whose batches ``model`` reads: ``task`` (a task or a task name, checked against the model's
     class) or, when None, the task that trains the model's class."""
     if isinstance(task, str):  # by name: two tasks may train the same model class
-        if task not in DOCTOR_TASKS:
-            raise ValueError(f"diagnose: task={task!r}; expected one of {tuple(DOCTOR_TASKS)}")
-        task = DOCTOR_TASKS[task](None)
+        known = {**TASKS, MaskedLMTask.name: MaskedLMTask}  # read now: tasks may be registered after import
+        if task not in known:
+            raise ValueError(f"diagnose: task={task!r}; expected one of {tuple(known)}")
+        task = known[task](None)
     if task is None and isinstance(model, models.EncoderOnly):
         task = MaskedLMTask(None)
     inferred = task_of(model) if task is None else task
