@@ -1,7 +1,7 @@
 """The attention doctor: the practitioner's checklist for attention that misbehaves, run on a model and real batches.
 
 ``diagnose(model, batches)`` runs every check on a model of any task (``engine.tasks``: translation, lm,
-classification; the task describes its batches) and returns ``Finding`` values (ok / warn / fail, with what to try);
+classification; and ``MaskedLMTask``, encoder-only masked LMs such as BERT; the task describes its batches) and returns ``Finding`` values (ok / warn / fail, with what to try);
 ``write_report`` writes ``report.md`` and ``report.json``; ``run_diagnosis`` does both. Thresholds, findings and
 the report live in ``engine.doctor_report`` (re-exported here). The checks:
 
@@ -14,14 +14,22 @@ the report live in ``engine.doctor_report`` (re-exported here). The checks:
 - ``score_std``: per head, the mean over query rows of the standard deviation of the scaled pre-softmax scores
   over visible keys (the row mean is reported beside it).
 - ``entropy``: per head, the mean over query rows of entropy / log(number of visible keys); 1 is uniform.
+  This and the two next per-head symptoms flag a head only when its layer's median is past the bound too
+  (``layer_status``): a fault moves a whole layer, one specialised head does not.
 - ``special_mass``: per head, the mean attention mass on special keys (BOS, EOS, ``special_ids``,
   punctuation-only pieces; PAD is ``padding_weight``'s), over rows that see enough non-special keys.
 - ``sink``: per head, the mean attention mass on the first key of each query's own sequence (key 0).
 - ``head_permutation``: permuting the heads of every attention layer's projections (Q, K, V rows and the output
   projection's input) must leave the logits unchanged and permute each layer's per-head statistics the same way.
+- ``scale``: each attention module's logit scale against the standard 1/sqrt(d_k) (scale x sqrt(d_k); warn
+  only, naming the direction: a missing or too-large scale, or a too-small one).
 - ``two_token_padding`` / ``two_token_causal``: through each attention module (its own backend, scale and
   projections), two keys of which one is masked, by padding or by the causal mask, the masked one made the
   better match: the output must be the other key's value.
+
+A model whose attention kind samples (``hard``) is checked through its softmax twin (``deterministic_model``)
+everywhere but the two-token test. ``docs/results/diagnose/`` runs the doctor on healthy and planted-fault
+checkpoints (``scripts/diagnose_calibration.py``) and shows the data behind each threshold.
 
 Thresholds are the fields of ``default_thresholds()`` (mounted as ``config.doctor``), each justified there.
 """
@@ -44,19 +52,45 @@ import models
 from engine import logs
 from engine.doctor_report import (Finding, default_thresholds, make_finding, rule_above, status_above, summary_line,
                                   write_report)
-from engine.tasks import TASKS, Task, task_of
+from engine.tasks import TASKS, Side, Task, task_of
 
 GROUPS = ("encoder_self", "decoder_self", "cross", "pool")  # the report's order
+
+
+class MaskedLMTask(Task):
+    """The batch description of an encoder-only masked-LM model (``models.EncoderOnly`` with its LM head,
+    BERT-style), as the doctor reads it: inputs [B, S] with optional inputs_segmentation / inputs_position;
+    logits [B, S, V], one row per input position; encoder self-attention only, no causal side. No training
+    task trains it (``engine.tasks``); the doctor and pretrained BERT checkpoints use it."""
+
+    name = "mlm"
+    groups = ("encoder_self",)
+    model_class = models.EncoderOnly
+    sides = (Side("source", "inputs", "inputs_segmentation", "inputs_position"),)
+    group_sides = {"encoder_self": ("source", "source")}
+    logits_side = "source"
+
+    def forward(self, model, batch, *, deterministic, return_stats=False, interventions=None):
+        return model(batch["inputs"], inputs_segmentation=batch.get("inputs_segmentation"),
+                     inputs_position=batch.get("inputs_position"), deterministic=deterministic,
+                     return_stats=return_stats, interventions=interventions)
+
 
 # ------------------------------------------------------------------------------------------------ batches
 def resolve_task(model: nnx.Module, task: Union[Task, str, None] = None) -> Task:
     """The ``Task`` whose batches ``model`` reads: ``task`` (a task or a task name, checked against the model's
     class) or, when None, the task that trains the model's class."""
     if isinstance(task, str):  # by name: two tasks may train the same model class
-        if task not in TASKS:
-            raise ValueError(f"diagnose: task={task!r}; expected one of {tuple(TASKS)}")
-        task = TASKS[task](None)
+        known = {**TASKS, MaskedLMTask.name: MaskedLMTask}  # read now: tasks may be registered after import
+        if task not in known:
+            raise ValueError(f"diagnose: task={task!r}; expected one of {tuple(known)}")
+        task = known[task](None)
+    if task is None and isinstance(model, models.EncoderOnly):
+        task = MaskedLMTask(None)
     inferred = task_of(model) if task is None else task
+    if isinstance(model, models.EncoderOnly) and model.lm_dense is None:
+        raise ValueError("diagnose: this EncoderOnly model has no masked-LM head (lm_head=False); the doctor "
+                         "compares per-position logits, so it needs one")
     if not isinstance(model, inferred.model_class):
         raise ValueError(f"diagnose: task {inferred.name!r} trains a {inferred.model_class.__name__}; got a "
                          f"{type(model).__name__}")
@@ -106,6 +140,27 @@ def reference_model(model: nnx.Module) -> nnx.Module:
         if isinstance(m, models.MultiHeadAttention):
             m.implementation, m.backend_options = "reference", ()
     return ref
+
+
+def deterministic_model(model: nnx.Module) -> tuple[nnx.Module, str]:
+    """(model, "") when its attention is deterministic; for a random kind without parameters of its own (``hard``:
+    one key sampled per query, with the same noise for every call of a shape) the same weights with kind
+    ``softmax`` (the distribution it samples from) and a note saying so. Permuting heads or changing the amount
+    of padding moves the noise to other heads and positions, and sampled one-hot weights say nothing of a head's
+    spread, so every check but the two-token test (which runs each module's own kind) reads this twin."""
+    modules = [m for _, m in nnx.iter_modules(model) if isinstance(m, models.MultiHeadAttention)]
+    random = sorted({m.kind for m in modules if attn.get_kind(m.kind).random})
+    if not random:
+        return model, ""
+    with_params = [k for k in random if attn.get_kind(k).init is not None]
+    if with_params:
+        raise ValueError(f"diagnose: attention kind {with_params[0]!r} samples and has parameters of its own; the "
+                         f"doctor's invariance checks need a deterministic twin of it")
+    twin = nnx.merge(*nnx.split(model))
+    for _, m in nnx.iter_modules(twin):
+        if isinstance(m, models.MultiHeadAttention):
+            m.kind, m.implementation, m.backend_options = "softmax", "reference", ()
+    return twin, f"; kind {'/'.join(random)} samples: compared on its softmax twin"
 
 
 def attention_maps(model: nnx.Module, batch: Mapping[str, Any], task: Union[Task, str, None] = None
@@ -329,6 +384,19 @@ def score_std_status(s: float, layer_median: float, th) -> tuple[str, str, str]:
     return status, "score_low", rule
 
 
+def layer_status(value: float, layer_median: float, warn: float, fail: float) -> tuple[str, str]:
+    """(status, rule) of one head's ``value`` of a per-head symptom (entropy, special_mass, sink) given the median
+    over its layer's heads: above ``warn`` (``fail``) it warns (fails) only when the layer's median is above
+    ``warn`` too. A fault (a too-small scale or too-high temperature, a broken mask) moves every head of a layer,
+    while one head that dozes or parks its mass on BOS/EOS among heads that do not is a head the model does not
+    use, which trained Transformers have many of (Michel et al. 2019, Xiao et al. 2023)."""
+    rule = f"warn > {warn:g}, fail > {fail:g} when the layer's median is > {warn:g}"
+    status = status_above(value, warn, fail)
+    if status != "ok" and math.isfinite(value) and layer_median <= warn:
+        status = "ok"
+    return status, rule
+
+
 def diagnose(
     model: nnx.Module,
     batches: Iterable[Mapping[str, Any]],
@@ -341,9 +409,10 @@ def diagnose(
     """Run the attention checklist on ``model`` with (up to ``thresholds.max_batches`` of) ``batches``.
 
     model: a model of any task of ``engine.tasks``; task: its ``Task`` (default: the task that trains the model's
-    class), whose batch description the checks follow. batches: training-pipeline batches (translation:
-    inputs/targets [B, S]/[B, T] with optional *_segmentation, *_position; lm: inputs [B, T] with optional
-    segmentation, position; classification: inputs [B, S] with optional inputs_segmentation).
+    class; ``MaskedLMTask`` for an encoder-only ``models.EncoderOnly``), whose batch description the checks follow.
+    batches: training-pipeline batches (translation: inputs/targets [B, S]/[B, T] with optional *_segmentation,
+    *_position; lm: inputs [B, T] with optional segmentation, position; classification and mlm: inputs [B, S]
+    with optional inputs_segmentation, inputs_position).
     special_ids: token ids counted as special besides the model's BOS/EOS. piece_labels: the vocabulary's pieces
     by id (punctuation-only pieces count as special). thresholds: ``default_thresholds()`` or ``config.doctor``.
     Returns the findings, model-wide checks first, then per group, layer and head.
@@ -371,8 +440,9 @@ def diagnose(
         special |= set(punctuation_ids(piece_labels))
     special.discard(cfg.pad_id)
     rng = np.random.default_rng(int(th.seed))
-    ref = reference_model(model)
-    permuted, perms = _permuted_model(model, task)
+    exact, note = deterministic_model(model)
+    ref = reference_model(exact)
+    permuted, perms = _permuted_model(exact, task)
     acc = _Accumulator()
     model_checks: dict[str, tuple[float, str]] = {}
 
@@ -381,28 +451,33 @@ def diagnose(
             model_checks[name] = (value, detail)
 
     for batch in logs.progress(taken, "attention doctor", unit="batches"):
-        logits, stats = _forward(model, batch, task)
-        for variant, change in _padding_checks(model, batch, logits, task, cfg, th, rng, special):
-            worst(f"padding_invariance/{variant}", change, f"padding {variant} changed")
-        leakage = _leakage_check(model, batch, logits, task, cfg, rng, special)
+        logits, stats = _forward(exact, batch, task)
+        for variant, change in _padding_checks(exact, batch, logits, task, cfg, th, rng, special):
+            worst(f"padding_invariance/{variant}", change, f"padding {variant} changed{note}")
+        leakage = _leakage_check(exact, batch, logits, task, cfg, rng, special)
         if leakage is not None:
-            worst("causal_leakage", *leakage)
+            worst("causal_leakage", leakage[0], leakage[1] + note)
         p_logits, p_stats = _forward(permuted, batch, task)
         real = task.real_positions(batch, cfg)
         worst("head_permutation", _relative_change(np.asarray(logits), np.asarray(p_logits), real[task.logits_side]),
-              "logits after permuting the heads of every layer")
+              f"logits after permuting the heads of every layer{note}")
         for group, layers in stats.items():
             for layer, (s, ps) in enumerate(zip(layers, p_stats[group])):
                 perm = perms[(group, layer)]
                 rows = np.asarray(s.valid)
                 err = 0.0
-                for field in ("entropy", "max_logit"):
+                # relative to the largest value; entropy (lse - E[score], so rounded on the logits' scale: with
+                # logits in the thousands its float32 error is ~1e-2 nats) relative to at least 1 nat and the
+                # largest logit
+                seen = rows[:, perm]
+                logit_scale = np.abs(np.asarray(s.max_logit)[:, perm][seen]).max(initial=0.0)
+                for field, floor in (("entropy", max(1.0, logit_scale)), ("max_logit", 1e-30)):
                     a = np.asarray(getattr(s, field))[:, perm]
                     b = np.asarray(getattr(ps, field))
-                    scale = max(np.abs(a[rows[:, perm]]).max(initial=0.0), 1e-30)
-                    err = max(err, float(np.abs(a - b)[rows[:, perm]].max(initial=0.0)) / scale)
+                    scale = max(np.abs(a[seen]).max(initial=0.0), floor)
+                    err = max(err, float(np.abs(a - b)[seen].max(initial=0.0)) / scale)
                 acc.add_max(("head_permutation", group, layer), err)
-        ref_stats = stats if ref is model else _forward(ref, batch, task)[1]
+        ref_stats = stats if ref is exact else _forward(ref, batch, task)[1]
         for group, layers in ref_stats.items():
             if not layers:
                 continue
@@ -455,6 +530,14 @@ def diagnose(
                                      status_above(err, th.exact_warn, th.exact_fail), "two_token",
                                      "causal mask" if causal else "padding mask"))
 
+    for (group, layer), m in sorted(modules.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        ratio = m.scale * math.sqrt(m.qk_dim)
+        low, high = th.scale_ratio_warn_low, th.scale_ratio_warn_high
+        findings.append(make_finding("scale", group, layer, None, ratio, f"warn < {low:g} or > {high:g}",
+                                     "ok" if low <= ratio <= high else "warn",
+                                     "score_high" if ratio > high else "score_low",
+                                     f"logit scale {m.scale:.3g} x sqrt(d_k = {m.qk_dim})"))
+
     for (group, layer) in sorted(modules, key=lambda k: (order[k[0]], k[1])):
         v = acc.maxima[("padding_weight", group, layer)]
         findings.append(make_finding("padding_weight", group, layer, None, v, rule_above(None, th.padding_weight_fail),
@@ -475,6 +558,8 @@ def diagnose(
         fail_special = th.special_mass_fail if th.fail_on_special else math.inf
         fail_sink = th.sink_fail if th.fail_on_special else math.inf
         layer_median = float(np.median(std[n > 0])) if np.any(n > 0) else 0.0
+        medians = {name: float(np.median(x[k > 0])) if np.any(k > 0) else 0.0
+                   for name, x, k in (("entropy", ent, n_ent), ("special", spec, n_spec), ("sink", sink, n_sink))}
         for head in range(len(std)):
             if n[head]:
                 s = float(std[head])
@@ -484,20 +569,20 @@ def diagnose(
                                          f"{layer_median:.3g}"))
             if n_ent[head]:
                 e = float(ent[head])
-                findings.append(make_finding("entropy", group, layer, head, e,
-                                         rule_above(th.entropy_warn, th.entropy_fail),
-                                         status_above(e, th.entropy_warn, th.entropy_fail), "entropy",
-                                         "entropy / log(visible keys)"))
+                status, rule = layer_status(e, medians["entropy"], th.entropy_warn, th.entropy_fail)
+                findings.append(make_finding("entropy", group, layer, head, e, rule, status, "entropy",
+                                             f"entropy / log(visible keys); layer median {medians['entropy']:.3g}"))
             if n_spec[head]:
                 x = float(spec[head])
-                findings.append(make_finding("special_mass", group, layer, head, x,
-                                         rule_above(th.special_mass_warn, fail_special),
-                                         status_above(x, th.special_mass_warn, fail_special), "special",
-                                         "mass on BOS/EOS/special/punctuation keys"))
+                status, rule = layer_status(x, medians["special"], th.special_mass_warn, fail_special)
+                findings.append(make_finding("special_mass", group, layer, head, x, rule, status, "special",
+                                             f"mass on BOS/EOS/special/punctuation keys; layer median "
+                                             f"{medians['special']:.3g}"))
             if n_sink[head]:
                 x = float(sink[head])
-                findings.append(make_finding("sink", group, layer, head, x, rule_above(th.sink_warn, fail_sink),
-                                         status_above(x, th.sink_warn, fail_sink), "sink", "mass on key 0"))
+                status, rule = layer_status(x, medians["sink"], th.sink_warn, fail_sink)
+                findings.append(make_finding("sink", group, layer, head, x, rule, status, "sink",
+                                             f"mass on key 0; layer median {medians['sink']:.3g}"))
     return findings
 
 

@@ -81,12 +81,22 @@ def default_thresholds() -> ml_collections.ConfigDict:
     c.score_std_fail_high = 8.0
     c.score_std_warn_low = 0.3
     c.score_std_fail_low = 0.1
+    # The logit scale of each attention module against the standard 1/sqrt(d_k): scale * sqrt(d_k). The planted
+    # faults put it at sqrt(d_k) (scale missing: 4-8 at d_k 16-64), 10 (temperature x10) or 1/sqrt(d_k) (1/d_k:
+    # 1/4-1/8); warn outside a factor 2 either way, naming the direction. A warning only: a deliberate other
+    # scale (QK-LayerNorm models, muP's 1/d_k) is legitimate, and the score checks judge what it does.
+    c.scale_ratio_warn_low = 0.5
+    c.scale_ratio_warn_high = 2.0
     # Entropy / log(visible keys) per head. Scores of std s over n keys give about 1 - s^2 / (2 log n): 0.95 is
-    # s ~ 0.7 at n = 30 (attention barely above uniform), 0.99 is s ~ 0.3: a head that dozes.
+    # s ~ 0.7 at n = 30 (attention barely above uniform), 0.99 is s ~ 0.3: a head that dozes. A head warns or
+    # fails only when its layer's median is above 0.95 too (doctor.layer_status): a blurring fault moves the whole
+    # layer, one dozing head among working ones is unused capacity. The healthy and planted-fault checkpoints of
+    # docs/results/diagnose/ (its thresholds table) show the margins on both sides.
     c.entropy_warn = 0.95
     c.entropy_fail = 0.99
     # Mean mass on special keys per head: a sink / no-op head puts most of its mass there. More than half is worth
-    # a look (warn); it is a fail only when nearly all of it goes there (0.9), and only if fail_on_special.
+    # a look (warn) when the layer's median is above half too (a few no-op heads are normal; single heads of
+    # healthy checkpoints reach it, docs/results/diagnose/); a fail only at nearly all (0.9) and if fail_on_special.
     c.special_mass_warn = 0.5
     c.special_mass_fail = 0.9
     # Mean mass on key 0 per head, the same bounds (key 0 is often BOS, an attention sink).
@@ -123,6 +133,7 @@ class Finding:
     status: str  # ok / warn / fail
     advice: str  # what to try (empty when ok)
     detail: str = ""
+    cause: str = ""  # the likely cause, a key of ADVICE (empty when ok)
 
     @property
     def where(self) -> str:
@@ -134,10 +145,10 @@ class Finding:
         return " ".join(parts)
 
     def record(self) -> dict[str, Any]:
-        """The report.json record: check, group, layer, head, value, status (and threshold, detail)."""
+        """The report.json record: check, group, layer, head, value, status (and threshold, detail, cause)."""
         return {"check": self.check, "group": self.group, "layer": self.layer, "head": self.head,
                 "value": _json_float(self.value), "status": self.status, "threshold": self.threshold,
-                "detail": self.detail}
+                "detail": self.detail, "cause": self.cause}
 
 
 def _json_float(x: float) -> Optional[float]:
@@ -155,8 +166,10 @@ def rule_above(warn: Optional[float], fail: float) -> str:
 
 
 def make_finding(check, group, layer, head, value, threshold, status, advice_key, detail="") -> Finding:
+    flagged = status != "ok"
     return Finding(check, group, None if layer is None else int(layer), None if head is None else int(head),
-                   float(value), threshold, status, ADVICE[advice_key] if status != "ok" else "", detail)
+                   float(value), threshold, status, ADVICE[advice_key] if flagged else "", detail,
+                   advice_key if flagged else "")
 
 
 def summary_line(findings: Sequence[Finding]) -> str:

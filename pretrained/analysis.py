@@ -45,7 +45,14 @@ class PretrainedTask:
         return [self.p.tokenizer.id_to_piece(i) for i in range(self.cfg.vocab_size)]
 
     def special_ids(self) -> list[int]:
-        return sorted({self.cfg.bos_id, self.cfg.eos_id})
+        """BOS/EOS and the tokenizer's special tokens (``tokenizer.json``'s added tokens marked special: BERT's
+        [CLS], [SEP], [MASK], ...)."""
+        ids = {self.cfg.bos_id, self.cfg.eos_id}
+        path = os.path.join(self.p.directory, "tokenizer.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                ids |= {int(t["id"]) for t in json.load(f).get("added_tokens") or () if t.get("special")}
+        return sorted(ids)
 
     # ---------------------------------------------------------------------------------------------- batches
     def _pad(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
@@ -77,9 +84,6 @@ class PretrainedTask:
         """The attention doctor (``engine.doctor``) on batches of ``split``; writes report.md / report.json."""
         from engine import doctor
 
-        if self.kind == "mlm":
-            raise ValueError("the attention doctor checks encoder-decoder and decoder-only models; BERT "
-                             "(encoder-only) is not supported by it yet (use --examples for explorer pages)")
         return doctor.run_diagnosis(
             self.p.model, self.batches(split), out_dir, task=self.kind, special_ids=self.special_ids(),
             piece_labels=self.piece_labels(), title=f"Attention doctor: {os.path.basename(self.p.directory.rstrip('/'))}",
