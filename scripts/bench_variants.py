@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from typing import Optional, Sequence
@@ -31,11 +30,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _report import environment_line, markdown_table, write_csv  # noqa: E402
-import attention  # noqa: E402
-from models.attention import MultiHeadAttention  # noqa: E402
+import attention
+from models.attention import MultiHeadAttention
+from studies.report import environment_line, markdown_table, write_csv
 
 KINDS = attention.available_kinds()
 

@@ -402,7 +402,6 @@ def main(argv=None) -> None:
     opts = parse_args(argv)
     clock = Clock(opts.budget)
     os.makedirs(opts.out, exist_ok=True)
-    sys.path.insert(0, REPO)
     test_codes = {}
     log(f"python {sys.version.split()[0]}; phases {opts.phases}; budget {opts.budget:.0f} s")
     if shutil.which("nvidia-smi"):
