@@ -7,8 +7,8 @@ Transformers are trained with (Vaswani et al.; Xiong et al. 2020), and post-LN w
 residual scales, set from one forward pass at initialisation; the 100-step warmup), the stabiliser Liu, Liu & Han
 trained their deep single-head models with.
 
-    python scripts/repro_heads_depth.py                                # the sweep, records and report
-    python scripts/sweep.py --config=configs/heads_depth.py            # the same points through the runner
+    python -m studies train heads_vs_depth                             # the sweep, records and report
+    python -m studies sweep --config=configs/heads_depth.py            # the same points through the runner
     python train.py --config=configs/heads_depth.py:arch=h1_L12,qkln   # one point
     python train.py --config=configs/heads_depth.py:arch=h1_L24,post   # one post-LN point
     python train.py --config=configs/heads_depth.py:arch=h1_L24,post,warmup=800   # post-LN, long warmup

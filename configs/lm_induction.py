@@ -2,7 +2,7 @@
 
     python train.py --config=configs/lm_induction.py
     python train.py --config=configs/lm_induction.py:layers=1        # one layer cannot form induction heads
-    python train.py --config=configs/lm_induction.py:layout=repeat   # a block tiled (scripts/repro_induction.py)
+    python train.py --config=configs/lm_induction.py:layout=repeat   # a block tiled (studies/specs/induction.py)
 
 Evaluation: accuracy on the repeated segment's positions (``validation/accuracy``). Arguments: segment,
 layout (``segment``: one repeat among random tokens; ``repeat``: a block of segment/2..segment tokens tiled),

@@ -1,12 +1,12 @@
 """Reproduction 5: multi-query associative recall (Arora et al. 2023, Zoology) over num_heads x qk_dim.
 
 A 2-layer decoder (d_model 64, v_dim = d_model / heads so the attention output width stays d_model) on MQAR
-with 4 key-value pairs in 32 tokens, AdamW lr 3e-3, warmup then cosine decay. ``scripts/repro_mqar.py``
-runs this grid in-process and writes docs/results/mqar/; ``scripts/sweep.py`` runs it as resumable
+with 4 key-value pairs in 32 tokens, AdamW lr 3e-3, warmup then cosine decay. ``studies/specs/mqar.py``
+runs this grid in-process and writes docs/results/mqar/; ``python -m studies sweep`` runs it as resumable
 train.py points with W&B.
 
-    python scripts/repro_mqar.py                                          # the report
-    python scripts/sweep.py --config=configs/mqar_grid.py:seeds=5,steps=5000
+    python -m studies train mqar                                          # the report
+    python -m studies sweep --config=configs/mqar_grid.py:seeds=5,steps=5000
     python train.py --config=configs/mqar_grid.py:heads=4,qk_dim=8        # one point
 
 Arguments: heads, qk_dim, seed (the point train.py trains), seeds (the sweep runs seeds 0..seeds-1), steps,

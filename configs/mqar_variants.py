@@ -2,8 +2,8 @@
 (kernelized, elu+1), additive (Bahdanau) and hard (straight-through Gumbel) attention, over the number of
 key-value pairs and the model width.
 
-    python scripts/repro_mqar_variants.py                                     # the sweep, records and report
-    python scripts/sweep.py --config=configs/mqar_variants.py                 # the same points through the runner
+    python -m studies train mqar_variants                                     # the sweep, records and report
+    python -m studies sweep --config=configs/mqar_variants.py                 # the same points through the runner
     python train.py --config=configs/mqar_variants.py:kind=linear,pairs=16,d_model=64   # one point
 
 A 2-layer pre-LN decoder (d_ff = 4 d_model, learned positions, no dropout) with ``heads`` heads (default 1, as

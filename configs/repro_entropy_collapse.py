@@ -8,9 +8,9 @@ learning rate 3e-3, at 1e-2 (where QK-LayerNorm learns) and two higher ones, wit
 (``model.qk_layernorm``); attention statistics and the health monitor every 5 steps; a non-finite loss ends
 the run and is its result (``train.on_non_finite="stop"``).
 
-    python scripts/repro_entropy_collapse.py                                        # points, records, report
+    python -m studies train entropy_collapse                                        # points, records, report
     python train.py --config=configs/repro_entropy_collapse.py:lr=0.1,qk_layernorm  # one point
-    python scripts/sweep.py --config=configs/repro_entropy_collapse.py
+    python -m studies sweep --config=configs/repro_entropy_collapse.py
 
 Arguments: lr, qk_layernorm, seed (the point train.py trains); seeds and first_seed (the sweep runs seeds
 first_seed .. first_seed + seeds - 1; ``scripts/health_calibration.py`` trains seeds 3-5 as fresh runs for the

@@ -5,8 +5,8 @@ classifier, verses labelled by testament) on the ``reference`` attention backend
 exist for the analysis; ``uniform=true`` freezes the pooling attention to uniform over the verse's tokens
 (``model.uniform_attention_groups=("pool",)``), Wiegreffe & Pinter's baseline, trained from scratch.
 
-    python scripts/repro_explanation.py                    # the report -> docs/results/explanation/
-    python scripts/sweep.py --config=configs/repro_explanation.py
+    python -m studies train explanation                    # the report -> docs/results/explanation/
+    python -m studies sweep --config=configs/repro_explanation.py
     python train.py --config=configs/repro_explanation.py:uniform=true
 
 Arguments: seed, seeds (sweep: seeds 0..seeds-1), steps, label, uniform, quick (tiny sizes, a few steps).

@@ -2,10 +2,10 @@
 
 ``configs/translation.py`` (Spanish -> English Bible verses, pre-LN, QK-LayerNorm) with 8 heads per layer;
 training ends with the usual validation loss and a greedy BLEU on the first ``sentences`` test sentences,
-the subset ``scripts/repro_head_importance.py`` decodes again under every intervention (``models.Interventions``).
+the subset ``studies/specs/head_importance.py`` decodes again under every intervention (``models.Interventions``).
 
-    python scripts/repro_head_importance.py               # the report -> docs/results/head_importance/
-    python scripts/sweep.py --config=configs/repro_head_importance.py
+    python -m studies train head_importance               # the report -> docs/results/head_importance/
+    python -m studies sweep --config=configs/repro_head_importance.py
     python train.py --config=configs/repro_head_importance.py:seed=1,uniform=true
 
 Arguments: seed, seeds (sweep: seeds 0..seeds-1, then the uniform baseline of seed 0), steps, minutes (training

@@ -4,12 +4,12 @@ Attention-only decoders (no MLP blocks) with 1 or 2 layers, 4 heads, rotary posi
 trained as language models (loss on every token) on sequences made of a block of random distinct tokens
 repeated until the sequence is full (``induction_layout="repeat"``, block length uniform in [segment/2,
 segment] per row). The held-out loss per position is logged every ``steps // 60`` steps
-(``eval.position_loss``); ``scripts/repro_induction.py`` turns it into the ICL score, measures each head's
+(``eval.position_loss``); ``studies/specs/induction.py`` turns it into the ICL score, measures each head's
 previous-token and prefix-matching scores at the same steps (a hook of its own) and masks heads at the end.
 
     python train.py --config=configs/repro_induction.py:layers=2          # one run through train.py
-    python scripts/sweep.py --config=configs/repro_induction.py           # layers x seeds, resumable
-    python scripts/repro_induction.py                                     # the report (in-process runs)
+    python -m studies sweep --config=configs/repro_induction.py           # layers x seeds, resumable
+    python -m studies train induction                                     # the report (in-process runs)
 
 Arguments: layers, seed, seeds (sweep: seeds 0..seeds-1), steps, quick (tiny sizes, seconds).
 """

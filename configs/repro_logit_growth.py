@@ -6,9 +6,9 @@ with and without QK-LayerNorm (``model.qk_layernorm``); AdamW (0.9, 0.95), no we
 warmup then cosine decay, 1,500 steps (the set-up of ``configs/repro_scale.py``); a non-finite loss ends the
 run (``train.on_non_finite="stop"``) and counts as its result.
 
-    python scripts/repro_logit_growth.py                                          # points, records, report
+    python -m studies train logit_growth                                          # points, records, report
     python train.py --config=configs/repro_logit_growth.py:d_model=128,lr=0.03    # one point
-    python scripts/sweep.py --config=configs/repro_logit_growth.py
+    python -m studies sweep --config=configs/repro_logit_growth.py
 
 Arguments: lr, d_model, qk_layernorm, seed (the point train.py trains); seeds (the sweep runs seeds
 0..seeds-1); steps; quick (tiny sizes, a few steps; the sweep is 2 learning rates x QK-LayerNorm off/on at

@@ -6,11 +6,11 @@ cosine decay, 1,500 steps; only ``model.attention_scale`` changes. Pilots: with 
 baseline learned in seed 0 only (seeds 1 and 2 stall near accuracy 0.56 at lr 3e-3 and 1e-2); with two heads
 it learned in seeds 1, 2 and 3 (training loss below 0.1 by steps 750, 1,110 and 930), so the budget is one in
 which the baseline learns. The
-initialization part of the reproduction needs no training (``scripts/repro_scale.py``).
+initialization part of the reproduction needs no training (``studies/specs/scale.py``).
 
-    python scripts/repro_scale.py                                    # points, records and report -> docs/results/scale/
+    python -m studies train scale                                    # points, records and report -> docs/results/scale/
     python train.py --config=configs/repro_scale.py:scale=1,seed=2   # one point
-    python scripts/sweep.py --config=configs/repro_scale.py
+    python -m studies sweep --config=configs/repro_scale.py
 
 Arguments: scale ("1", "sqrt" or "dk"), seed (the point train.py trains), seeds (the sweep runs seeds
 0..seeds-1), steps, lr, quick (tiny sizes, a few steps, one seed).

@@ -1,7 +1,7 @@
 """The single-head follow-up (issue 49): the Table 3 CPU-scale model (d_model 128) at one row, one learning rate
 and one budget per sweep, validation every 600 steps; the study ``studies/specs/single_head*.py`` picks the rates.
 
-    python scripts/sweep.py --config=configs/single_head.py:row=h1,lr=0.003,steps=2400,seeds=1,first_seed=10
+    python -m studies sweep --config=configs/single_head.py:row=h1,lr=0.003,steps=2400,seeds=1,first_seed=10
     python train.py --config=configs/single_head.py:row=h8,lr=0.0015,steps=7200,seed=3
     python train.py --config=configs/single_head.py:row=h1,lr=0.003,steps=7200,recipe   # the paper's recipe
 

@@ -1,8 +1,8 @@
 """Vaswani et al. (2017) Table 3 rows (B): reducing the query/key width d_k from the base, 8 heads and d_v kept.
 
-    python scripts/sweep.py --config=configs/table3_dk.py                    # CPU scale, 3 seeds, 2,400 steps
-    python scripts/sweep.py --config=configs/table3_dk.py:d_model=256
-    python scripts/sweep.py --config=configs/table3_dk.py:wmt14,seeds=2      # paper scale, WMT14 EN-DE
+    python -m studies sweep --config=configs/table3_dk.py                    # CPU scale, 3 seeds, 2,400 steps
+    python -m studies sweep --config=configs/table3_dk.py:d_model=256
+    python -m studies sweep --config=configs/table3_dk.py:wmt14,seeds=2      # paper scale, WMT14 EN-DE
     python train.py --config=configs/table3_dk.py:qk_dim=8                   # one point
 
 Arguments as in ``configs/table3_heads.py`` (qk_dim instead of heads). As in the paper, d_k goes down from the

@@ -1,8 +1,8 @@
 """Vaswani et al. (2017) Table 3 rows (A): the number of heads at constant compute, d_k = d_v = d_model / h.
 
-    python scripts/sweep.py --config=configs/table3_heads.py                 # CPU scale, 3 seeds, 2,400 steps
-    python scripts/sweep.py --config=configs/table3_heads.py:d_model=256     # wider: h = 16 still has d_k 16
-    python scripts/sweep.py --config=configs/table3_heads.py:wmt14,seeds=2   # paper scale, WMT14 EN-DE
+    python -m studies sweep --config=configs/table3_heads.py                 # CPU scale, 3 seeds, 2,400 steps
+    python -m studies sweep --config=configs/table3_heads.py:d_model=256     # wider: h = 16 still has d_k 16
+    python -m studies sweep --config=configs/table3_heads.py:wmt14,seeds=2   # paper scale, WMT14 EN-DE
     python train.py --config=configs/table3_heads.py:heads=16,seed=1          # one point
 
 Arguments (``:key=value,...``): heads and seed (the point train.py trains), seeds (the sweep runs seeds

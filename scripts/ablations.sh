@@ -27,35 +27,15 @@
 # A second copy started while one runs exits at once (lock: runs/repro/ablations.lock).
 # Log: runs/repro/ablations.log.   PYTHON=/path/to/python scripts/ablations.sh to pick the interpreter.
 set -u
-cd "$(dirname "$0")/.."
-mkdir -p runs/repro
-exec 9>runs/repro/ablations.lock
-if ! flock -n 9; then
-  echo "scripts/ablations.sh is already running (runs/repro/ablations.lock); not starting a second queue" >&2
-  exit 1
-fi
-PY="${PYTHON:-python}"
-# With the kernel's autogroup scheduler a process's nice value only counts inside its own session: started with
-# setsid/nohup the queue would get an equal share of the CPU. Lower the whole session's weight where possible.
-[ -w /proc/self/autogroup ] && echo 19 > /proc/self/autogroup 2>/dev/null
-{
-  date -u +"%F %T start (commit $(git rev-parse --short HEAD 2>/dev/null))"
-  nice -n 19 "$PY" scripts/repro_entropy_collapse.py         # 4 lrs x QK-LN off/on x 3 seeds
-  date -u +"%F %T entropy_collapse ended ($?)"
-  nice -n 19 "$PY" scripts/repro_logit_growth.py             # 6 lrs x d_model 64/128 x QK-LN off/on x 3 seeds
-  date -u +"%F %T logit_growth ended ($?)"
-  nice -n 19 "$PY" scripts/repro_table3.py                   # d 128: (A), (B), A/A, h 1 seeds 3-5, h 1 at d_k 16
-  date -u +"%F %T table3 d128 ended ($?)"
-  nice -n 19 "$PY" scripts/repro_mqar_variants.py            # softmax/linear/additive/hard x pairs x d_model
-  date -u +"%F %T mqar_variants ended ($?)"
-  nice -n 19 "$PY" scripts/repro_heads_depth.py              # 8 heads x 3+3 vs 1 head x 6+6 .. 24+24; QK-LN, post-LN
-  date -u +"%F %T heads_depth ended ($?)"
-  nice -n 19 "$PY" scripts/repro_head_importance.py --first_seed 3 --seeds 3 --uniform_seeds 3 --steps 2200 \
-    --minutes 0 --raw docs/results/head_importance/replication/raw --out docs/results/head_importance/replication \
-    --workdir runs/repro/head_importance_replication
-  date -u +"%F %T head_importance replication ended ($?)"
-  nice -n 19 "$PY" scripts/health_calibration.py             # 24 entropy-collapse runs, seeds 3-5; the report
-  date -u +"%F %T health_calibration ended ($?)"
-  nice -n 19 "$PY" scripts/repro_table3.py --d_model=256     # d 256: h 16 still has d_k 16
-  date -u +"%F %T table3 d256 ended ($?)"
-} >> runs/repro/ablations.log 2>&1
+source "$(dirname "$0")/queue.sh"
+start_queue ablations
+queue_step entropy_collapse -m studies train entropy_collapse   # 4 lrs x QK-LN off/on x 3 seeds
+queue_step logit_growth -m studies train logit_growth           # 6 lrs x d_model 64/128 x QK-LN off/on x 3 seeds
+queue_step "table3 d128" -m studies train table3                # (A), (B), A/A, h 1 seeds 3-5, h 1 at d_k 16
+queue_step mqar_variants -m studies train mqar_variants         # softmax/linear/additive/hard x pairs x d_model
+queue_step heads_depth -m studies train heads_vs_depth          # 8 heads x 3+3 vs 1 head x 6+6 .. 24+24; QK-LN
+queue_step "head_importance replication" -m studies train head_importance --first_seed 3 --seeds 3 \
+  --uniform_seeds 3 --steps 2200 --minutes 0 --raw docs/results/head_importance/replication/raw \
+  --out docs/results/head_importance/replication --workdir runs/repro/head_importance_replication
+queue_step health_calibration scripts/health_calibration.py     # 24 entropy-collapse runs, seeds 3-5; the report
+queue_step "table3 d256" -m studies train table3_d256           # d 256: h 16 still has d_k 16

@@ -15,23 +15,18 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 import models
+from attention.benchmark import best_time_ms
 
 
 def _timed(fn, repeats: int) -> float:
-    jax.block_until_ready(fn())  # compile
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t0)
-    return best
+    """Seconds of the fastest of ``repeats`` calls of ``fn()`` after a warm-up (compiling) call."""
+    return best_time_ms(fn, repeats=repeats) / 1e3
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "length"))

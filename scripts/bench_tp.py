@@ -15,25 +15,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from typing import Optional, Sequence
 
 if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from _runs import load  # noqa: E402
 from attention import available_backends  # noqa: E402
 from engine import config as config_lib  # noqa: E402
 from engine import sharding as sharding_lib  # noqa: E402
 from engine import state as state_lib  # noqa: E402
 from engine import steps as steps_lib  # noqa: E402
 from engine import tasks  # noqa: E402
+from studies.inprocess import load  # noqa: E402
 
 MB = 2**20
 

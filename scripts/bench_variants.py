@@ -22,20 +22,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-import time
 from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _report import environment_line, markdown_table, write_csv  # noqa: E402
-import attention  # noqa: E402
-from models.attention import MultiHeadAttention  # noqa: E402
+import attention
+from attention.benchmark import best_time_ms, memory_bytes
+from models.attention import MultiHeadAttention
+from studies.report import environment_line, markdown_table, write_csv
 
 KINDS = attention.available_kinds()
 
@@ -91,17 +88,10 @@ def measure(kind: str, seq_len: int, args: argparse.Namespace) -> tuple[float, f
     fn, state = step_fn(kind, args)
     x = jax.random.normal(jax.random.key(seq_len), (args.batch, seq_len, args.d_model), jnp.float32)
     compiled = fn.lower(state, x).compile()
-    analysis = compiled.memory_analysis()
-    mem = math.nan if analysis is None else float(analysis.temp_size_in_bytes + analysis.output_size_in_bytes)
+    mem = memory_bytes(compiled)
     if mem > args.mem_cap_gb * 2**30:
         return math.nan, mem / 2**20
-    jax.block_until_ready(compiled(state, x))
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(state, x))
-        times.append(time.perf_counter() - start)
-    return 1e3 * min(times), mem / 2**20
+    return best_time_ms(compiled, (state, x), args.repeats), mem / 2**20
 
 
 def main(argv: Optional[Sequence[str]] = None) -> list[list]:

@@ -15,9 +15,9 @@ Phases, in priority order (``--phases`` picks some; each is skipped when ``--bud
    ``attention_impl`` = pallas, cudnn and xla: tokens/s (real source + target tokens) and MFU against the H200's
    dense bf16 peak (``--peak-tflops``, 989 TFLOP/s). Model FLOPs: 3 x XLA's count of the forward pass with
    ``attention_impl="xla"`` (the kernels' custom calls carry no FLOP count), the same for all three.
-3. ``bench``: ``scripts/bench_attention.py`` (its ``main``, in this process) in bf16 for head dims 64 and 128,
-   causal and not, at T = 1k, 4k, 16k with B·T = 16k tokens and 16 heads: ``pallas``, ``cudnn``, ``xla`` and
-   ``mha``; forward and forward+backward TFLOP/s.
+3. ``bench``: ``attention.benchmark.main`` (``scripts/bench_attention.py``, in this process) in bf16 for head
+   dims 64 and 128, causal and not, at T = 1k, 4k, 16k with B·T = 16k tokens and 16 heads: ``pallas``,
+   ``cudnn``, ``xla`` and ``mha``; forward and forward+backward TFLOP/s.
 4. ``stats``: the same grid for ``pallas`` with ``return_stats=True`` (the statistics' cost).
 5. ``suite``: the shared cross-backend suite ``tests/test_attention.py -k pallas`` on the compiled kernel.
 6. ``sweep``: forward and backward block sizes of ``pallas`` at T = 4k (causal), to choose the GPU defaults.
@@ -111,15 +111,6 @@ def run_pytest(args_list: list[str], log_path: str, timeout: float) -> int:
     return rc
 
 
-def load_bench():
-    path = os.path.join(REPO, "scripts", "bench_attention.py")
-    spec = importlib.util.spec_from_file_location("bench_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def mha_available() -> bool:
     try:
         importlib.import_module("jax.experimental.pallas.ops.gpu.attention")
@@ -130,7 +121,7 @@ def mha_available() -> bool:
 
 
 def bench_grid(bench, opts, tmp_dir: str, clock: Clock, stats: bool, rows: list[dict]) -> None:
-    """bench_attention.main over head dims x causal x lengths, appending rows tagged with their configuration."""
+    """``attention.benchmark.main`` over head dims x causal x lengths, appending rows tagged with their configuration."""
     backends = ["pallas"] if stats else ["pallas", "cudnn", "xla"]
     for head_dim in opts.head_dims:
         for causal in (True, False):
@@ -165,6 +156,7 @@ def sweep(clock: Clock, opts) -> list[dict]:
     import jax.numpy as jnp
 
     from attention import Mask
+    from attention.benchmark import best_time_ms
     from attention.flash import flash_attention
 
     T = opts.sweep_seq_len
@@ -176,15 +168,6 @@ def sweep(clock: Clock, opts) -> list[dict]:
     bwd_configs = [dict(block_q_bwd=bq, block_k_bwd=bk) for bq, bk in
                    ((32, 32), (64, 64), (32, 64), (64, 32), (128, 64), (64, 128))]
     rows = []
-
-    def best_ms(fn, *inputs):
-        jax.block_until_ready(fn(*inputs))
-        times = []
-        for _ in range(opts.repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(*inputs))
-            times.append(time.perf_counter() - t0)
-        return 1e3 * min(times)
 
     for head_dim in opts.head_dims:
         keys = jax.random.split(jax.random.key(head_dim), 3)
@@ -204,7 +187,7 @@ def sweep(clock: Clock, opts) -> list[dict]:
                     fn = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
                     flops = 3 * flops_fwd
                 try:
-                    ms = best_ms(fn, q, k, v)
+                    ms = best_time_ms(fn, (q, k, v), opts.repeats)
                     row = dict(kind=kind, head_dim=head_dim, seq_len=T, **cfg, ms=ms, tflops=flops / ms / 1e9)
                 except Exception as err:
                     row = dict(kind=kind, head_dim=head_dim, seq_len=T, **cfg, ms=math.nan, tflops=math.nan,
@@ -402,7 +385,6 @@ def main(argv=None) -> None:
     opts = parse_args(argv)
     clock = Clock(opts.budget)
     os.makedirs(opts.out, exist_ok=True)
-    sys.path.insert(0, REPO)
     test_codes = {}
     log(f"python {sys.version.split()[0]}; phases {opts.phases}; budget {opts.budget:.0f} s")
     if shutil.which("nvidia-smi"):
@@ -420,7 +402,8 @@ def main(argv=None) -> None:
         train_rows = train_bench(opts, clock)
         write_csv(train_rows, os.path.join(opts.out, "train_bench.csv"))
     if {"bench", "stats"} & set(opts.phases):
-        bench = load_bench()
+        from attention import benchmark as bench
+
         opts.with_mha = mha_available()
         tmp_dir = tempfile.mkdtemp(prefix="bench_attention_")
         if "bench" in opts.phases:

@@ -15,22 +15,9 @@
 # A second copy started while one runs exits at once (lock: runs/repro/single_head.lock).
 # Log: runs/repro/single_head.log.   PYTHON=/path/to/python scripts/single_head.sh to pick the interpreter.
 set -u
-cd "$(dirname "$0")/.."
-mkdir -p runs/repro
-exec 9>runs/repro/single_head.lock
-if ! flock -n 9; then
-  echo "scripts/single_head.sh is already running (runs/repro/single_head.lock); not starting a second queue" >&2
-  exit 1
-fi
-PY="${PYTHON:-python}"
-# With the kernel's autogroup scheduler a process's nice value only counts inside its own session (see ablations.sh).
-[ -w /proc/self/autogroup ] && echo 19 > /proc/self/autogroup 2>/dev/null
-{
-  date -u +"%F %T start (commit $(git rev-parse --short HEAD 2>/dev/null))"
-  for pass in 1 2 3 4 5; do  # the grid, then at most 2 extensions a side (each pass re-reads the records)
-    nice -n 19 "$PY" -m studies train single_head_lr
-    date -u +"%F %T single_head_lr pass $pass ended ($?)"
-  done
-  nice -n 19 "$PY" -m studies train single_head
-  date -u +"%F %T single_head ended ($?)"
-} >> runs/repro/single_head.log 2>&1
+source "$(dirname "$0")/queue.sh"
+start_queue single_head
+for pass in 1 2 3 4 5; do  # the grid, then at most 2 extensions a side (each pass re-reads the records)
+  queue_step "single_head_lr pass $pass" -m studies train single_head_lr
+done
+queue_step single_head -m studies train single_head

@@ -172,6 +172,17 @@ def budget_text(records: Sequence[Record]) -> str:
     return " / ".join(f"{s} steps" + (f" ({e:g} epochs)" if e is not None else "") for s, e in budgets)
 
 
+def holm_by_family(tested: Sequence[tuple]) -> dict[str, Optional[float]]:
+    """Holm-adjusted p-value of each claim id, within its family: ``tested`` is (claim with ``id`` and ``family``,
+    interval with ``p`` or None when untested) pairs; an untested claim gets None."""
+    adjusted: dict[str, Optional[float]] = {}
+    for family in dict.fromkeys(c.family for c, _ in tested):
+        members = [(c, i) for c, i in tested if c.family == family]
+        for (c, _), p in zip(members, stats_lib.holm([None if i is None else i.p for _, i in members])):
+            adjusted[c.id] = p
+    return adjusted
+
+
 def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) -> list[Verdict]:
     """The verdict of every claim over ``groups`` (label -> records), Holm-corrected within each family."""
     ids = [c.id for c in claims]
@@ -187,11 +198,7 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
         va, vb = values(a, c.metric), values(b, c.metric)
         interval = (stats_lib.welch_ci(va, vb) if len(va) >= c.min_seeds and len(vb) >= c.min_seeds else None)
         found.append((c, a + b, interval))
-    adjusted: dict[str, Optional[float]] = {}
-    for family in dict.fromkeys(c.family for c in claims):
-        members = [(c, i) for c, _, i in found if c.family == family]
-        for (c, _), p in zip(members, stats_lib.holm([None if i is None else i.p for _, i in members])):
-            adjusted[c.id] = p
+    adjusted = holm_by_family([(c, i) for c, _, i in found])
     out = []
     for c, records, interval in found:
         raw_kind, _ = judge(interval, None if interval is None else interval.p, c.paper, c.margin, c.sign)

@@ -1,61 +1,79 @@
-"""``python -m studies``: list the registered studies, train a study's missing points, regenerate reports.
+"""``python -m studies``: list the registered studies, train a study's missing points, regenerate reports, run a
+config's sweep.
 
     python -m studies list
     python -m studies train table3_d256 [--max_points=3] [--quick]   # resumable; never retrains a recorded point
+    python -m studies train scale --help      # a spec with its own report: its own command line (studies.commands)
     python -m studies report table3_d256      # the reports of its spec module, from the records (no training)
     python -m studies report                  # every registered report, then docs/results/README.md
     python -m studies index                   # docs/results/README.md only
-
-``study_main`` is the command line every ``scripts/repro_<study>.py`` shares.
+    python -m studies sweep --config=configs/mqar_grid.py:quick   # any config's sweep() (studies.sweeps)
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from types import ModuleType
+from typing import Callable, Optional, Sequence
 
 from studies import index, specs
 from studies import study as study_lib
 
 
-def study_main(name: str, argv: Optional[Sequence[str]] = None, doc: str = "") -> int:
-    """The command line of one study's script (``scripts/repro_<name>.py``): ``--report_only`` regenerates its
-    reports from the records; otherwise its points without a record train first (``--max_points``, ``--quick``,
-    ``--workdir``, ``--out``, ``--train_script`` as ``python -m studies train``)."""
-    parser = argparse.ArgumentParser(description=(doc or __doc__).splitlines()[0])
-    parser.add_argument("--report_only", action="store_true", help="train nothing; the reports from the records")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes into runs/repro/<name>_quick (for tests)")
-    parser.add_argument("--max_points", type=int, default=None, help="train at most this many missing points")
-    parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/<name>[_quick])")
-    parser.add_argument("--out", default=None, help="records folder (default the study's)")
-    parser.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
-    args = parser.parse_args(argv)
-    if args.report_only:
-        return main(["report", name])
-    rest = [f"--{k}={v}" for k, v in (("max_points", args.max_points), ("workdir", args.workdir), ("out", args.out),
-                                      ("train_script", args.train_script)) if v is not None]
-    return main(["train", name] + (["--quick"] if args.quick else []) + rest)
+def command_line(module: ModuleType) -> Optional[Callable[[Optional[Sequence[str]]], str]]:
+    """The command line of a spec module that writes its own report (its ``main``, else the one in
+    ``studies.commands``); None for a module of ``STUDIES``."""
+    if hasattr(module, "STUDIES"):
+        return None
+    from studies import commands
+
+    name = module.__name__.rsplit(".", 1)[1]
+    found = getattr(module, "main", None) or commands.COMMAND_LINES.get(name)
+    if found is None:
+        raise ValueError(f"study {name!r} writes its own report but has no command line (a main(argv))")
+    return found
+
+
+def listing() -> list[str]:
+    """One line per registered study: "<name>: <title> (<report folder>)"."""
+    lines = []
+    for module in specs.modules():
+        if hasattr(module, "STUDIES"):
+            lines += [f"{s.name}: {s.title} ({s.out})" for s in module.STUDIES]
+        else:
+            name = module.__name__.rsplit(".", 1)[1]
+            lines += [f"{name}: {row.title} ({row.out})" for row in module.summary()]
+    return lines
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sweep"]:
+        from studies import sweeps
+
+        return sweeps.main(argv[1:])
+    if argv[:1] == ["train"] and len(argv) > 1 and not argv[1].startswith("-"):
+        custom = command_line(specs.find(argv[1]))
+        if custom is not None:
+            custom(argv[2:])
+            return 0
     parser = argparse.ArgumentParser(prog="python -m studies", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the registered studies")
     t = sub.add_parser("train", help="train the points of a study that have no record")
     t.add_argument("name")
     t.add_argument("--quick", action="store_true", help="tiny sizes into runs/repro/<name>_quick (for tests)")
-    t.add_argument("--max_points", type=int, default=None)
-    t.add_argument("--workdir", default=None)
+    t.add_argument("--max_points", type=int, default=None, help="train at most this many missing points")
+    t.add_argument("--workdir", default=None, help="run folders (default runs/repro/<name>[_quick])")
     t.add_argument("--out", default=None, help="report and records folder (default the study's)")
-    t.add_argument("--train_script", default=None)
+    t.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
     r = sub.add_parser("report", help="regenerate reports from the records")
     r.add_argument("names", nargs="*")
     sub.add_parser("index", help="regenerate docs/results/README.md")
+    sub.add_parser("sweep", help="run a config's sweep(), then aggregate it (--help: its own options)")
     args = parser.parse_args(argv)
     if args.command == "list":
-        for module in specs.modules():
-            for s in getattr(module, "STUDIES", ()):
-                print(f"{s.name}: {s.title} ({s.out})")
+        print("\n".join(listing()))
         return 0
     if args.command == "train":
         if args.max_points is not None and args.max_points < 0:

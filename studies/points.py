@@ -382,10 +382,11 @@ def _finish_record(record: str, point_dir: str, config_spec: str, overrides: Map
 
 def wandb_sweep_yaml(config_spec: str, workdir: str, points: Sequence[Point], *, group: str,
                      extra: Sequence[str] = ()) -> str:
-    """A W&B sweep file: a grid over the point names; each agent run calls this script for one point."""
+    """A W&B sweep file: a grid over the point names; each agent run calls ``python -m studies sweep`` for one
+    point."""
     lines = [
         f"# W&B sweep for {config_spec}: `wandb sweep <this file>`, then `wandb agent <sweep id>` on each machine.",
-        "program: scripts/sweep.py",
+        "program: studies/__main__.py",
         "method: grid",
         f"name: {group}",
         "parameters:",
@@ -393,7 +394,7 @@ def wandb_sweep_yaml(config_spec: str, workdir: str, points: Sequence[Point], *,
         "    values:",
     ]
     lines += [f"      - {json.dumps(p.name)}" for p in points]
-    lines += ["command:", "  - ${env}", "  - ${interpreter}", "  - ${program}",
+    lines += ["command:", "  - ${env}", "  - ${interpreter}", "  - -m", "  - studies", "  - sweep",
               f"  - {json.dumps('--config=' + config_spec)}", f"  - {json.dumps('--workdir=' + workdir)}"]
     lines += [f"  - {json.dumps('--set=' + s)}" for s in extra]
     lines += ["  - ${args}"]

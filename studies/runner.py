@@ -55,7 +55,7 @@ def open_study(name: str, config: str, doc: str, argv: Optional[Sequence[str]] =
     """Parse the shared command line (``--quick --seeds --report_only --max_points --workdir --out
     --train_script``) of study ``name`` on ``config`` (a path relative to the repository)."""
     tag = f"{name}_quick"
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m studies train {name}", description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a few steps, one seed (for tests)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
@@ -71,7 +71,7 @@ def open_study(name: str, config: str, doc: str, argv: Optional[Sequence[str]] =
     spec = f"{os.path.join(REPO, config)}:{config_arg}"
     points = sweep_lib.sweep_points(spec)
     sweep_lib.check_overrides(spec, points, {})
-    command = f"python scripts/repro_{name}.py" + (" --quick" if args.quick else "") + (
+    command = f"python -m studies train {name}" + (" --quick" if args.quick else "") + (
         f" --seeds={args.seeds}" if args.seeds != 3 else "")
     return Study(name=name, args=args, spec=spec, points=points,
                  workdir=os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro", tag if args.quick else name)),
@@ -141,7 +141,7 @@ def finish(study: Study, path: str, failed: Sequence[str]) -> str:
     """Say where the report is and which points failed; ``path``."""
     print(f"wrote {path}")
     if failed:
-        print(f"[repro_{study.name}] failed points: {list(failed)}; rerun the same command to retry them",
+        print(f"[studies] {study.name}: failed points: {list(failed)}; rerun the same command to retry them",
               file=sys.stderr)
     return path
 

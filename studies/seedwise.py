@@ -22,7 +22,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from studies import stats as stats_lib
-from studies.claims import ALPHA, CONTRADICTED, REPRODUCED, UNRESOLVED, judge
+from studies.claims import ALPHA, CONTRADICTED, REPRODUCED, UNRESOLVED, holm_by_family, judge
 
 BELOW, ABOVE = "below", "above"
 VERDICT_COLUMNS = ["claim", "paper", "measured", "verdict", "verdict before Holm", "p", "p (Holm)", "criterion",
@@ -132,11 +132,7 @@ def judge_all(claims: Sequence[SeedClaim],
         elif c.paper is not None and len(values) >= c.min_seeds and len(reference or []) >= c.min_seeds:
             interval = stats_lib.welch_ci(values, reference)
         found.append((c, tuple(values), interval))
-    adjusted: dict[str, Optional[float]] = {}
-    for family in dict.fromkeys(c.family for c in claims):
-        members = [(c, i) for c, _, i in found if c.family == family]
-        for (c, _), p in zip(members, stats_lib.holm([None if i is None else i.p for _, i in members])):
-            adjusted[c.id] = p
+    adjusted = holm_by_family([(c, i) for c, _, i in found])
     out = []
     for c, values, interval in found:
         p = None if interval is None else interval.p

@@ -212,16 +212,26 @@ VERDICT_HEADERS = ["id", "claim", "family", "metric", "n a/b", "paper Δ", "marg
                    "p (Holm)", "verdict", "verdict without correction", "registration"]
 
 
+def machine_of(record: Record) -> str:
+    """The machine a record trained on: its ``machine`` name and CPU model; "machine not recorded" with the CPU
+    model the run logged (else its host description) in records made before records named it."""
+    m = record.raw.get("machine")
+    if isinstance(m, str) and m:
+        return m
+    if isinstance(m, Mapping) and m.get("name"):
+        return f"{m['name']} ({m.get('cpu') or 'CPU model not recorded'})"
+    return f"machine not recorded ({record.raw.get('cpu') or record.raw.get('host') or 'CPU model not recorded'})"
+
+
 def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     commits = sorted({r.commit for r in recs})
-    devices = collections.Counter(r.device or f"device not recorded, host {r.raw.get('host') or 'not recorded'}"
-                                  for r in recs)
+    machines = collections.Counter(machine_of(r) for r in recs)
     walls = sorted(w for w in (r.wall_minutes for r in recs) if w is not None)
     where = ("the study's committed per-run table (its points predate records)" if study.source is not None else
              "`points/`, one JSON per finished point with its decoded test sentences and attention trace beside it "
              "where the task has them")
     text = (f"Records: {len(recs)} ({where}); trained on "
-            + "; ".join(f"{d} ({n})" for d, n in sorted(devices.items())) + f"; by {len(commits)} commit(s).")
+            + "; ".join(f"{m}: {n}" for m, n in sorted(machines.items())) + f"; by {len(commits)} commit(s).")
     if walls:
         text += (f" Wall time {walls[0]:.1f} to {walls[-1]:.1f} minutes a point, {sum(walls) / 60:.1f} hours in all "
                  "(the queue shared 2 CPU cores with other work and counts its pauses).")

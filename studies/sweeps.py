@@ -1,7 +1,24 @@
-"""The command line of ``scripts/sweep.py`` (``main``) and the report of a sweep's run folders: one table of every
-point's final metrics and
-figures that fit the task's metrics, one line per varied setting with the seeds aggregated (mean, with the
-seeds' range as a band), and the attention entropy per layer and head.
+"""``python -m studies sweep``: run a sweep defined beside its config, then aggregate it into one table and plots.
+
+A sweep is a function ``sweep(arg=None)`` in a config file (next to its ``get_config(arg=None)``) that yields the
+points: dicts from dotted config fields to values, e.g.
+``{"model.num_heads": 4, "model.qk_dim": 128, "model.v_dim": 128, "seed": 1}``.
+
+    python -m studies sweep --config=configs/table3_heads.py                  # every point in turn on this machine
+    python -m studies sweep --config=configs/table3_heads.py:wmt14 --set=train.num_steps=100000   # + overrides
+    python -m studies sweep --config=configs/table3_dk.py --point=qk_dim_16-seed_0 --aggregate_only
+    python -m studies sweep --config=configs/table3_heads.py:wmt14 --wandb_sweep=table3_heads.yaml  # many machines
+    python -m studies sweep --config=configs/table3_dk.py --records=docs/results/table3/points/B
+
+Points run sequentially as ``python train.py --config=<config> --workdir=<workdir>/<point> --config.<field>=<value>
+...`` with ``config.wandb.group`` set to the sweep's name (``--in_process``: through ``engine.run`` in this process).
+A finished point leaves ``<point>/sweep_point.json`` with ``"status": "done"`` and is skipped when the sweep runs
+again; an interrupted point resumes from its checkpoints. ``--records=DIR`` keeps a committed record of every
+finished point (``studies.points.point_record``) with its decoded sentences and attention trace beside it: a point
+whose record exists is never trained again, and a record made with other settings is refused, naming the point.
+Aggregation writes ``<workdir>/README.md``, ``results.csv``, ``metrics.png`` (the task's metrics, one line per
+varied setting, seeds aggregated as mean and range) and ``entropy_heatmaps.png`` (attention entropy per layer and
+head). While a point trains, a line per minute gives its settings, step, loss and time left.
 """
 from __future__ import annotations
 
@@ -136,11 +153,11 @@ def _plot_entropy(report: Report, summaries, groups: Sequence[str]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``scripts/sweep.py``: train the sweep's points (or list them, or write a W&B sweep file), then aggregate;
+    """``python -m studies sweep``: train the sweep's points (or list them, or write a W&B sweep file), then aggregate;
     0 when every selected point finished."""
-    parser = argparse.ArgumentParser(description="Run a sweep defined beside its config, then aggregate it into one "
-                                     "table and plots.",
-                                     epilog="See scripts/sweep.py and docs/studies.md.")
+    parser = argparse.ArgumentParser(prog="python -m studies sweep", description="Run a sweep defined beside its "
+                                     "config, then aggregate it into one table and plots.",
+                                     epilog="See studies/sweeps.py and docs/studies.md.")
     parser.add_argument("--config", required=True, help="config file with sweep(), optionally ':<arg>'")
     parser.add_argument("--workdir", default=None, help="sweep folder (default runs/sweeps/<sweep name>)")
     parser.add_argument("--point", action="append", default=[], help="run only this point (repeatable)")

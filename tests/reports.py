@@ -1,17 +1,32 @@
-"""Shared by the study tests: a command-line script loaded by path (``load_script``), and readers for the reports
-the studies write."""
+"""Shared by the study tests: a command-line script loaded by path (``load_script``), a tiny sweep config and a
+stand-in train.py, and readers for the reports the studies write."""
 from __future__ import annotations
 
 import csv
 import importlib.util
 import os
-import sys
+import textwrap
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")
-# Transitional: the reproduction scripts not yet ported to the studies package import each other by name.
-if SCRIPTS not in sys.path:
-    sys.path.insert(0, SCRIPTS)
+FAKE_TRAIN = os.path.join(REPO, "tests", "fake_train.py")  # metrics from the overrides; see its docstring
+# A config file with a sweep over h = 1, 8 (qk_dim 64 / h) x seeds (config argument "seeds=<n>", default 1).
+TINY_CONFIG = textwrap.dedent('''
+    import ml_collections
+
+    def get_config(arg=None):
+        c = ml_collections.ConfigDict()
+        c.seed = 0
+        c.model = ml_collections.ConfigDict({"num_heads": 8, "qk_dim": 64})
+        c.train = ml_collections.ConfigDict({"num_steps": 10})
+        return c
+
+    def sweep(arg=None):
+        seeds = int(dict(kv.split("=") for kv in (arg or "seeds=1").split(","))["seeds"])
+        for seed in range(seeds):
+            for h in (1, 8):
+                yield {"model.num_heads": h, "model.qk_dim": 64 // h, "seed": seed}
+''')
 
 
 def load_script(name: str):

@@ -1,7 +1,6 @@
-"""The committed Bible corpus, its chapter splits, its TFDS builder, and the extraction script's parser."""
+"""The committed Bible corpus, its chapter splits, its TFDS builder, and the extraction's parser (data.sword)."""
 import collections
 import gzip
-import importlib.util
 import os
 import struct
 import zlib
@@ -9,11 +8,8 @@ import zlib
 import numpy as np
 import pytest
 
-from data import splits
+from data import splits, sword
 from data.builders import bible_es_en
-
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "extract_bible_corpus.py")
-
 
 @pytest.fixture(scope="module")
 def rows():
@@ -22,10 +18,7 @@ def rows():
 
 @pytest.fixture(scope="module")
 def extract():
-    spec = importlib.util.spec_from_file_location("extract_bible_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return sword
 
 
 def test_committed_corpus_is_clean(rows):

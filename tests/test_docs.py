@@ -1,6 +1,6 @@
 """The documentation as a user reads it: every relative link in README.md and docs/**/*.md resolves (anchors
 are not checked), every ``configs/...`` path the docs name exists, and every fenced ```python block in README.md
-and docs/*.md runs as written, from the repository root as a user runs it (each block in a fresh namespace; all
+and docs/*.md runs as written, every ``scripts/...`` file README.md and docs/*.md name exists, from the repository root as a user runs it (each block in a fresh namespace; all
 blocks in one subprocess, so the imports are paid once)."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 CONFIG_PATH = re.compile(r"(?<![\w/.])configs/[\w/.-]*?\.py\b")
+SCRIPT_PATH = re.compile(r"(?<![\w/.])scripts/[\w-]+\.(?:py|sh)\b")
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.S | re.M)
 
 
@@ -61,6 +62,8 @@ def test_helpers_find_links_paths_and_blocks():
     assert relative_links(text) == ["docs/a.md#x", "images/p.png"]
     assert relative_links("`TASKS[\"x\"](None)`\n```python\nf = d[\"k\"](None)\n```\n") == []
     assert CONFIG_PATH.findall(text) == ["configs/t.py"]
+    assert SCRIPT_PATH.findall("run `python scripts/a_b.py` or scripts/q.sh, not my_scripts/x.py") == [
+        "scripts/a_b.py", "scripts/q.sh"]
     assert python_blocks(text) == [(2, "x = 1\n")]
 
 
@@ -76,6 +79,13 @@ def test_relative_links_resolve(doc):
 def test_named_configs_exist(doc):
     missing = sorted({p for p in CONFIG_PATH.findall(read(doc)) if not os.path.isfile(os.path.join(ROOT, p))})
     assert not missing, f"{doc} names config files that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("doc", doc_files(recursive=False))
+def test_named_scripts_exist(doc):
+    """The command lines the docs show (the reports under docs/results/ keep the names they were made with)."""
+    missing = sorted({p for p in SCRIPT_PATH.findall(read(doc)) if not os.path.isfile(os.path.join(ROOT, p))})
+    assert not missing, f"{doc} names scripts that do not exist: {missing}"
 
 
 _RUNNER = textwrap.dedent("""\

@@ -2,7 +2,6 @@
 import functools
 import math
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,12 +13,9 @@ import attention
 import engine
 import models
 from models.interventions import LayerIntervention, permute_visible
+from studies.inprocess import load
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-
-from _runs import load  # noqa: E402
-
 V = 30
 INPUTS = jnp.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])  # row 0 has two padding positions
 TARGETS = jnp.array([[5, 6, 7, 0], [8, 9, 10, 11]])

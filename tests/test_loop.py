@@ -2,7 +2,6 @@
 import io
 import logging
 import os
-import sys
 
 import jax
 import numpy as np
@@ -11,11 +10,9 @@ import pytest
 import engine
 from engine import config as config_lib
 from engine import hooks as hooks_lib
+from studies.inprocess import load
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-
-from _runs import load  # noqa: E402
 
 
 def mqar_config(steps: int = 4, **model):

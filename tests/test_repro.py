@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from reports import REPO, calls_of, install_stand_in, read_csv as _csv, read_report as _report
+from studies import commands
 
 
 STAND_IN = textwrap.dedent('''
@@ -50,42 +51,42 @@ def stand_in(tmp_path, monkeypatch):
     return install_stand_in(tmp_path, monkeypatch, STAND_IN)
 
 
-def _run_twice(module, tmp_path, stand_in, n_points):
+def _run_twice(name, tmp_path, stand_in, n_points):
     """--quick with the stand-in: --max_points=1 trains one point; then records for every point; a second run
     (run folders deleted) trains nothing; --report_only with one record removed lists that point as not
     finished. Returns the report folder."""
     train, calls = stand_in
     out, runs = tmp_path / "report", tmp_path / "runs"
+    train_study = commands.COMMAND_LINES[name]
     argv = ["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]
-    module.main(argv + ["--max_points=1"])
+    train_study(argv + ["--max_points=1"])
     assert len(calls_of(calls)) == 1 and f"**Not finished yet ({n_points - 1} points):**" in (out / "README.md").read_text()
-    module.main(argv)
+    train_study(argv)
     records = sorted(n for n in os.listdir(out / "points") if n.endswith(".json"))
     assert len(calls_of(calls)) == n_points and len(records) == n_points
     assert sorted(os.listdir(out / "points")) == sorted(records + [n[:-len(".json")] + ".attention.json.gz"
                                                                    for n in records])  # each with its trace
     shutil.rmtree(runs)
-    module.main(argv)
+    train_study(argv)
     assert len(calls_of(calls)) == n_points
     text = (out / "README.md").read_text()
     assert "Not finished yet" not in text and "## What the data say" in text and "## Verdicts" in text
-    assert "Command: `python scripts/" in text
+    assert f"Command: `python -m studies train {name} --quick" in text
     first = records[0]
     shutil.move(out / "points" / first, tmp_path / first)
-    module.main(argv + ["--report_only"])
+    train_study(argv + ["--report_only"])
     assert len(calls_of(calls)) == n_points
     assert f"`{first[:-len('.json')]}`" in (out / "README.md").read_text()
     shutil.move(tmp_path / first, out / "points" / first)
-    module.main(argv + ["--report_only"])
+    train_study(argv + ["--report_only"])
     return out
 
 
 @pytest.mark.slow
 def test_scale_quick(tmp_path, stand_in):
-    from scripts import repro_scale as cli
     from studies.specs import scale as repro_scale
 
-    out = _run_twice(cli, tmp_path, stand_in, 3)
+    out = _run_twice("scale", tmp_path, stand_in, 3)
     text = _report(out, "init", "training")
     rows = _csv(out / "init.csv")
     assert len(rows) == 9 and {r["scale"] for r in rows} == {"1", "1/sqrt(d_k)", "1/d_k"}
@@ -121,10 +122,9 @@ def test_scale_quick(tmp_path, stand_in):
 
 @pytest.mark.slow
 def test_logit_growth_quick(tmp_path, stand_in):
-    from scripts import repro_logit_growth as cli
     from studies.specs import logit_growth as lg
 
-    out = _run_twice(cli, tmp_path, stand_in, 4)
+    out = _run_twice("logit_growth", tmp_path, stand_in, 4)
     _report(out, "loss_vs_lr")
     rows = _csv(out / "runs.csv")
     assert {r["QK-LayerNorm"] for r in rows} == {"True", "False"}
@@ -151,10 +151,9 @@ def test_logit_growth_quick(tmp_path, stand_in):
 
 @pytest.mark.slow
 def test_entropy_collapse_quick(tmp_path, stand_in):
-    from scripts import repro_entropy_collapse as cli
     from studies.specs import entropy_collapse as ec
 
-    out = _run_twice(cli, tmp_path, stand_in, 4)
+    out = _run_twice("entropy_collapse", tmp_path, stand_in, 4)
     _report(out, "entropy_collapse")
     rec = json.loads((out / "points" / "qk_layernorm_false-learning_rate_1.0.json").read_text())
     assert rec["monitor"]["warnings"][0][:2] == [30, "entropy_collapse"] and rec["monitor"]["check_step"][:2] == [10, 20]
@@ -201,10 +200,10 @@ def test_mqar_quick(tmp_path):
     from studies import specs
     from studies import study as study_lib
 
-    from reports import load_script
+    from studies import cli
 
     out = tmp_path / "mqar"
-    assert load_script("repro_mqar").study_main("mqar", ["--quick", f"--out={out}", f"--workdir={tmp_path}"]) == 0
+    assert cli.main(["train", "mqar", "--quick", f"--out={out}", f"--workdir={tmp_path}"]) == 0
     (out / "grid.csv").write_text("num_heads,qk_dim,seed,v_dim,parameters,last train loss,steps to learn,eval loss,"
                                   "eval accuracy,seconds\n")  # no committed rows: the records alone
     study = specs.study("mqar")

@@ -9,8 +9,7 @@ import pytest
 
 from reports import REPO, read_csv as _csv
 
-from scripts import repro_induction
-from studies import seedwise
+from studies import commands, seedwise
 from studies.report import write_csv
 from studies.specs import induction
 
@@ -20,7 +19,7 @@ RECORDS = ("run.json", "summary.csv", "scores.csv", "ablation.csv")
 
 @pytest.mark.slow
 def test_induction_quick(tmp_path):
-    repro_induction.main(["--quick", f"--out={tmp_path}"])
+    commands.induction_main(["--quick", f"--out={tmp_path}"])
     text = open(tmp_path / "README.md").read()
     for fig in ("icl_score", "head_scores"):
         assert os.path.getsize(tmp_path / f"{fig}.png") > 0 and f"]({fig}.png)" in text
@@ -61,7 +60,7 @@ def test_induction_quick(tmp_path):
     assert text.index("## Verdicts") < text.index("## What the data say")
     assert "training loss" in text  # the quick run recorded its curves (curves.csv): the full figure
     os.remove(tmp_path / "README.md")
-    repro_induction.main([f"--out={tmp_path}", "--report_only"])
+    commands.induction_main([f"--out={tmp_path}", "--report_only"])
     assert (tmp_path / "README.md").read_text() == text
 
 

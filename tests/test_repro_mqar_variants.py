@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from reports import REPO, calls_of, install_stand_in, load_script
+from reports import REPO, calls_of, install_stand_in
 
-from studies import specs
+from studies import cli, specs
 from studies.claims import judge_criteria
 
 STAND_IN = textwrap.dedent('''
@@ -41,7 +41,7 @@ def test_quick_writes_records_and_report_and_never_retrains(tmp_path, stand_in):
     train, calls = stand_in
     out, runs = tmp_path / "report", tmp_path / "runs"
     argv = ["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]
-    assert load_script("repro_mqar_variants").study_main("mqar_variants", argv) == 0
+    assert cli.main(["train", "mqar_variants"] + argv) == 0
     names = sorted(n for n in os.listdir(out / "points") if n.endswith(".json"))
     assert names == sorted(f"attention_kind_{k}-mqar_num_kv_pairs_{n}.json"
                            for k in ("softmax", "linear", "additive", "hard") for n in (2, 4))
@@ -61,7 +61,7 @@ def test_quick_writes_records_and_report_and_never_retrains(tmp_path, stand_in):
     for d, _, files in os.walk(runs):  # a second run trains nothing: every point has its record
         for f in files:
             os.remove(os.path.join(d, f))
-    load_script("repro_mqar_variants").study_main("mqar_variants", argv)
+    cli.main(["train", "mqar_variants"] + argv)
     assert len(calls_of(calls)) == 8
 
 

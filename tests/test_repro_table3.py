@@ -15,8 +15,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from reports import calls_of, install_stand_in, load_script
+from reports import calls_of, install_stand_in
 
+from studies import cli as studies_cli
 from studies import points as sweep
 from studies import runner as _study
 from studies import specs
@@ -66,11 +67,10 @@ def stand_in(tmp_path, monkeypatch):
 
 
 def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand_in):
-    repro_table3 = load_script("repro_table3")
     train, calls = stand_in
     out, runs = tmp_path / "report", tmp_path / "runs"
     argv = ["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]
-    assert repro_table3.study_main("table3", argv) == 0
+    assert studies_cli.main(["train", "table3"] + argv) == 0
     names = sorted(os.path.relpath(os.path.join(d, f), out / "points") for d, _, fs in os.walk(out / "points")
                    for f in fs)
     # quick: tiny model, one seed (no seed in the names), rows (A) h = 1 and 8 and rows (B); each record with its
@@ -81,7 +81,7 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
     committed = out / "points" / "A" / "num_heads_1.test.txt"
     assert committed.read_text() == "\n".join(hyps) + "\n"
     committed.unlink()  # a record whose sentences are missing gets them back from its run folder
-    repro_table3.study_main("table3", argv)
+    studies_cli.main(["train", "table3"] + argv)
     assert committed.read_text() == "\n".join(hyps) + "\n" and len(calls_of(calls)) == 4
     assert [os.path.basename(os.path.dirname(c)) for c in calls_of(calls)] == ["A", "A", "B", "B"]
 
@@ -99,13 +99,13 @@ def test_quick_writes_records_and_never_retrains_recorded_points(tmp_path, stand
 
     shutil.rmtree(runs)  # a fresh checkout: only the committed records; nothing trains again
     before = {p: p.read_bytes() for p in (out / "points").rglob("*.json")}
-    repro_table3.study_main("table3", argv)
+    studies_cli.main(["train", "table3"] + argv)
     assert len(calls_of(calls)) == 4 and {p: p.read_bytes() for p in (out / "points").rglob("*.json")} == before
 
     rec["overrides"]["seed"] = 7  # a record made with other settings is refused, naming the point
     path.write_text(json.dumps(rec))
     with pytest.raises(ValueError, match=r"sweep point num_heads_1 \(record .*\) was trained with other settings"):
-        repro_table3.study_main("table3", argv)
+        studies_cli.main(["train", "table3"] + argv)
 
 
 def _verdicts(module: str) -> dict:
@@ -153,8 +153,6 @@ def test_heads_depth_verdicts_name_the_dk_confound_and_the_paper():
 def test_runtime_text_separates_wall_from_training_time():
     """Wall time counts pauses (the larger of the runner's and the logged time); training time is steps x the
     median step time and only for records that have it."""
-    import _study
-
     recs = [{"wall_s": 600.0, "logged_s": 1200.0, "steps": 2400, "median_step_s": 0.25},
             {"wall_s": 300.0, "steps": 2400}]
     assert [_study.wall_minutes(r) for r in recs] == [20.0, 5.0]
@@ -168,8 +166,6 @@ def test_runtime_text_separates_wall_from_training_time():
 
 
 def test_runtime_text_names_the_points_trained_on_an_accelerator_apart():
-    import _study
-
     gpu = {"wall_s": 120.0, "steps": 2400, "median_step_s": 0.01, "device": "gpu NVIDIA H200 x1",
            "execution": {"model.attention_impl": "xla"}, "matmul_precision": "highest"}
     cpu = {"wall_s": 600.0, "steps": 2400, "median_step_s": 0.25}
@@ -188,8 +184,6 @@ def test_runtime_text_names_the_points_trained_on_an_accelerator_apart():
 
 
 def test_trained_on_text_counts_devices_and_names_hosts_of_older_records():
-    import _study
-
     gpu, cpu = {"device": "gpu NVIDIA H200 x1"}, {"device": "cpu cpu x1"}
     old = {"host": "Linux x86_64, 2 CPU cores"}
     text = _study.trained_on_text([gpu, cpu, gpu, old])

@@ -1,4 +1,4 @@
-"""Bad arguments to the scripts under scripts/ are one ERROR line and exit code 1, before anything is written;
+"""Bad arguments to the study command lines (``python -m studies train``) are one ERROR line and exit code 1, before anything is written;
 a bug (any other exception) keeps its traceback."""
 import os
 import statistics
@@ -12,15 +12,15 @@ from engine import cli
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("script, args, line", [
-    ("repro_table3.py", ["--max_points=-1"], "ERROR --max_points=-1; expected a number >= 0"),
-    ("repro_heads_depth.py", ["--max_points=-3"], "ERROR --max_points=-3; expected a number >= 0"),
-    ("repro_scale.py", ["--max_points=-2"], "ERROR --max_points=-2; expected a number >= 0"),
+@pytest.mark.parametrize("study, args, line", [
+    ("table3", ["--max_points=-1"], "ERROR --max_points=-1; expected a number >= 0"),
+    ("heads_vs_depth", ["--max_points=-3"], "ERROR --max_points=-3; expected a number >= 0"),
+    ("scale", ["--max_points=-2"], "ERROR --max_points=-2; expected a number >= 0"),
 ])
-def test_bad_argument_is_one_error_line(tmp_path, script, args, line):
+def test_bad_argument_is_one_error_line(tmp_path, study, args, line):
     out, workdir = tmp_path / "out", tmp_path / "runs"
-    env = dict(os.environ, WANDB_MODE="disabled")
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", script), *args, f"--out={out}",
+    env = dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, "-m", "studies", "train", study, *args, f"--out={out}",
                            f"--workdir={workdir}"], capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [line], proc.stderr
     assert not out.exists() and not workdir.exists()

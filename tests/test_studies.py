@@ -3,39 +3,19 @@ with the study's settings hash, are never retrained, refuse a changed setting na
 carries the claims' verdicts; the running sweep's progress line; the study command line's errors."""
 import json
 import os
-import textwrap
 
 import pytest
 
-from studies import cli, points, specs
+from studies import cli, commands, points, specs
 from studies import study as study_lib
 from studies.claims import Claim, Conditions
 from studies.records import records_in
 from studies.study import Arm, Study
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAKE_TRAIN = os.path.join(REPO, "tests", "fake_train.py")
-CONFIG = textwrap.dedent('''
-    import ml_collections
-
-    def get_config(arg=None):
-        c = ml_collections.ConfigDict()
-        c.seed = 0
-        c.model = ml_collections.ConfigDict({"num_heads": 8, "qk_dim": 64})
-        c.train = ml_collections.ConfigDict({"num_steps": 10})
-        return c
-
-    def sweep(arg=None):
-        seeds = int(dict(kv.split("=") for kv in (arg or "seeds=3").split(","))["seeds"])
-        for seed in range(seeds):
-            for h in (1, 8):
-                yield {"model.num_heads": h, "model.qk_dim": 64 // h, "seed": seed}
-''')
-
+from tests.reports import FAKE_TRAIN, TINY_CONFIG
 
 def tiny_study(tmp_path, arg="seeds=3") -> Study:
     config = tmp_path / "tiny.py"
-    config.write_text(CONFIG)
+    config.write_text(TINY_CONFIG)
     claim = Claim("h1", "one head has the higher perplexity", ("h=1",), ("h=8",), "tiny", Conditions(lr="fixed"),
                   metric="ppl", sign=1, margin=0.5)
     return Study(name="tiny", title="A tiny study", out=str(tmp_path / "out"), protocol="Protocol: a stand-in.",
@@ -111,7 +91,23 @@ def test_the_study_command_line_names_bad_input():
     with pytest.raises(ValueError, match=r"--max_points=-1; expected a number >= 0"):
         cli.main(["train", "table3", "--max_points=-1"])
     with pytest.raises(SystemExit):
-        cli.study_main("table3", ["--bogus"])
+        cli.main(["train", "table3", "--bogus"])
+    with pytest.raises(ValueError, match=r"--steps=1; expected >= 2"):
+        cli.main(["train", "induction", "--steps=1"])  # a spec with its own report: its own command line
+
+
+def test_list_and_train_take_every_spec_module(monkeypatch):
+    """Every spec module is listed (its STUDIES, or its own report's rows) and ``train`` reaches it."""
+    names = [line.split(":", 1)[0] for line in cli.listing()]
+    for module in specs.modules():
+        name = module.__name__.rsplit(".", 1)[1]
+        assert name in names or {s.name for s in module.STUDIES} <= set(names), name
+        if not hasattr(module, "STUDIES"):
+            assert cli.command_line(module) is not None, name
+    seen = []
+    monkeypatch.setitem(commands.COMMAND_LINES, "scale", seen.append)
+    assert cli.main(["train", "scale", "--quick", "--max_points=0"]) == 0
+    assert seen == [["--quick", "--max_points=0"]]
 
 
 def test_every_registered_study_knows_its_points():

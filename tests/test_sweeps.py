@@ -1,4 +1,4 @@
-"""scripts/sweep.py (studies.points, studies.sweeps): points from a config's sweep(), sequential resumable runs, aggregation, W&B sweep files.
+"""python -m studies sweep (studies.points, studies.sweeps): points from a config's sweep(), sequential resumable runs, aggregation, W&B sweep files.
 
 The runner is exercised end to end with a stand-in training script that writes metrics.jsonl records in
 engine/loop.py's format (so these tests take seconds); the table3 sweep configs are checked for their
@@ -9,36 +9,19 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from studies import points as sweep
 from studies import sweeps
-
-CONFIG = textwrap.dedent('''
-    import ml_collections
-
-    def get_config(arg=None):
-        c = ml_collections.ConfigDict()
-        c.seed = 0
-        c.model = ml_collections.ConfigDict({"num_heads": 8, "qk_dim": 64})
-        c.train = ml_collections.ConfigDict({"num_steps": 10})
-        return c
-
-    def sweep(arg=None):
-        for h in (1, 8):
-            yield {"model.num_heads": h, "model.qk_dim": 64 // h, "seed": 0}
-''')
-
-FAKE_TRAIN = os.path.join(REPO, "tests", "fake_train.py")
+from tests.reports import FAKE_TRAIN, TINY_CONFIG
 
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
     cfg = tmp_path / "tiny_sweep.py"
-    cfg.write_text(CONFIG)
+    cfg.write_text(TINY_CONFIG)
     train = FAKE_TRAIN
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("CALLS_FILE", str(calls))
@@ -157,9 +140,9 @@ def test_set_of_a_field_the_points_set_is_refused_before_training(setup):
     with pytest.raises(ValueError, match=r"--set model.qk_dim=8: point num_heads_1 sets model.qk_dim=64 itself"):
         _run(cfg, train, workdir, "--set=model.qk_dim=8")
     assert not calls.exists()
-    cli = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "sweep.py"), f"--config={cfg}",
-                          f"--workdir={workdir}", "--point=num_heads_8", "--set=model.qk_dim=4"],
-                         capture_output=True, text=True, timeout=120)
+    cli = subprocess.run([sys.executable, "-m", "studies", "sweep", f"--config={cfg}", f"--workdir={workdir}",
+                          "--point=num_heads_8", "--set=model.qk_dim=4"], capture_output=True, text=True,
+                         timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
     assert cli.returncode == 1 and cli.stderr.strip().splitlines() == [
         "ERROR --set model.qk_dim=4: point num_heads_8 sets model.qk_dim=8 itself, and a point's own value wins; "
         "change it through the config argument or drop the --set"]
@@ -170,7 +153,7 @@ def test_wandb_sweep_file(setup, tmp_path):
     out = tmp_path / "sweep.yaml"
     assert _run(cfg, train, workdir, f"--wandb_sweep={out}", "--set=train.num_steps=3") == 0
     text = out.read_text()
-    assert "method: grid" in text and "program: scripts/sweep.py" in text and "name: tiny_sweep" in text
+    assert "method: grid" in text and "-m\n  - studies\n  - sweep" in text and "name: tiny_sweep" in text
     assert '"num_heads_1"' in text and '"--set=train.num_steps=3"' in text and "${args}" in text
     assert not calls.exists()
 

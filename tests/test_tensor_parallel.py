@@ -1,7 +1,6 @@
 """Model (tensor) and context (sequence) parallelism end to end through ``engine.run`` on 8 simulated devices:
 the loss curves equal those of one device, and the parameters / batches are really split."""
 import os
-import sys
 
 import jax
 import numpy as np
@@ -12,12 +11,10 @@ from engine import config as config_lib
 from engine import sharding as sharding_lib
 from engine import state as state_lib
 from engine import tasks
+from studies.inprocess import load
+from test_train import STEPS, corpus, tiny_translation_config  # noqa: F401  (corpus: a fixture)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-
-from _runs import load  # noqa: E402
-from test_train import STEPS, corpus, tiny_translation_config  # noqa: E402,F401  (corpus: a fixture)
 
 
 def loss_curve(result: dict) -> list[float]:

@@ -1,0 +1,119 @@
+"""The command lines of the studies whose spec writes its own report (no ``STUDIES``): what
+``python -m studies train <name> [arguments]`` runs for them, each with its own ``--help``.
+
+    python -m studies train scale --quick                 # tiny sizes, one seed, into runs/repro/scale_quick
+    python -m studies train induction --quick --out=/tmp/induction
+    python -m studies train head_importance --raw=/tmp/hi  # 3 seeds + 1 uniform x 12 min; a rerun reuses /tmp/hi
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Callable, Optional, Sequence
+
+from studies.report import REPO
+from studies.specs import entropy_collapse, explanation, head_importance, induction, logit_growth, scale
+
+
+def _positive(args: argparse.Namespace, names: Sequence[str], lowest: int = 1) -> None:
+    """Raise ValueError naming the first of ``names`` whose value in ``args`` is below ``lowest``."""
+    for name in names:
+        if getattr(args, name) < lowest:
+            raise ValueError(f"--{name}={getattr(args, name)}; expected an int >= {lowest}")
+
+
+def induction_main(argv: Optional[Sequence[str]] = None) -> str:
+    """Induction heads (``studies/specs/induction.py``): measure 1 vs 2 attention-only layers, then the report;
+    the README path."""
+    parser = argparse.ArgumentParser(prog="python -m studies train induction", description=induction.OLSSON)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, runs in seconds (for tests)")
+    parser.add_argument("--out", default=None, help="report folder (default docs/results/induction, or "
+                        "runs/repro/induction_quick with --quick)")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,1,2; 0 with --quick)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 1500; 4 quick)")
+    parser.add_argument("--report_only", action="store_true", help="the report from the records in --out")
+    args = parser.parse_args(argv)
+    out = args.out or (os.path.join(REPO, "runs/repro/induction_quick") if args.quick else induction.OUT)
+    if not args.report_only:
+        try:
+            seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
+        except ValueError:
+            raise ValueError(f"--seeds={args.seeds!r}; expected comma-separated ints")
+        if args.steps is not None and args.steps < 2:
+            raise ValueError(f"--steps={args.steps}; expected >= 2 (the ICL score needs two measurements)")
+        induction.measure(out, seeds=seeds, steps=args.steps, quick=args.quick)
+    path = induction.report(out)
+    print(f"wrote {path}")
+    return path
+
+
+def explanation_main(argv: Optional[Sequence[str]] = None) -> str:
+    """Is attention explanation (``studies/specs/explanation.py``): train and measure the classifiers, then the
+    report; the README path."""
+    ap = argparse.ArgumentParser(prog="python -m studies train explanation", description=explanation.JW)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--examples", type=int, default=200, help="test verses analysed per seed")
+    ap.add_argument("--permutations", type=int, default=100)
+    ap.add_argument("--epsilon", type=float, default=0.01, help="output TVD allowed for adversarial attention")
+    ap.add_argument("--adv_steps", type=int, default=300)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (tests)")
+    ap.add_argument("--out", default=explanation.OUT)
+    ap.add_argument("--report_only", action="store_true", help="the report from the records in --out; no training")
+    a = ap.parse_args(argv)
+    if not a.report_only:
+        if a.quick:
+            a.seeds, a.examples, a.adv_steps = 1, min(a.examples, 8), 20
+        _positive(a, ("seeds", "steps", "examples", "permutations", "adv_steps"))
+        if a.permutations < 100 and not a.quick:
+            raise ValueError(f"--permutations={a.permutations}; the protocol takes the median over >= 100")
+        if not a.epsilon > 0:
+            raise ValueError(f"--epsilon={a.epsilon}; expected a positive output TVD")
+        explanation.measure(a.out, seeds=a.seeds, steps=a.steps, examples=a.examples, permutations=a.permutations,
+                            epsilon=a.epsilon, adv_steps=a.adv_steps, quick=a.quick)
+    path = explanation.report(a.out)
+    print(f"wrote {path}")
+    return path
+
+
+def head_importance_main(argv: Optional[Sequence[str]] = None) -> str:
+    """Which heads matter (``studies/specs/head_importance.py``): train the translation models and measure their
+    heads, then the report; the README path."""
+    ap = argparse.ArgumentParser(prog="python -m studies train head_importance",
+                                 description="Michel, Voita and Vashishth et al. on the translation model")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first_seed", type=int, default=0, help="seeds first_seed .. first_seed + seeds - 1 (and as "
+                    "many uniform-baseline seeds from first_seed)")
+    ap.add_argument("--uniform_seeds", type=int, default=None,
+                    help="seeds of the uniform-cross-attention baseline (default 1; 0 with --quick)")
+    ap.add_argument("--minutes", type=float, default=12.0, help="training time budget per run (0: none)")
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--eval_batches", type=int, default=4, help="validation batches (64 sentences) for NLL")
+    ap.add_argument("--sentences", type=int, default=300, help="test sentences decoded for every BLEU")
+    ap.add_argument("--raw", default="", help="directory keeping each run's measurements, the study's records "
+                    "(reused when present; default <out>/raw)")
+    ap.add_argument("--workdir", default="", help="directory of the training runs (<workdir>/seed<s>, "
+                    "uniform<s>): checkpoints, metrics.jsonl, W&B; an interrupted run resumes (default: in memory)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (tests)")
+    ap.add_argument("--out", default=head_importance.OUT)
+    ap.add_argument("--report_only", action="store_true", help="the report from the records in --out; no training")
+    a = ap.parse_args(argv)
+    if not a.report_only:
+        if a.uniform_seeds is None:  # --quick: a second training would cost the test half its time
+            a.uniform_seeds = 0 if a.quick else 1
+        if a.quick:
+            a.seeds, a.eval_batches, a.sentences = 1, 1, min(a.sentences, 8)
+        _positive(a, ("seeds", "eval_batches", "steps", "sentences"))
+        _positive(a, ("first_seed", "uniform_seeds"), lowest=0)
+        if not a.minutes >= 0:
+            raise ValueError(f"--minutes={a.minutes}; expected a number >= 0 (0: no time limit)")
+        a.raw = a.raw or os.path.join(a.out, "raw")
+        head_importance.run(a)
+    path = head_importance.report_from_records(a.out)
+    print(f"wrote {path}")
+    return path
+
+
+COMMAND_LINES: dict[str, Callable[[Optional[Sequence[str]]], str]] = {
+    "entropy_collapse": entropy_collapse.run, "explanation": explanation_main, "head_importance": head_importance_main,
+    "induction": induction_main, "logit_growth": logit_growth.run, "scale": scale.run}
