@@ -21,7 +21,7 @@ Modules (each uses only those above it and the engine):
 - ``studies.runner``: the shared command line of a study (``open_study``), ``train_missing``, ``runtime_text``.
 - ``studies.inprocess``: short in-process experiments without records (``load``, ``with_overrides``, ``run_point``
   returning a history).
-- ``studies.sweeps``: the report of a ``scripts/sweep.py`` folder (one line per varied setting, seeds aggregated).
+- ``studies.sweeps``: a sweep folder's report (``python -m studies sweep``; one line per setting, seeds aggregated).
 
 See docs/studies.md for a worked example and how to add a study.
 """

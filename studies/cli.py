@@ -21,14 +21,17 @@ from studies import study as study_lib
 
 
 def command_line(module: ModuleType) -> Optional[Callable[[Optional[Sequence[str]]], str]]:
-    """The command line of a spec module that writes its own report (its ``main``, else the one in
-    ``studies.commands``); None for a module of ``STUDIES``."""
+    """The command line of a spec module of its own: its ``main(argv)`` (a ``STUDIES`` module whose training needs
+    more than the generic runner), else for a module that writes its own report the one in ``studies.commands``;
+    None for a module of ``STUDIES`` alone."""
+    if hasattr(module, "main"):
+        return module.main
     if hasattr(module, "STUDIES"):
         return None
     from studies import commands
 
     name = module.__name__.rsplit(".", 1)[1]
-    found = getattr(module, "main", None) or commands.COMMAND_LINES.get(name)
+    found = commands.COMMAND_LINES.get(name)
     if found is None:
         raise ValueError(f"study {name!r} writes its own report but has no command line (a main(argv))")
     return found

@@ -1,9 +1,10 @@
 """The command lines of the studies whose spec writes its own report (no ``STUDIES``): what
 ``python -m studies train <name> [arguments]`` runs for them, each with its own ``--help``.
 
-    python -m studies train scale --quick                 # tiny sizes, one seed, into runs/repro/scale_quick
     python -m studies train induction --quick --out=/tmp/induction
-    python -m studies train head_importance --raw=/tmp/hi  # 3 seeds + 1 uniform x 12 min; a rerun reuses /tmp/hi
+    python -m studies train head_importance --out=/tmp/hi   # 3 seeds + 1 uniform x 12 min; reruns reuse its points/
+    python -m studies train head_importance --pretrained=ckpt/opus-mt-es-en --out=/tmp/hi_marian   # a checkpoint
+    python -m studies train explanation --pretrained=ckpt/bert-cls --out=/tmp/ex_bert   # forward-only tests
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 from typing import Callable, Optional, Sequence
 
 from studies.report import REPO
-from studies.specs import entropy_collapse, explanation, head_importance, induction, logit_growth, scale
+from studies.specs import explanation, head_importance, induction
 
 
 def _positive(args: argparse.Namespace, names: Sequence[str], lowest: int = 1) -> None:
@@ -48,8 +49,8 @@ def induction_main(argv: Optional[Sequence[str]] = None) -> str:
 
 
 def explanation_main(argv: Optional[Sequence[str]] = None) -> str:
-    """Is attention explanation (``studies/specs/explanation.py``): train and measure the classifiers, then the
-    report; the README path."""
+    """Is attention explanation (``studies/specs/explanation.py``): train and measure the classifiers (or measure a
+    pretrained checkpoint's forward tests), then the report; the README path."""
     ap = argparse.ArgumentParser(prog="python -m studies train explanation", description=explanation.JW)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2000)
@@ -58,9 +59,20 @@ def explanation_main(argv: Optional[Sequence[str]] = None) -> str:
     ap.add_argument("--epsilon", type=float, default=0.01, help="output TVD allowed for adversarial attention")
     ap.add_argument("--adv_steps", type=int, default=300)
     ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (tests)")
-    ap.add_argument("--out", default=explanation.OUT)
+    ap.add_argument("--pretrained", default="", help="a checkpoint (directory or hub id: BERT with a classification "
+                    "head, GPT-2, Llama) measured instead of training; needs --out")
+    ap.add_argument("--attention_impl", default="auto", help="attention backend of the --pretrained model")
+    ap.add_argument("--out", default=None, help="report folder (default docs/results/explanation)")
     ap.add_argument("--report_only", action="store_true", help="the report from the records in --out; no training")
     a = ap.parse_args(argv)
+    if a.pretrained:
+        if a.out is None or a.report_only:
+            raise ValueError(f"--pretrained={a.pretrained} needs --out and measures (no --report_only)")
+        path = explanation.run_pretrained(a.pretrained, a.out, examples=min(a.examples, 8) if a.quick else a.examples,
+                                          permutations=a.permutations, attention_impl=a.attention_impl)
+        print(f"wrote {path}")
+        return path
+    a.out = a.out or explanation.OUT
     if not a.report_only:
         if a.quick:
             a.seeds, a.examples, a.adv_steps = 1, min(a.examples, 8), 20
@@ -77,8 +89,8 @@ def explanation_main(argv: Optional[Sequence[str]] = None) -> str:
 
 
 def head_importance_main(argv: Optional[Sequence[str]] = None) -> str:
-    """Which heads matter (``studies/specs/head_importance.py``): train the translation models and measure their
-    heads, then the report; the README path."""
+    """Which heads matter (``studies/specs/head_importance.py``): train the translation models (or take a pretrained
+    encoder-decoder) and measure their heads, then the report; the README path."""
     ap = argparse.ArgumentParser(prog="python -m studies train head_importance",
                                  description="Michel, Voita and Vashishth et al. on the translation model")
     ap.add_argument("--seeds", type=int, default=3)
@@ -90,30 +102,40 @@ def head_importance_main(argv: Optional[Sequence[str]] = None) -> str:
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--eval_batches", type=int, default=4, help="validation batches (64 sentences) for NLL")
     ap.add_argument("--sentences", type=int, default=300, help="test sentences decoded for every BLEU")
-    ap.add_argument("--raw", default="", help="directory keeping each run's measurements, the study's records "
-                    "(reused when present; default <out>/raw)")
     ap.add_argument("--workdir", default="", help="directory of the training runs (<workdir>/seed<s>, "
                     "uniform<s>): checkpoints, metrics.jsonl, W&B; an interrupted run resumes (default: in memory)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and a few steps (tests)")
-    ap.add_argument("--out", default=head_importance.OUT)
+    ap.add_argument("--pretrained", default="", help="measure this encoder-decoder checkpoint (a directory in the "
+                    "standard layout or a hub id, e.g. Helsinki-NLP/opus-mt-es-en) instead of training; needs --out")
+    ap.add_argument("--attention_impl", default="auto", help="attention backend of the --pretrained model")
+    ap.add_argument("--out", default=None, help="report folder; its points/ holds the records (a model with a "
+                    "record is not measured again; default docs/results/head_importance)")
     ap.add_argument("--report_only", action="store_true", help="the report from the records in --out; no training")
     a = ap.parse_args(argv)
-    if not a.report_only:
-        if a.uniform_seeds is None:  # --quick: a second training would cost the test half its time
-            a.uniform_seeds = 0 if a.quick else 1
-        if a.quick:
-            a.seeds, a.eval_batches, a.sentences = 1, 1, min(a.sentences, 8)
-        _positive(a, ("seeds", "eval_batches", "steps", "sentences"))
-        _positive(a, ("first_seed", "uniform_seeds"), lowest=0)
-        if not a.minutes >= 0:
-            raise ValueError(f"--minutes={a.minutes}; expected a number >= 0 (0: no time limit)")
-        a.raw = a.raw or os.path.join(a.out, "raw")
+    if a.pretrained and a.out is None:
+        raise ValueError(f"--pretrained={a.pretrained} needs --out (the committed report folder is the study's)")
+    a.out = a.out or head_importance.OUT
+    if a.report_only:
+        path = head_importance.report_from_records(a.out)
+        print(f"wrote {path}")
+        return path
+    if a.uniform_seeds is None:  # --quick: a second training would cost the test half its time
+        a.uniform_seeds = 0 if a.quick else 1
+    if a.quick:
+        a.seeds, a.eval_batches, a.sentences = 1, 1, min(a.sentences, 8)
+    _positive(a, ("seeds", "eval_batches", "steps", "sentences"))
+    _positive(a, ("first_seed", "uniform_seeds"), lowest=0)
+    if not a.minutes >= 0:
+        raise ValueError(f"--minutes={a.minutes}; expected a number >= 0 (0: no time limit)")
+    if a.pretrained:
+        path = head_importance.run_pretrained(a.pretrained, a.out, eval_batches=a.eval_batches, sentences=a.sentences,
+                                              quick=a.quick, attention_impl=a.attention_impl)
+    else:
         head_importance.run(a)
-    path = head_importance.report_from_records(a.out)
+        path = head_importance.report_from_records(a.out)
     print(f"wrote {path}")
     return path
 
 
 COMMAND_LINES: dict[str, Callable[[Optional[Sequence[str]]], str]] = {
-    "entropy_collapse": entropy_collapse.run, "explanation": explanation_main, "head_importance": head_importance_main,
-    "induction": induction_main, "logit_growth": logit_growth.run, "scale": scale.run}
+    "explanation": explanation_main, "head_importance": head_importance_main, "induction": induction_main}

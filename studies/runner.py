@@ -160,7 +160,9 @@ HEALTH_CHANGES = (("2026-12-05 03:53:47", {"logit_std_high": 8.0, "max_logit": 5
                   ("2026-12-05 23:00:00", {"collapse_ratio": 0.1, "collapse_floor": 0.25, "uniform_after_step": 1000,
                                            "max_logit": 100.0, "logit_std_high": 16.0, "logit_std_ratio": 10.0,
                                            "logit_std_floor": 6.0, "logit_std_low": 0.05},
-                   "the per-layer monitor of issue 47 (docs/health.md)"))
+                   "the per-layer monitor of issue 47 (docs/health.md)"),
+                  ("2026-12-06 01:10:53", {"init_std_all_low": 0.2, "mask_leak_ratio": float("inf")},
+                   "mask_leak and the all-groups init_spread_low (issue 47, held-out calibration)"))
 
 
 def health_defaults(health: Any, records: Sequence[dict]) -> tuple[Any, str]:

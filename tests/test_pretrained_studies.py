@@ -14,14 +14,14 @@ pytest.importorskip("transformers", reason="needs transformers (pip install '.[r
 pytest.importorskip("safetensors", reason="needs safetensors (pip install '.[pretrained]')")
 
 from pretrained import random_checkpoints  # noqa: E402
-from scripts import repro_head_importance  # noqa: E402
+from studies.commands import head_importance_main  # noqa: E402
 
 
 def test_head_importance_on_a_pretrained_marian(tmp_path):
     ckpt = random_checkpoints.make("marian", str(tmp_path / "marian"), d_model=32, layers=1, heads=2, d_ff=64,
                                    vocab=200)
     out = tmp_path / "hi"
-    readme = repro_head_importance.main(["--pretrained", ckpt, "--out", str(out), "--quick"])
+    readme = head_importance_main(["--pretrained", ckpt, "--out", str(out), "--quick"])
     text = open(readme, encoding="utf-8").read()
     assert f"The pretrained marian checkpoint `{ckpt}`" in text and "## Verdicts" not in text
     rec = json.load(open(out / "points" / "pretrained.json"))
@@ -32,16 +32,16 @@ def test_head_importance_on_a_pretrained_marian(tmp_path):
     assert sorted(os.listdir(out / "decoded")) == [
         f"pretrained_{c}.txt" for c in ("cross_permute_all_layers", "cross_uniform_all_layers", "unmasked")]
     os.remove(readme)  # a rerun reports from the record without measuring
-    assert repro_head_importance.main(["--report_only", "--out", str(out)]) == readme and os.path.exists(readme)
+    assert head_importance_main(["--report_only", "--out", str(out)]) == readme and os.path.exists(readme)
 
 
 def test_head_importance_refuses_a_decoder_only_checkpoint(tmp_path):
     ckpt = random_checkpoints.make("gpt2", str(tmp_path / "gpt2"), d_model=32, layers=1, heads=2, d_ff=64,
                                    tokenizer=False, vocab=64)
     with pytest.raises(ValueError, match="encoder-decoder translation model"):
-        repro_head_importance.main(["--pretrained", ckpt, "--out", str(tmp_path / "hi"), "--quick"])
-    with pytest.raises(SystemExit, match="needs --out"):
-        repro_head_importance.main(["--pretrained", ckpt])
+        head_importance_main(["--pretrained", ckpt, "--out", str(tmp_path / "hi"), "--quick"])
+    with pytest.raises(ValueError, match="needs --out"):
+        head_importance_main(["--pretrained", ckpt])
 
 
 def test_explanation_on_pretrained_bert_and_gpt2(tmp_path):
@@ -53,7 +53,7 @@ def test_explanation_on_pretrained_bert_and_gpt2(tmp_path):
 
     import pretrained
     from analysis.explanation import pretrained_measures
-    from scripts import repro_explanation
+    from studies.commands import explanation_main
 
     small = dict(d_model=32, layers=2, heads=2, d_ff=64, vocab=200)
     bert = random_checkpoints.make("bert", str(tmp_path / "bert"), config_overrides={"num_labels": 3}, **small)
@@ -71,7 +71,7 @@ def test_explanation_on_pretrained_bert_and_gpt2(tmp_path):
             assert m["length"][i] == len(ids)
             np.testing.assert_allclose(m["alpha_max"][i], att[:, query(len(ids))].mean(0).max(), rtol=1e-4)
         assert np.all((m["perm_median_tvd"] >= 0) & (m["perm_median_tvd"] <= 1)) and np.all(np.abs(m["tau_loo"]) <= 1)
-    readme = repro_explanation.main(["--pretrained", gpt2, "--out", str(tmp_path / "ex"), "--quick",
+    readme = explanation_main(["--pretrained", gpt2, "--out", str(tmp_path / "ex"), "--quick",
                                      "--permutations", "3"])
     assert "the last token, predicting" in open(readme, encoding="utf-8").read()
     with open(tmp_path / "ex" / "per_example.csv") as f:

@@ -17,9 +17,9 @@ RECORDS = ("run.json", "per_example.csv", "accuracy.csv")
 
 @pytest.mark.slow
 def test_repro_explanation_quick(tmp_path):
-    from scripts import repro_explanation
+    from studies.commands import explanation_main
 
-    repro_explanation.main(["--quick", "--out", str(tmp_path)])
+    explanation_main(["--quick", "--out", str(tmp_path)])
     text = (tmp_path / "README.md").read_text()
     assert "Kendall" in text and "uniform" in text and "## Verdicts" in text
     for fig in ("explanation", "accuracy"):

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from scripts import repro_head_importance
+from studies.commands import head_importance_main
 from studies.specs import head_importance as study
 from studies import seedwise
 
@@ -25,7 +25,7 @@ def _rows(path):
 @pytest.mark.slow
 def test_repro_head_importance_quick(tmp_path):
     runs = tmp_path / "runs"
-    repro_head_importance.main(["--quick", "--first_seed", "2", "--out", str(tmp_path), "--workdir", str(runs)])
+    head_importance_main(["--quick", "--first_seed", "2", "--out", str(tmp_path), "--workdir", str(runs)])
     # --workdir: the model trains in <workdir>/quick_seed2 with checkpoints; a rerun of the finished run restores its
     # last checkpoint instead of training again
     assert sorted(os.listdir(runs / "quick_seed2" / "checkpoints")) == ["4"]
@@ -64,7 +64,7 @@ def test_repro_head_importance_quick(tmp_path):
     assert sorted(os.listdir(tmp_path / "decoded")) == [
         f"seed2_{c}.txt" for c in ("cross_permute_all_layers", "cross_uniform_all_layers", "unmasked")]
     os.remove(tmp_path / "README.md")
-    repro_head_importance.main(["--report_only", "--out", str(tmp_path)])
+    head_importance_main(["--report_only", "--out", str(tmp_path)])
     assert "## Verdicts" in (tmp_path / "README.md").read_text()
 
 

@@ -214,8 +214,8 @@ STUDY = DerivedStudy(
 STUDIES = (STUDY,)
 
 
-def run(argv: Optional[Sequence[str]] = None) -> int:
-    """The study's command line (``scripts/repro_entropy_collapse.py``): train the points without a record, each
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The study's command line (``python -m studies train entropy_collapse``): train the points without a record, each
     record with its monitor trace, then the report (``--report_only``: the report alone)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--report_only", action="store_true")

@@ -103,11 +103,11 @@ def measure(out: str, *, seeds: int, steps: int, examples: int, permutations: in
 def _records(out: str) -> tuple[dict, list[dict], list[dict]]:
     run_path = os.path.join(out, "run.json")
     if not os.path.isfile(run_path):
-        raise ValueError(f"{run_path} not found: measure the study first (scripts/repro_explanation.py)")
+        raise ValueError(f"{run_path} not found: measure the study first (python -m studies train explanation)")
     with open(run_path) as f:
         run = json.load(f)
-    per = read_csv(out, "per_example.csv", "scripts/repro_explanation.py")
-    acc = [r for r in read_csv(out, "accuracy.csv", "scripts/repro_explanation.py") if r["seed"].isdigit()]
+    per = read_csv(out, "per_example.csv", "python -m studies train explanation")
+    acc = [r for r in read_csv(out, "accuracy.csv", "python -m studies train explanation") if r["seed"].isdigit()]
     return run, per, acc
 
 
@@ -140,7 +140,7 @@ def report(out: str = OUT) -> str:
     r.text(f"{run['measured']} Total {run['minutes']} min.")
     r.text("Generated from the records (`run.json`, [per_example.csv](per_example.csv), [accuracy.csv]"
            "(accuracy.csv)) by `studies/specs/explanation.py` (`python -m studies report explanation`).")
-    r.text(f"`python scripts/repro_explanation.py --seeds {run['seeds']} --steps {run['steps']} --examples "
+    r.text(f"`python -m studies train explanation --seeds {run['seeds']} --steps {run['steps']} --examples "
            f"{run['examples']} --permutations {run['permutations']} --epsilon {run['epsilon']} --adv_steps "
            f"{run['adv_steps']}{' --quick' if run['quick'] else ''}`. " + PRETRAINED_NOTE)
     r.text(f"""**Protocol.** `configs/repro_explanation.py`: verses labelled by {config.data.label}, a
@@ -205,7 +205,7 @@ def _summary_text(verdicts, summary, learned, uniform, run) -> str:
 
 
 PRETRAINED_NOTE = ("On a pretrained checkpoint (BERT with a classification head, GPT-2, Llama; a directory or a hub "
-                   "id), `python scripts/repro_explanation.py --pretrained DIR --out FOLDER` runs the forward-only tests "
+                   "id), `python -m studies train explanation --pretrained DIR --out FOLDER` runs the forward-only tests "
                    "(leave-one-out and permutation) on its last layer's attention into a per-verse CSV and a summary.")
 
 
@@ -222,7 +222,7 @@ def run_pretrained(source: str, out: str, *, examples: int, permutations: int, a
             for i, (n, a, t, v) in enumerate(zip(m["length"], m["alpha_max"], m["tau_loo"], m["perm_median_tvd"]))]
     r = Report(out, f"Is attention explanation? Jain & Wallace's tests on {os.path.basename(source.rstrip('/'))}")
     r.text(f"""{environment_line()} The pretrained {p.family} checkpoint `{source}`:
-`python scripts/repro_explanation.py --pretrained {source} --examples {examples} --permutations {permutations} \
+`python -m studies train explanation --pretrained {source} --examples {examples} --permutations {permutations} \
 --out <this folder>`. The explanation α is the last layer's attention from the query that predicts, averaged over
 heads ({"the first token, [CLS], feeding the classifier" if p.family == "bert" else "the last token, predicting"}), \
 on the first {len(rows)} English test verses of our Bible corpus in the checkpoint's own token ids. Per verse: \

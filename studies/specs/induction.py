@@ -125,10 +125,10 @@ def load_runs(out: str) -> tuple[dict, list[dict], dict]:
     returns, with ``hist``'s training curves None where the records do not have them."""
     path = os.path.join(out, "run.json")
     if not os.path.isfile(path):
-        raise ValueError(f"{path} not found: measure the study first (scripts/repro_induction.py)")
+        raise ValueError(f"{path} not found: measure the study first (python -m studies train induction)")
     with open(path) as f:
         run = json.load(f)
-    summary, scores, ablation = (read_csv(out, n, "scripts/repro_induction.py")
+    summary, scores, ablation = (read_csv(out, n, "python -m studies train induction")
                                  for n in ("summary.csv", "scores.csv", "ablation.csv"))
     curves = read_csv(out, "curves.csv", "") if os.path.isfile(os.path.join(out, "curves.csv")) else []
     runs = {}

@@ -159,9 +159,3 @@ STUDY = DerivedStudy(
 )
 STUDIES = (STUDY,)
 
-
-def run(argv: Optional[Sequence[str]] = None) -> int:
-    """The study's command line (``scripts/repro_logit_growth.py``), as ``studies.cli.study_main``."""
-    from studies.cli import study_main
-
-    return study_main(STUDY.name, argv, __doc__)

@@ -19,7 +19,7 @@ import csv
 import functools
 import math
 import os
-from typing import Optional, Sequence
+from typing import Optional
 
 from analysis import first_step_at_most, scale_name
 from studies.claims import CONTRADICTED, REPRODUCED, UNRESOLVED, Claim, Conditions, Criterion, Registration
@@ -144,9 +144,3 @@ STUDY = DerivedStudy(
 )
 STUDIES = (STUDY,)
 
-
-def run(argv: Optional[Sequence[str]] = None) -> int:
-    """The study's command line (``scripts/repro_scale.py``), as ``studies.cli.study_main``."""
-    from studies.cli import study_main
-
-    return study_main(STUDY.name, argv, __doc__)
