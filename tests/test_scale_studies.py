@@ -9,6 +9,7 @@ import pytest
 
 from reports import REPO, calls_of, install_stand_in, read_csv
 from studies import claims as claims_lib
+from studies import cli
 from studies import study as study_lib
 from studies.records import Record
 from studies.specs import entropy_collapse, logit_growth, scale
@@ -118,12 +119,13 @@ def test_entropy_collapse_events_and_alarms():
     assert (d["precision"], d["recall"], d["lead"]) == (1.0, 1.0, 0.0)
 
 
-def _quick(module, study, tmp_path, monkeypatch, n_points: int) -> str:
+def _quick(study, tmp_path, monkeypatch, n_points: int) -> str:
     train, calls = install_stand_in(tmp_path, monkeypatch, STAND_IN)
     out, runs = tmp_path / "out", tmp_path / "runs"
-    assert module.run(["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]) == 0
+    argv = ["train", study.name, "--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"]
+    assert cli.main(argv) == 0  # what `python -m studies train <name> --quick` runs
     assert len(calls_of(calls)) == n_points and len(list((out / "points").glob("*[!z].json"))) == n_points
-    module.run(["--quick", f"--out={out}", f"--workdir={runs}", f"--train_script={train}"])
+    cli.main(argv)
     assert len(calls_of(calls)) == n_points  # recorded points are never retrained
     for _, name, *_ in study.inputs:  # committed inputs (scale's init.csv) beside the quick records
         shutil.copy(os.path.join(REPO, study.out, name), out / name)
@@ -136,21 +138,21 @@ def _quick(module, study, tmp_path, monkeypatch, n_points: int) -> str:
 
 @pytest.mark.slow
 def test_scale_quick(tmp_path, monkeypatch):
-    out = _quick(scale, scale.STUDY, tmp_path, monkeypatch, 3)
+    out = _quick(scale.STUDY, tmp_path, monkeypatch, 3)
     runs = {r["setting"]: r for r in read_csv(os.path.join(out, "runs.csv"))}
     assert float(runs["1"]["accuracy"]) == pytest.approx(0.3) and float(runs["1/sqrt(d_k)"]["steps_to_learn"]) == 200
 
 
 @pytest.mark.slow
 def test_logit_growth_quick(tmp_path, monkeypatch):
-    out = _quick(logit_growth, logit_growth.STUDY, tmp_path, monkeypatch, 4)
+    out = _quick(logit_growth.STUDY, tmp_path, monkeypatch, 4)
     sweeps = {(r["QK-LayerNorm"], r["degradation lr"]) for r in read_csv(os.path.join(out, "sweeps.csv"))}
     assert sweeps == {("False", "1.0"), ("True", "inf")}
 
 
 @pytest.mark.slow
 def test_entropy_collapse_quick(tmp_path, monkeypatch):
-    out = _quick(entropy_collapse, entropy_collapse.STUDY, tmp_path, monkeypatch, 4)
+    out = _quick(entropy_collapse.STUDY, tmp_path, monkeypatch, 4)
     blown = [r for r in read_csv(os.path.join(out, "events.csv")) if r["event step"] != "none"]
     assert [(r["setting"], r["event step"], r["first entropy-collapse warning"]) for r in blown] == [
         ("QK-LN off, lr 1", "50", "30")]
