@@ -16,7 +16,7 @@ layers). Faults (``fault=``):
 - ``logit_growth``: the logit-growth study's unstable setting (learning rate 0.3, no QK-LayerNorm).
 
     python train.py --config=configs/faults.py:task=mqar,fault=scale_missing       # one run
-    python scripts/health_calibration.py                                           # the library, then the report
+    python -m studies train health_calibration                                     # the library, then the report
 
 Arguments: task, fault, d_model, heads, steps, seed, quick (tiny sizes, a few steps: tests).
 ``library()`` lists the library (point names and config arguments): every fault on each task where it applies, at two widths and several head counts,

@@ -13,7 +13,7 @@ the run and is its result (``train.on_non_finite="stop"``).
     python -m studies sweep --config=configs/repro_entropy_collapse.py
 
 Arguments: lr, qk_layernorm, seed (the point train.py trains); seeds and first_seed (the sweep runs seeds
-first_seed .. first_seed + seeds - 1; ``scripts/health_calibration.py`` trains seeds 3-5 as fresh runs for the
+first_seed .. first_seed + seeds - 1; ``python -m studies train health_calibration`` trains seeds 3-5 as fresh runs for the
 health monitor's calibration); steps; quick (tiny sizes, a few steps, one seed).
 """
 from engine.config import parse_arg, sibling_config

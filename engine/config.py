@@ -319,7 +319,7 @@ def base_config() -> ml_collections.ConfigDict:
     h = c.health = ml_collections.ConfigDict()
     # The attention health monitor (engine/health.py; docs/health.md). Thresholds on whole layers, relative to the
     # model's early state; measured on a calibration split of traced runs and reported on a held-out split in
-    # docs/results/health_calibration/ (scripts/health_calibration.py), which names the commit.
+    # docs/results/health_calibration/ (python -m studies train health_calibration), which names the commit.
     h.baseline_checks = 2  # early value of a layer = the mean over its first baseline_checks checks.
     h.init_std_high = 3.0  # init_spread_high: a layer's median logit std at the first check above this (a working
     # 1/sqrt(d_k) scale gives 0.4-2.5 in every committed healthy run; a missing one ~sqrt(d_k) times that) ...

@@ -29,7 +29,7 @@ the report live in ``engine.doctor_report`` (re-exported here). The checks:
 
 A model whose attention kind samples (``hard``) is checked through its softmax twin (``deterministic_model``)
 everywhere but the two-token test. ``docs/results/diagnose/`` runs the doctor on healthy and planted-fault
-checkpoints (``scripts/diagnose_calibration.py``) and shows the data behind each threshold.
+checkpoints (``python -m studies train diagnose``) and shows the data behind each threshold.
 
 Thresholds are the fields of ``default_thresholds()`` (mounted as ``config.doctor``), each justified there.
 """

@@ -13,16 +13,16 @@
 #      QK-LayerNorm off at 3x the steps, then post-LN with a long warmup, 3 seeds; about 19 hours)
 #   6. head-importance replication on fresh seeds 3-5 (3 models + 3 uniform-baseline models, 2,200 steps each, and
 #      the head analyses; about 3 hours), testing the verdict criteria written after the first run
-#   6b. the health monitor's calibration runs (the entropy-collapse set-up on seeds 3-5, 24 runs, about 30 min)
-#      and its report over every record that keeps an attention trace
+#   6b. the health monitor's calibration runs (the fault library and the held-out runs of configs/faults.py)
+#      and its report
 #   7. Table 3 at d_model 256, learning rate 1.5e-3 (about 12 hours on a quiet machine: 20 minutes a point at
 #      h <= 8, 25 at h 16, 35 at h 32)
 # A session lent a GPU can train what is left of 5 and 7 (and Table 3 at d_model 512) in one device call:
 # scripts/gpu_sweeps.py (README, "On a GPU").
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/<study>/points/
-# (and beside it its attention trace and its decoded test sentences, if any; commit those: a point with a record is never trained again,
-# even in a fresh checkout without runs/; the head-importance replication keeps one file per trained model in
-# docs/results/head_importance/replication/raw/, reused the same way), an interrupted point resumes from its
+# (and beside it its attention trace and its decoded test sentences, if any; commit those: a point with a record
+# is never trained again, even in a fresh checkout without runs/; the head-importance replication keeps one record
+# per trained model in docs/results/head_importance/replication/points/), an interrupted point resumes from its
 # checkpoints in runs/repro/, and every report is rebuilt from the records.
 # A second copy started while one runs exits at once (lock: runs/repro/ablations.lock).
 # Log: runs/repro/ablations.log.   PYTHON=/path/to/python scripts/ablations.sh to pick the interpreter.
@@ -35,7 +35,7 @@ queue_step "table3 d128" -m studies train table3                # (A), (B), A/A,
 queue_step mqar_variants -m studies train mqar_variants         # softmax/linear/additive/hard x pairs x d_model
 queue_step heads_depth -m studies train heads_vs_depth          # 8 heads x 3+3 vs 1 head x 6+6 .. 24+24; QK-LN
 queue_step "head_importance replication" -m studies train head_importance --first_seed 3 --seeds 3 \
-  --uniform_seeds 3 --steps 2200 --minutes 0 --raw docs/results/head_importance/replication/raw \
+  --uniform_seeds 3 --steps 2200 --minutes 0 \
   --out docs/results/head_importance/replication --workdir runs/repro/head_importance_replication
-queue_step health_calibration scripts/health_calibration.py     # 24 entropy-collapse runs, seeds 3-5; the report
+queue_step health_calibration -m studies train health_calibration   # the fault library and held-out runs; report
 queue_step "table3 d256" -m studies train table3_d256           # d 256: h 16 still has d_k 16

@@ -9,11 +9,16 @@
 from __future__ import annotations
 
 import argparse
+import glob
+import json
 import os
+import re
+import subprocess
+import sys
 from typing import Callable, Optional, Sequence
 
 from studies.report import REPO
-from studies.specs import explanation, head_importance, induction
+from studies.specs import diagnose, explanation, head_importance, induction
 
 
 def _positive(args: argparse.Namespace, names: Sequence[str], lowest: int = 1) -> None:
@@ -136,6 +141,96 @@ def head_importance_main(argv: Optional[Sequence[str]] = None) -> str:
     print(f"wrote {path}")
     return path
 
+# ------------------------------------------------------------------------------------ the doctor's calibration
+DIAGNOSE_RECORDS = os.path.join(REPO, "docs", "results", "diagnose", "records")
+DIAGNOSE_STEPS = 300  # healthy runs; planted faults train DIAGNOSE_FAULT_STEPS (the model settles on its fault)
+DIAGNOSE_FAULT_STEPS = 200
+
+
+def _faults(task: str, fault: str, d_model: int = 64, heads: int = 4, steps: int = DIAGNOSE_FAULT_STEPS) -> str:
+    return f"configs/faults.py:task={task},d_model={d_model},heads={heads},steps={steps},fault={fault}"
+
+
+# name -> (planted fault, "" for a healthy run; config; extra --config.* overrides)
+DIAGNOSE_CHECKPOINTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "tr-main": ("", f"configs/translation.py:d_model=64,d_ff=256,layers=2,steps={DIAGNOSE_STEPS},minutes=0", ()),
+    "tr-healthy": ("", _faults("translation", "healthy", steps=DIAGNOSE_STEPS), ()),
+    "tr-healthy-h16": ("", _faults("translation", "healthy", heads=16, steps=DIAGNOSE_STEPS), ()),
+    "tr-hard": ("", _faults("translation", "healthy", steps=DIAGNOSE_STEPS), ("--config.model.attention_kind=hard",)),
+    "mqar-healthy": ("", _faults("mqar", "healthy", heads=2, steps=DIAGNOSE_STEPS), ()),
+    "mqar-healthy-h16": ("", _faults("mqar", "healthy", d_model=128, heads=16, steps=DIAGNOSE_STEPS), ()),
+    "induction-healthy": ("", _faults("induction", "healthy", heads=2, steps=DIAGNOSE_STEPS), ()),
+    "cls-healthy": ("", f"configs/classification.py:steps={DIAGNOSE_STEPS}", ()),
+    **{f"tr-{f}": (f, _faults("translation", f), ()) for f in ("scale_missing", "scale_dk", "temperature_x10",
+                                                              "no_padding_mask", "causal_leak")},
+    **{f"mqar-{f}": (f, _faults("mqar", f, heads=2), ()) for f in ("scale_missing", "temperature_x10", "causal_leak",
+                                                                   "logit_growth")},
+}
+
+
+def _run(cmd: list[str], log: str) -> None:
+    env = dict(os.environ, PYTHONPATH=REPO, WANDB_MODE="disabled")
+    with open(log, "a") as f:
+        subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, check=True)
+
+
+def _training(log: str) -> dict:
+    """The training's wall minutes and last validation accuracy / NLL, from its log."""
+    out = {}
+    with open(log, encoding="utf-8") as f:
+        text = f.read()
+    for key, pattern in (("train_minutes", r"wall_minutes=([0-9.]+)"),
+                         ("validation_accuracy", r"validation/accuracy=([0-9.]+)"),
+                         ("validation_nll", r"validation/nll=([0-9.]+)")):
+        found = re.findall(pattern, text)
+        out[key] = round(float(found[-1]), 4) if found else None
+    return out
+
+
+def diagnose_checkpoint(name: str, runs: str) -> dict:
+    """Train ``name`` (unless its workdir has a checkpoint), run the doctor, return its record."""
+    fault, config, extra = DIAGNOSE_CHECKPOINTS[name]
+    workdir = os.path.join(runs, name)
+    log = os.path.join(runs, f"{name}.log")
+    if not glob.glob(os.path.join(workdir, "checkpoints", "*")):
+        _run([sys.executable, "train.py", f"--config={config}", f"--workdir={workdir}",
+              "--config.eval.split_examples=16", *extra], log)
+    _run([sys.executable, "eval.py", f"--config={config}", f"--workdir={workdir}", "--diagnose", *extra], log)
+    report = sorted(glob.glob(os.path.join(workdir, "eval", "diagnose_step*", "report.json")))[-1]
+    with open(report, encoding="utf-8") as f:
+        r = json.load(f)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return {"name": name, "fault": fault, "config": config, "overrides": list(extra), "step": r["meta"]["step"],
+            "summary": r["summary"], "commit": commit.stdout.strip(), **_training(log),
+            "findings": [[x["check"], x["group"], x["layer"], x["head"], x["value"], x["status"], x["cause"]]
+                         for x in r["findings"]]}
+
+
+def diagnose_main(argv: Optional[Sequence[str]] = None) -> str:
+    """The attention doctor on its calibration checkpoints (``studies/specs/diagnose.py``): train each of
+    ``DIAGNOSE_CHECKPOINTS`` missing under ``--runs``, run ``eval.py --diagnose`` on it, keep one record per
+    checkpoint in ``docs/results/diagnose/records/``, then the report; the README path."""
+    p = argparse.ArgumentParser(prog="python -m studies train diagnose", description=diagnose.__doc__.splitlines()[0])
+    p.add_argument("--only", default="", help="comma-separated checkpoint names (default: all)")
+    p.add_argument("--runs", default="/tmp/attnlab-diagnose", help="where the workdirs live (a trained one is reused)")
+    a = p.parse_args(argv)
+    names = [n for n in a.only.split(",") if n] or list(DIAGNOSE_CHECKPOINTS)
+    unknown = [n for n in names if n not in DIAGNOSE_CHECKPOINTS]
+    if unknown:
+        raise ValueError(f"--only: unknown checkpoints {unknown}; expected some of {list(DIAGNOSE_CHECKPOINTS)}")
+    os.makedirs(DIAGNOSE_RECORDS, exist_ok=True)
+    os.makedirs(a.runs, exist_ok=True)
+    for name in names:
+        record = diagnose_checkpoint(name, a.runs)
+        with open(os.path.join(DIAGNOSE_RECORDS, f"{name}.json"), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=0)
+            f.write("\n")
+        print(f"{name}: {record['summary']}", flush=True)
+    path = diagnose.generate()[0]
+    print(f"wrote {path}")
+    return path
+
 
 COMMAND_LINES: dict[str, Callable[[Optional[Sequence[str]]], str]] = {
-    "explanation": explanation_main, "head_importance": head_importance_main, "induction": induction_main}
+    "diagnose": diagnose_main, "explanation": explanation_main, "head_importance": head_importance_main,
+    "induction": induction_main}

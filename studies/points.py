@@ -672,7 +672,7 @@ def _f32(x: Any) -> float:
 def attention_trace(point_dir: str) -> Optional[dict[str, Any]]:
     """Every attention summary the run logged for the health monitor (``health.FIELDS`` per group, layer and
     head at every check) and its logged training losses, so the monitor can be replayed offline with other
-    thresholds (``scripts/health_calibration.py``); None when the run logged no attention statistics."""
+    thresholds (``python -m studies train health_calibration``); None when the run logged no attention statistics."""
     from engine import health as health_lib
 
     records = read_records(os.path.join(point_dir, METRICS))

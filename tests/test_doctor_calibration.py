@@ -51,7 +51,7 @@ def test_planted_scale_faults_are_flagged_with_their_cause(scale, cause):
 def test_committed_calibration_records_hold_to_the_rules():
     recs = spec.records()
     if not recs:
-        pytest.skip("no calibration records committed (python scripts/diagnose_calibration.py)")
+        pytest.skip("no calibration records committed (python -m studies train diagnose)")
     healthy = [r for r in recs if not r["fault"] and r["name"] not in spec.NOT_LEARNED]
     assert healthy and all(spec.verdict(r) == "quiet" for r in healthy), [
         (r["name"], r["summary"], spec.causes(r)) for r in healthy if spec.verdict(r) != "quiet"]

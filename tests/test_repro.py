@@ -1,11 +1,5 @@
 """Each reproduction's --quick mode runs and writes its Markdown report with figures."""
-import os
-import pathlib
-import shutil
-
 import pytest
-
-from reports import REPO
 
 
 @pytest.mark.slow
@@ -70,20 +64,3 @@ def test_report_rebuild_keeps_file_when_only_the_measured_line_changes(tmp_path)
     first = build("yesterday", "NLL 2.9")
     assert build("today", "NLL 2.9") == first
     assert build("today", "NLL 2.8") == "# T\n\nMeasured today.\n\nNLL 2.8\n"
-
-
-@pytest.mark.parametrize("name", ["scale", "logit_growth", "entropy_collapse"])
-def test_ported_report_regenerates_from_the_committed_records(tmp_path, name):
-    """The committed report of each study spec, rebuilt from its committed records alone (no training), is the
-    committed one (all but its "Measured" line)."""
-    import importlib
-
-    committed = os.path.join(REPO, "docs", "results", name)
-    shutil.copytree(os.path.join(committed, "points"), tmp_path / "points")
-    if name == "scale":  # the initialization statistics are a record too (minutes to recompute at -O0)
-        shutil.copy(os.path.join(committed, "init.csv"), tmp_path / "init.csv")
-    importlib.import_module(f"studies.specs.{name}").run(["--report_only", f"--out={tmp_path}"])
-    ours, theirs = ((d / "README.md").read_text().splitlines() for d in (tmp_path, pathlib.Path(committed)))
-    assert [x for x in ours if not x.startswith("Measured ")] == [x for x in theirs if not x.startswith("Measured ")]
-    for csv_name in ("runs.csv", "verdicts.csv"):
-        assert (tmp_path / csv_name).read_text() == open(os.path.join(committed, csv_name)).read(), csv_name

@@ -217,7 +217,7 @@ STUDIES = (STUDY,)
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The study's command line (``python -m studies train entropy_collapse``): train the points without a record, each
     record with its monitor trace, then the report (``--report_only``: the report alone)."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m studies train entropy_collapse", description=__doc__.splitlines()[0])
     p.add_argument("--report_only", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny sizes into runs/repro/entropy_collapse_quick")
     for flag in ("max_points", "workdir", "out", "train_script"):

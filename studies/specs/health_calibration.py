@@ -7,7 +7,7 @@ The monitor (``engine/health.py``, thresholds ``config.health``) checks whole at
 monitor is replayed here offline over the traces of the folders in SPLITS: studies of this project and the
 fault library's runs (``configs/faults.py``: ``library()`` in ``faults/``, ``heldout()`` in ``heldout/``).
 
-    python scripts/health_calibration.py                  # train the missing fault-library runs, then the report
+    python python -m studies train health_calibration                  # train the missing fault-library runs, then the report
     python -m studies report health_calibration           # the report from the committed records and traces
 """
 from __future__ import annotations
@@ -222,10 +222,11 @@ def jobs(workdir: str, out: str) -> list:
             for name, arg in listing()]
 
 
-def run(argv: Optional[Sequence[str]] = None) -> str:
-    """The study's command line (``scripts/health_calibration.py``): train the fault-library runs without a
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    """The study's command line (``python -m studies train health_calibration``): train the fault-library runs without a
     record, then the report."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m studies train health_calibration",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
     parser.add_argument("--max_points", type=int, default=None, help="train at most this many missing runs")
     parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/health_faults)")
