@@ -2,6 +2,7 @@
 import io
 import logging
 import os
+import sys
 
 import jax
 import numpy as np
