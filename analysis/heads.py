@@ -23,6 +23,8 @@ from engine.steps import to_device
 from analysis.curves import half_final_step
 
 Head = tuple[int, int]  # (layer, head)
+HEAD_SUMMARY = ["layer", "head"] + [f"{score} {x}" for score in ("previous-token", "prefix-matching")  # the columns
+                                   for x in ("score (first)", "score (end)", "half-final step")]  # of head_summaries
 
 
 def previous_token_score(weights: jax.Array, valid: jax.Array) -> jax.Array:
@@ -106,6 +108,12 @@ def icl_score(position_loss: np.ndarray, early: tuple[int, int], late: tuple[int
     """Olsson et al.'s in-context-learning score: mean loss over positions [late) minus mean loss over
     positions [early) (NaN positions ignored). position_loss: [T] held-out loss per sequence position."""
     return float(np.nanmean(position_loss[late[0]:late[1]]) - np.nanmean(position_loss[early[0]:early[1]]))
+
+
+def icl_windows(T: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The early [T/8, T/4) and late [T - T/4, T) position windows of ``icl_score`` for sequences of length T:
+    inside the first block and in the repeats of the induction data."""
+    return (T // 8, T // 4), (T - T // 4, T)
 
 
 def ablation_heads(prev: np.ndarray, prefix: np.ndarray) -> list[tuple[str, tuple[Head, ...]]]:
@@ -197,3 +205,19 @@ def formation_lags(steps: Sequence[int], scores: np.ndarray, phase: Optional[int
         return []
     halves = [half_final_step(steps, scores[:, h]) for h in np.flatnonzero(scores[-1] >= threshold)]
     return [None if t is None else t - phase for t in halves]
+
+
+def induction_lags(steps: Sequence[int], prev: np.ndarray, prefix: np.ndarray, phase: Optional[int],
+                   threshold: float) -> tuple[list[Optional[int]], list[Optional[int]]]:
+    """``formation_lags`` of layer 1's prefix-matching (induction) heads and of layer 0's previous-token heads, from
+    scores over training prev, prefix [steps, L, H] with L >= 2."""
+    return formation_lags(steps, prefix[:, 1], phase, threshold), formation_lags(steps, prev[:, 0], phase, threshold)
+
+
+def head_summaries(steps: Sequence[int], prev: np.ndarray, prefix: np.ndarray) -> list[list]:
+    """Per head, layer first: [layer, head, then for the previous-token and the prefix-matching score its first value,
+    last value and ``half_final_step``] from scores over training prev, prefix [steps, L, H]."""
+    return [[layer, head] + [x for s in (prev, prefix) for x in (s[0, layer, head], s[-1, layer, head],
+                                                                 half_final_step(steps, s[:, layer, head]))]
+            for layer, head in np.ndindex(*prev.shape[1:])]
+

@@ -11,13 +11,19 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 from typing import Callable, Optional, Sequence
 
-from studies.report import REPO
+import numpy as np
+
+from analysis import HeadScores, head_label, icl_score, phase_change_step, transition
+from analysis.heads import ablate, icl_windows, score_rows, share_lost
+from studies.inprocess import config_path, history, load, points, with_overrides
+from studies.report import REPO, environment_line, write_csv
 from studies.specs import diagnose, explanation, head_importance, induction
 
 
@@ -26,6 +32,67 @@ def _positive(args: argparse.Namespace, names: Sequence[str], lowest: int = 1) -
     for name in names:
         if getattr(args, name) < lowest:
             raise ValueError(f"--{name}={getattr(args, name)}; expected an int >= {lowest}")
+
+
+# ------------------------------------------------------------------------------------------------ induction heads
+def induction_run(spec: str, overrides: dict, early: tuple[int, int], late: tuple[int, int]) -> dict:
+    """One training run through ``engine.run`` with the ``HeadScores`` hook, and its ablations: ``steps`` of the
+    ICL ``scores``, ``final`` ICL score, ``phase`` change, ``window`` of the fall, head scores ``prev`` / ``prefix``
+    ([steps, L, H]), ``ablation`` (condition, heads, ICL score) triples, and from the history ``train_step``,
+    ``train_loss``, ``position_loss`` (final, [T]), ``accuracy``, ``params``, ``seconds``."""
+    import engine
+
+    config = with_overrides(load(spec), overrides)
+    hook = HeadScores(int(config.train.eval_every))
+    h = history(engine.run(config, hooks=[hook]), config)
+    steps, final = h["position_loss_step"], h["eval_position_loss"]
+    if hook.steps != steps:
+        raise RuntimeError(f"head scores measured at steps {hook.steps}, the ICL score at {steps}; they must be the "
+                           "same")
+    scores = [icl_score(p, early, late) for p in h["position_loss"]]
+    return {"steps": steps, "scores": scores, "final": math.nan if final is None else icl_score(final, early, late),
+            "phase": phase_change_step(steps, scores), "window": transition(steps, scores),
+            "prev": np.stack(hook.prev), "prefix": np.stack(hook.prefix), "ablation": ablate(hook, early, late),
+            "train_step": h["step"], "train_loss": h["loss"], "position_loss": final,
+            "accuracy": h["eval_accuracy"], "params": h["params"], "seconds": h["seconds"]}
+
+
+def induction_measure(out: str, *, seeds: Sequence[int], steps: Optional[int] = None, quick: bool = False) -> None:
+    """Train 1 and 2 layers x ``seeds`` and write the records into ``out``."""
+    spec = config_path("repro_induction") + ":" + ",".join(
+        x for x in ("quick" if quick else "", f"steps={steps}" if steps else "") if x)
+    base = load(spec)
+    if int(base.train.num_steps) < 2:
+        raise ValueError(f"steps={base.train.num_steps}: the ICL score needs two measurements")
+    early, late = icl_windows(base.data.seq_len)
+    summary, scores, ablation, curves = [], [], [], []
+    for layers in sorted({p.overrides["model.num_decoder_layers"] for p in points(spec)}):
+        for seed in seeds:
+            r = induction_run(spec, {"model.num_decoder_layers": layers, "seed": seed}, early, late)
+            p, (lo, hi) = r["position_loss"], r["window"]
+            summary.append([layers, seed, r["params"], r["scores"][0], r["final"], r["phase"],
+                            None if lo is None else f"{lo}→{hi}", float(np.nanmean(p[late[0]:late[1]])),
+                            float(np.nanmean(p[early[0]:early[1]])), r["accuracy"], round(r["seconds"])])
+            scores += [[layers, seed, r["steps"][i], layer, head, p, q, r["scores"][i]]
+                       for i, layer, head, p, q in score_rows(r["prev"], r["prefix"])]
+            ablation += [[layers, seed, c, head_label(heads), icl, share_lost(r["ablation"], c)]
+                         for c, heads, icl in r["ablation"]]
+            curves += [[layers, seed, "train loss", s, v] for s, v in zip(r["train_step"], r["train_loss"])]
+            curves += [[layers, seed, "held-out loss by position", t, float(v)] for t, v in enumerate(p)]
+            print(f"{layers} layer(s), seed {seed}: final ICL score {r['final']:.3f}, phase change at {r['phase']}",
+                  flush=True)
+    os.makedirs(out, exist_ok=True)
+    for name, headers, rows in (
+            ("summary", ["parameters", "ICL score (start)", "ICL score (end)", "phase change at step",
+                         "10%→90% of the fall (steps)", "loss late (end)", "loss early (end)",
+                         "accuracy on repeats (end)", "seconds"], summary),
+            ("scores", ["step", "layer", "head", "previous-token score", "prefix-matching score", "ICL score"], scores),
+            ("ablation", ["masked", "head", "ICL score", "share of the drop lost"], ablation),
+            ("curves", ["curve", "x", "value"], curves)):
+        write_csv(os.path.join(out, f"{name}.csv"), ["attention layers", "seed"] + headers, rows)
+    with open(os.path.join(out, "run.json"), "w") as f:
+        json.dump({"seeds": list(seeds), "steps": int(base.train.num_steps), "quick": quick,
+                   "measured": environment_line()}, f, indent=1)
 
 
 def induction_main(argv: Optional[Sequence[str]] = None) -> str:
@@ -47,7 +114,7 @@ def induction_main(argv: Optional[Sequence[str]] = None) -> str:
             raise ValueError(f"--seeds={args.seeds!r}; expected comma-separated ints")
         if args.steps is not None and args.steps < 2:
             raise ValueError(f"--steps={args.steps}; expected >= 2 (the ICL score needs two measurements)")
-        induction.measure(out, seeds=seeds, steps=args.steps, quick=args.quick)
+        induction_measure(out, seeds=seeds, steps=args.steps, quick=args.quick)
     path = induction.report(out)
     print(f"wrote {path}")
     return path

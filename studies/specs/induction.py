@@ -4,9 +4,10 @@ claims and report.
 Attention-only decoders (``configs/repro_induction.py``) with 1 and 2 layers learn sequences of a random block of
 tokens repeated (``induction_layout="repeat"``); ``analysis.HeadScores`` tracks every head's previous-token and
 prefix-matching score on held-out sequences, the evaluation hook the ICL score, and at the end single heads and
-groups of heads are masked (``analysis.ablation_heads``). ``measure`` trains every run through ``engine.run`` and
-writes the records (``run.json``, ``summary.csv``, ``scores.csv``, ``ablation.csv``, ``curves.csv``); ``report``
-regenerates everything else from them, without training.
+groups of heads are masked (``analysis.ablation_heads``). ``python -m studies train induction``
+(``studies.commands.induction_measure``) trains every run through ``engine.run`` and writes the records
+(``run.json``, ``summary.csv``, ``scores.csv``, ``ablation.csv``, ``curves.csv``); ``report`` regenerates everything
+else from them, without training.
 """
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from analysis import HeadScores, half_final_step, head_label, icl_score, phase_change_step, transition
-from analysis.heads import ablate, formation_lags, parse_heads, score_arrays, score_rows, share_lost
+from analysis.heads import (HEAD_SUMMARY, head_summaries, icl_windows, induction_lags, parse_heads, score_arrays,
+                            share_lost)
 from studies import seedwise
 from studies.regenerate import regenerate
-from studies.inprocess import config_path, history, load, points, with_overrides
-from studies.report import REPO, Panel, Report, environment_line, line_panels, mean_std, number, read_csv, write_csv
+from studies.inprocess import config_path, load
+from studies.report import REPO, Panel, Report, line_panels, mean_std, number, read_csv
 
 OUT = os.path.join(REPO, "docs", "results", "induction")
 HEAD_THRESHOLD = 0.5  # final score that makes a head an induction / previous-token head
@@ -30,181 +31,111 @@ ABRUPT = 0.1  # the 10%->90% fall within this fraction of the training steps
 MOST = 0.5  # share of the ICL drop a knockout must remove
 OLSSON = "Olsson et al. 2022, In-context Learning and Induction Heads"
 OLD = "threshold from the 2026-12-02 criteria (after the 2026-12-01 runs: post hoc); interval rule 2026-12-05: post-hoc"
-_c = seedwise.SeedClaim
-CLAIMS = [
-    _c("abrupt", "the ICL score falls abruptly (a phase change) in the 2-layer model", OLSSON,
-       "10%→90% of the fall as a share of the training steps, 2 layers", "olsson", OLD, threshold=ABRUPT),
-    _c("formed", "induction and previous-token heads form during the phase change (2 layers)", OLSSON,
-       "largest |half-final step - steepest fall| of the heads scoring >= 0.5, in evaluation intervals", "olsson",
-       OLD, threshold=2.0, digits=2),
-    _c("one_no_heads", "a 1-layer model forms no induction head", OLSSON,
-       "highest end-of-training prefix-matching score, 1 layer", "olsson", OLD, threshold=HEAD_THRESHOLD),
-    _c("one_no_fall", "a 1-layer model has no abrupt fall", OLSSON,
-       "10%→90% of the fall as a share of the training steps, 1 layer (1 when it never falls)", "olsson", OLD,
-       threshold=ABRUPT, side=seedwise.ABOVE),
-    _c("one_worse", "a 1-layer model learns less in context (a higher final ICL score)", OLSSON,
-       "final ICL score, 1 layer minus 2 layers, same seed (nats)", "olsson", OLD, threshold=0.0,
-       side=seedwise.ABOVE),
-    _c("knockout_top", "knocking out the top induction head removes most in-context learning (2 layers)", OLSSON,
-       "share of the ICL drop lost with the top prefix-matching head masked", "olsson", OLD, threshold=MOST,
-       side=seedwise.ABOVE),
-    _c("knockout_all", "knocking out every layer-1 head removes most in-context learning (2 layers)", OLSSON,
-       "share of the ICL drop lost with all layer-1 heads masked", "olsson", OLD, threshold=MOST,
-       side=seedwise.ABOVE),
-]
+CLAIMS = [seedwise.SeedClaim(i, text, OLSSON, measure, "olsson", OLD, threshold=t, side=side, digits=d)
+          for i, text, measure, t, side, d in [
+    ("abrupt", "the ICL score falls abruptly (a phase change) in the 2-layer model",
+     "10%→90% of the fall as a share of the training steps, 2 layers", ABRUPT, seedwise.BELOW, 3),
+    ("formed", "induction and previous-token heads form during the phase change (2 layers)",
+     "largest |half-final step - steepest fall| of the heads scoring >= 0.5, in evaluation intervals", 2.0,
+     seedwise.BELOW, 2),
+    ("one_no_heads", "a 1-layer model forms no induction head", "highest end-of-training prefix-matching score, "
+     "1 layer", HEAD_THRESHOLD, seedwise.BELOW, 3),
+    ("one_no_fall", "a 1-layer model has no abrupt fall", "10%→90% of the fall as a share of the training steps, "
+     "1 layer (1 when it never falls)", ABRUPT, seedwise.ABOVE, 3),
+    ("one_worse", "a 1-layer model learns less in context (a higher final ICL score)",
+     "final ICL score, 1 layer minus 2 layers, same seed (nats)", 0.0, seedwise.ABOVE, 3),
+    ("knockout_top", "knocking out the top induction head removes most in-context learning (2 layers)",
+     "share of the ICL drop lost with the top prefix-matching head masked", MOST, seedwise.ABOVE, 3),
+    ("knockout_all", "knocking out every layer-1 head removes most in-context learning (2 layers)",
+     "share of the ICL drop lost with all layer-1 heads masked", MOST, seedwise.ABOVE, 3)]]
 RECORDS = ("run.json", "summary.csv", "scores.csv", "ablation.csv", "curves.csv")
-SUMMARY = ["attention layers", "seed", "parameters", "ICL score (start)", "ICL score (end)", "phase change at step",
-           "10%→90% of the fall (steps)", "loss late (end)", "loss early (end)", "accuracy on repeats (end)", "seconds"]
-
-
-def windows(T: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The early (inside the first block) and late (in the repeats) position windows of the ICL score."""
-    return (T // 8, T // 4), (T - T // 4, T)
-
-
-def run_one(spec: str, overrides: dict, early: tuple[int, int], late: tuple[int, int]) -> dict:
-    """One training run through ``engine.run`` with the ``HeadScores`` hook, and its ablations: the history,
-    ICL scores, phase change, head scores ``prev`` / ``prefix`` ([steps, L, H]) and ``ablation`` (condition,
-    head, ICL score) triples."""
-    import engine
-
-    config = with_overrides(load(spec), overrides)
-    hook = HeadScores(int(config.train.eval_every))
-    hist = history(engine.run(config, hooks=[hook]), config)
-    if hook.steps != hist["position_loss_step"]:
-        raise RuntimeError(f"head scores measured at steps {hook.steps}, the ICL score at "
-                           f"{hist['position_loss_step']}; they must be the same")
-    steps = hist["position_loss_step"]
-    scores = [icl_score(p, early, late) for p in hist["position_loss"]]
-    final = icl_score(hist["eval_position_loss"], early, late) if hist["eval_position_loss"] is not None \
-        else math.nan
-    return {"hist": hist, "scores": scores, "final": final, "phase": phase_change_step(steps, scores),
-            "window": transition(steps, scores), "prev": np.stack(hook.prev), "prefix": np.stack(hook.prefix),
-            "ablation": ablate(hook, early, late)}
-
-
-def measure(out: str, *, seeds: Sequence[int], steps: Optional[int] = None, quick: bool = False) -> None:
-    """Train 1 and 2 layers x ``seeds`` and write the records into ``out``."""
-    spec = config_path("repro_induction") + ":" + ",".join(
-        x for x in ("quick" if quick else "", f"steps={steps}" if steps else "") if x)
-    base = load(spec)
-    if int(base.train.num_steps) < 2:
-        raise ValueError(f"steps={base.train.num_steps}: the ICL score needs two measurements")
-    early, late = windows(base.data.seq_len)
-    summary, scores, ablation, curves = [], [], [], []
-    for layers in sorted({p.overrides["model.num_decoder_layers"] for p in points(spec)}):
-        for seed in seeds:
-            r = run_one(spec, {"model.num_decoder_layers": layers, "seed": seed}, early, late)
-            h, p, (lo, hi) = r["hist"], r["hist"]["eval_position_loss"], r["window"]
-            summary.append([layers, seed, h["params"], r["scores"][0], r["final"], r["phase"],
-                            None if lo is None else f"{lo}→{hi}", float(np.nanmean(p[late[0]:late[1]])),
-                            float(np.nanmean(p[early[0]:early[1]])), h["eval_accuracy"], round(h["seconds"])])
-            scores += [[layers, seed, h["position_loss_step"][i], layer, head, p, q, r["scores"][i]]
-                       for i, layer, head, p, q in score_rows(r["prev"], r["prefix"])]
-            base_icl = r["ablation"][0][2]
-            ablation += [[layers, seed, c, head_label(heads), icl, 1.0 - icl / base_icl if base_icl < 0 else math.nan]
-                         for c, heads, icl in r["ablation"]]
-            curves += [[layers, seed, "train loss", s, v] for s, v in zip(h["step"], h["loss"])]
-            curves += [[layers, seed, "held-out loss by position", t, float(v)] for t, v in enumerate(p)]
-            print(f"{layers} layer(s), seed {seed}: final ICL score {r['final']:.3f}, phase change at {r['phase']}",
-                  flush=True)
-    os.makedirs(out, exist_ok=True)
-    write_csv(os.path.join(out, "summary.csv"), SUMMARY, summary)
-    write_csv(os.path.join(out, "scores.csv"), ["attention layers", "seed", "step", "layer", "head",
-              "previous-token score", "prefix-matching score", "ICL score"], scores)
-    write_csv(os.path.join(out, "ablation.csv"), ["attention layers", "seed", "masked", "head", "ICL score",
-                                                  "share of the drop lost"], ablation)
-    write_csv(os.path.join(out, "curves.csv"), ["attention layers", "seed", "curve", "x", "value"], curves)
-    with open(os.path.join(out, "run.json"), "w") as f:
-        json.dump({"seeds": list(seeds), "steps": int(base.train.num_steps), "quick": quick,
-                   "measured": environment_line()}, f, indent=1)
 
 
 def load_runs(out: str) -> tuple[dict, list[dict], dict]:
-    """(run.json, summary rows, {(layers, seed): run}) from the records in ``out``; each run has what ``run_one``
-    returns, with ``hist``'s training curves None where the records do not have them."""
-    path = os.path.join(out, "run.json")
-    if not os.path.isfile(path):
+    """(run.json, summary rows, {(layers, seed): run}) from the records in ``out``; each run has what
+    ``studies.commands.induction_run`` returns but ``params`` and ``seconds``, with the training curves None where
+    the records do not have them."""
+    if not os.path.isfile(path := os.path.join(out, "run.json")):
         raise ValueError(f"{path} not found: measure the study first (python -m studies train induction)")
     with open(path) as f:
         run = json.load(f)
     summary, scores, ablation = (read_csv(out, n, "python -m studies train induction")
                                  for n in ("summary.csv", "scores.csv", "ablation.csv"))
     curves = read_csv(out, "curves.csv", "") if os.path.isfile(os.path.join(out, "curves.csv")) else []
+    of = lambda rows, key: [x for x in rows if (int(x["attention layers"]), int(x["seed"])) == key]  # noqa: E731
     runs = {}
     for row in summary:
         key = (int(row["attention layers"]), int(row["seed"]))
-        mine = [s for s in scores if (int(s["attention layers"]), int(s["seed"])) == key]
+        mine = of(scores, key)
         steps = sorted({int(s["step"]) for s in mine})
         prev, prefix = score_arrays([(steps.index(int(s["step"])), int(s["layer"]), int(s["head"]),
                                       float(s["previous-token score"]), float(s["prefix-matching score"]))
                                      for s in mine])
         icl = {int(s["step"]): float(s["ICL score"]) for s in mine}
-        curve = {c: [(float(x["x"]), float(x["value"])) for x in curves
-                     if (int(x["attention layers"]), int(x["seed"]), x["curve"]) == key + (c,)]
-                 for c in ("train loss", "held-out loss by position")}
-        hist = {"position_loss_step": steps, "params": int(row["parameters"]),
-                "eval_accuracy": float(row["accuracy on repeats (end)"]), "seconds": float(row["seconds"]),
-                "step": [int(x) for x, _ in curve["train loss"]] or None,
-                "loss": [v for _, v in curve["train loss"]] or None,
-                "eval_position_loss": (np.array([v for _, v in curve["held-out loss by position"]])
-                                       if curve["held-out loss by position"] else None)}
-        abl = [(a["masked"], parse_heads(a["head"]), float(a["ICL score"])) for a in ablation
-               if (int(a["attention layers"]), int(a["seed"])) == key]
+        train, by_position = ([(float(x["x"]), float(x["value"])) for x in of(curves, key) if x["curve"] == c]
+                              for c in ("train loss", "held-out loss by position"))
         window = row["10%→90% of the fall (steps)"]
-        runs[key] = {"hist": hist, "scores": [icl[s] for s in steps], "final": float(row["ICL score (end)"]),
+        runs[key] = {"steps": steps, "scores": [icl[s] for s in steps], "final": float(row["ICL score (end)"]),
                      "phase": int(row["phase change at step"]) if row["phase change at step"] else None,
                      "window": tuple(map(int, window.split("→"))) if "→" in window else (None, None),
-                     "prev": prev, "prefix": prefix, "ablation": abl}
+                     "prev": prev, "prefix": prefix, "ablation": [(a["masked"], parse_heads(a["head"]),
+                                                                   float(a["ICL score"])) for a in of(ablation, key)],
+                     "train_step": [int(x) for x, _ in train] or None, "train_loss": [v for _, v in train] or None,
+                     "position_loss": np.array([v for _, v in by_position]) if by_position else None,
+                     "accuracy": float(row["accuracy on repeats (end)"])}
     return run, summary, runs
 
 
 def measurements(runs: dict, seeds: Sequence[int], every: int, steps: int) -> dict:
     """{claim id: (per-seed values, None)} from the runs."""
-    def width(r) -> float:
-        lo, hi = r["window"]
-        return 1.0 if lo is None else (hi - lo) / steps
+    two, one = ([runs[layers, s] for s in seeds] for layers in (2, 1))
+    width = lambda r: 1.0 if r["window"][0] is None else (r["window"][1] - r["window"][0]) / steps  # noqa: E731
 
     def lag(r) -> Optional[float]:
-        ind, prev = (formation_lags(r["hist"]["position_loss_step"], x, r["phase"], HEAD_THRESHOLD)
-                     for x in (r["prefix"][:, 1], r["prev"][:, 0]))
+        ind, prev = lags(r)
         return None if not ind or not prev or None in ind + prev else max(abs(t) for t in ind + prev) / every
 
-    H = runs[2, seeds[0]]["prefix"].shape[2]
-    return {"abrupt": ([width(runs[2, s]) for s in seeds], None), "formed": ([lag(runs[2, s]) for s in seeds], None),
-            "one_no_heads": ([float(runs[1, s]["prefix"][-1].max()) for s in seeds], None),
-            "one_no_fall": ([width(runs[1, s]) for s in seeds], None),
-            "one_worse": ([runs[1, s]["final"] - runs[2, s]["final"] for s in seeds], None),
-            "knockout_top": ([share_lost(runs[2, s]["ablation"], "top prefix-matching head") for s in seeds], None),
-            "knockout_all": ([share_lost(runs[2, s]["ablation"], f"top {H} prefix-matching heads") for s in seeds],
-                             None)}
+    H = two[0]["prefix"].shape[2]
+    return {k: (v, None) for k, v in {
+        "abrupt": [width(r) for r in two], "formed": [lag(r) for r in two],
+        "one_no_heads": [float(r["prefix"][-1].max()) for r in one], "one_no_fall": [width(r) for r in one],
+        "one_worse": [a["final"] - b["final"] for a, b in zip(one, two)],
+        "knockout_top": [share_lost(r["ablation"], "top prefix-matching head") for r in two],
+        "knockout_all": [share_lost(r["ablation"], f"top {H} prefix-matching heads") for r in two]}.items()}
+
+
+def lags(r: dict) -> tuple[list, list]:
+    """A run's ``induction_lags`` (induction heads, previous-token heads) at ``HEAD_THRESHOLD``."""
+    return induction_lags(r["steps"], r["prev"], r["prefix"], r["phase"], HEAD_THRESHOLD)
+
+
+def config_of(run: dict):
+    """The config the records of ``run`` (run.json) were measured with."""
+    return load(config_path("repro_induction") + (":quick" if run["quick"] else f":steps={run['steps']}"))
 
 
 def report(out: str = OUT) -> str:
     """The report, CSVs and figures of ``out`` regenerated from its records."""
     run, summary, runs = load_runs(out)
-    seeds, steps = run["seeds"], run["steps"]
-    base = load(config_path("repro_induction") + (":quick" if run["quick"] else f":steps={steps}"))
-    every, eval_batches = int(base.train.eval_every), int(base.data.num_eval_batches)
-    d_model, num_heads, T = base.model.d_model, base.model.num_heads, base.data.seq_len
-    early, late = windows(T)
-    segment, vocab, batch = base.data.induction_segment_len, base.data.vocab_size, base.data.batch_size
-    n_lo, n_hi = max(2, segment // 2), segment
-    lr = base.train.learning_rate
+    seeds, steps, base = run["seeds"], run["steps"], config_of(run)
+    every, T, vocab, batch, n_hi = (int(base.train.eval_every), base.data.seq_len, base.data.vocab_size,
+                                    base.data.batch_size, base.data.induction_segment_len)
+    early, late = icl_windows(T)
+    n_lo = max(2, n_hi // 2)
     report = Report(out, "Induction heads: in-context-learning score, head scores and ablations, 1 vs 2 "
                     "attention-only layers")
     report.text(run["measured"] + (" Quick mode (tiny sizes)." if run["quick"] else ""))
     report.text(
         f"Attention-only decoders (`model.attention_only`: no MLP blocks; pre-LN, untied output projection, rotary "
-        f"positions), d_model {d_model}, {num_heads} heads, 1 or 2 layers. Data: `BOS` then a block of n "
-        f"distinct random tokens, n uniform in [{n_lo}, {n_hi}] per sequence, repeated until the sequence "
+        f"positions), d_model {base.model.d_model}, {base.model.num_heads} heads, 1 or 2 layers. Data: `BOS` then a "
+        f"block of n distinct random tokens, n uniform in [{n_lo}, {n_hi}] per sequence, repeated until the sequence "
         f"(length {T}, vocabulary {vocab}) is full (`data.build_synthetic`, task `induction`, "
         f"`induction_layout=\"repeat\"`; config `configs/repro_induction.py`, run through `engine.run`). "
-        f"Trained as a language model on every token (`train.loss_on=\"all\"`): AdamW lr {lr:g}, warmup "
-        f"then cosine decay, {steps} steps of batch {batch}, seeds {', '.join(map(str, seeds))}.\n\n"
+        f"Trained as a language model on every token (`train.loss_on=\"all\"`): AdamW lr {base.train.learning_rate:g}, "
+        f"warmup then cosine decay, {steps} steps of batch {batch}, seeds {', '.join(map(str, seeds))}.\n\n"
         f"**ICL score** (Olsson et al.: loss at a late token minus loss at an early token) = mean held-out loss "
         f"over positions {late[0]}-{late[1] - 1} minus mean over positions {early[0]}-{early[1] - 1}, on "
-        f"{eval_batches * batch} held-out sequences, every {every} steps. The early positions are "
+        f"{int(base.data.num_eval_batches) * batch} held-out sequences, every {every} steps. The early positions are "
         f"always inside the first block (nothing to copy: loss about log({vocab - 5}) = "
         f"{math.log(vocab - 5):.2f}); the late ones are always in a repeat, predictable by an induction "
         f"head. A perfect induction model scores about {-math.log(vocab - 5):.2f}; a model that only "
@@ -216,32 +147,31 @@ def report(out: str = OUT) -> str:
     report.table(list(summary[0]), [[number(x) for x in row.values()] for row in summary])
     report.text("(CSV, a record of the runs: [summary.csv](summary.csv))")
 
-    curves = all(r["hist"]["loss"] is not None for r in runs.values())
+    curves = all(r["train_loss"] is not None for r in runs.values())
     style = {(layers, seed): dict(color={1: "tab:blue", 2: "tab:red"}[layers], alpha=1.0 if k == 0 else 0.6,
                                   linestyle=("-", "--", ":", "-.")[k % 4]) for layers, seed in runs
              for k in [list(seeds).index(seed)]}
-    line = lambda key, xs, ys: (f"{key[0]} layer(s), seed {key[1]}", xs, ys, style[key])  # noqa: E731
-    panels = [Panel("ICL score (late - early held-out loss)", "step", "nats",
-                    [line(k, r["hist"]["position_loss_step"], r["scores"]) for k, r in runs.items()])]
+    lines = lambda x, y: [(f"{k[0]} layer(s), seed {k[1]}", r[x] if x else np.arange(len(r[y])), r[y],  # noqa: E731
+                           style[k]) for k, r in runs.items()]
+    panels = [Panel("ICL score (late - early held-out loss)", "step", "nats", lines("steps", "scores"))]
     if curves:
-        panels += [Panel("training loss (every token)", "step", "", [line(k, r["hist"]["step"], r["hist"]["loss"])
-                                                                     for k, r in runs.items()]),
-                   Panel("held-out loss by position (end of training)", "position", "",
-                         [line(k, np.arange(len(r["hist"]["eval_position_loss"])), r["hist"]["eval_position_loss"])
-                          for k, r in runs.items()], spans=[(a - 0.5, b - 0.5) for a, b in (early, late)])]
+        panels += [Panel("training loss (every token)", "step", "", lines("train_step", "train_loss")),
+                   Panel("held-out loss by position (end of training)", "position", "", lines(None, "position_loss"),
+                         spans=[(a - 0.5, b - 0.5) for a, b in (early, late)])]
     report.figure(line_panels(panels, len(panels)), "icl_score", "In-context-learning score over training" + (
         ", training loss, and the held-out loss per position at the end (grey: the early and late windows of the "
         "score)" if curves else " (the training loss and per-position curves were not recorded by these runs)")
         + ", for 1- and 2-layer attention-only models.")
     head_sections(report, runs, seeds)
-    verdicts = seedwise.judge_all(CLAIMS, measurements(runs, seeds, every, steps))
+    measured = measurements(runs, seeds, every, steps)
+    verdicts = seedwise.judge_all(CLAIMS, measured)
     report.section("Verdicts")
     report.text("Each claim compares the mean over seeds with its threshold by a 95% t interval, Holm-adjusted "
                 "within the family `olsson` (`studies/seedwise.py`). The thresholds were written on 2026-12-02, after "
                 "the runs of 2026-12-01 (post hoc); the interval rule on 2026-12-05 (post-hoc).")
     report.table(seedwise.VERDICT_COLUMNS, seedwise.verdict_rows(verdicts), csv_name="verdicts.csv")
     report.section("What the data say")
-    report.text(what_the_data_say(runs, seeds, every))
+    report.text(what_the_data_say(runs, seeds, every, measured))
     return report.write()
 
 
@@ -259,27 +189,16 @@ def head_sections(report: Report, runs: dict, seeds: Sequence[int]) -> None:
         "context gives each about 1/(t + 1) per key. Heads are named L<layer>H<head>. **Half-final step** = the "
         "first measured step at which a score reaches half of its end-of-training value (— when the first "
         "measurement already did: the score did not rise).")
-    rows = []
-    for (layers, seed), r in runs.items():
-        steps = r["hist"]["position_loss_step"]
-        for layer in range(r["prev"].shape[1]):
-            for head in range(r["prev"].shape[2]):
-                rows.append([layers, seed, layer, head, r["prev"][0, layer, head], r["prev"][-1, layer, head],
-                             half_final_step(steps, r["prev"][:, layer, head]), r["prefix"][0, layer, head],
-                             r["prefix"][-1, layer, head], half_final_step(steps, r["prefix"][:, layer, head]),
-                             r["phase"]])
     report.text("Every head:")
-    report.table(["attention layers", "seed", "layer", "head", "previous-token score (first)",
-                  "previous-token score (end)", "previous-token half-final step", "prefix-matching score (first)",
-                  "prefix-matching score (end)", "prefix-matching half-final step", "phase change at step"],
-                 rows, csv_name="heads.csv")
+    report.table(["attention layers", "seed"] + HEAD_SUMMARY + ["phase change at step"],
+                 [list(key) + h + [r["phase"]] for key, r in runs.items()
+                  for h in head_summaries(r["steps"], r["prev"], r["prefix"])], csv_name="heads.csv")
     report.text("Every measurement over training (per step, layer and head, with the ICL score): "
                 "[scores.csv](scores.csv).")
 
-    layer_counts = sorted({layers for layers, _ in runs})
     panels = []
     for (layers, seed), r in sorted(runs.items()):
-        steps, last = r["hist"]["position_loss_step"], r["prefix"].shape[1] - 1
+        steps, last = r["steps"], r["prefix"].shape[1] - 1
         right = [(f"{name} L{layer}H{h}", steps, score[:, layer, h], dict(color=f"C{h}", lw=lw, ls=ls))
                  for h in range(r["prefix"].shape[2])
                  for name, score, layer, lw, ls in (("prefix", r["prefix"], last, 1.2, "-"),
@@ -302,45 +221,41 @@ def head_sections(report: Report, runs: dict, seeds: Sequence[int]) -> None:
         "(ICL score masked) / (ICL score unmasked): 0 = masking changes nothing, 1 = the context no longer "
         "helps at all, above 1 = late tokens are predicted worse than early ones. In a 1-layer model both "
         "rankings are of the same layer 0.")
-    conditions = [c for c, _, _ in next(iter(runs.values()))["ablation"]]
     report.text(f"Over seeds {', '.join(map(str, seeds))} (mean ± std; per run with the heads: "
                 "[ablation.csv](ablation.csv)):")
     report.table(["attention layers", "masked", "ICL score", "share of the drop lost"],
                  [[layers, c, mean_std([runs[layers, s]["ablation"][k][2] for s in seeds]),
                    mean_std([share_lost(runs[layers, s]["ablation"], c) for s in seeds])]
-                  for layers in layer_counts for k, c in enumerate(conditions)])
+                  for layers in sorted({layers for layers, _ in runs})
+                  for k, (c, _, _) in enumerate(next(iter(runs.values()))["ablation"])])
 
 
-def what_the_data_say(runs: dict, seeds: Sequence[int], every: int) -> str:
-    """Per depth the ICL score, accuracy and phase change; then Olsson et al.'s three claims against the numbers."""
-    lines = []
-    for layers in (1, 2):
-        rs = [runs[layers, s] for s in seeds]
-        lines.append(f"- {layers} layer(s): final ICL score {mean_std([r['final'] for r in rs])}; accuracy on the "
-                     f"repeats {mean_std([r['hist']['eval_accuracy'] for r in rs])}; steepest fall at step(s) "
-                     f"{', '.join(str(r['phase']) for r in rs)}; 10%→90% of the fall between steps "
-                     + ", ".join("—" if r["window"][0] is None else "{}→{}".format(*r["window"]) for r in rs) + ".")
-    two, one = [runs[2, s] for s in seeds], [runs[1, s] for s in seeds]
+def what_the_data_say(runs: dict, seeds: Sequence[int], every: int, measured: dict) -> str:
+    """Per depth the ICL score, accuracy and phase change; then Olsson et al.'s three claims against the numbers
+    (``measured``: what ``measurements`` returns)."""
+    two, one = ([runs[layers, s] for s in seeds] for layers in (2, 1))
     gap = np.nanmean([r["final"] for r in two]) - np.nanmean([r["final"] for r in one])
+    lines = [f"- {layers} layer(s): final ICL score {mean_std([r['final'] for r in rs])}; accuracy on the repeats "
+             f"{mean_std([r['accuracy'] for r in rs])}; steepest fall at step(s) "
+             f"{', '.join(str(r['phase']) for r in rs)}; 10%→90% of the fall between steps "
+             + ", ".join("—" if r["window"][0] is None else "{}→{}".format(*r["window"]) for r in rs) + "."
+             for layers, rs in ((1, one), (2, two))]
     lines.append(f"- End-of-training difference (2 layers minus 1 layer): {gap:.3f} nats.")
     H = two[0]["prefix"].shape[2]
-    n_ind = [int(np.sum(r["prefix"][-1, 1] >= HEAD_THRESHOLD)) for r in two]
-    n_prev = [int(np.sum(r["prev"][-1, 0] >= HEAD_THRESHOLD)) for r in two]
-    lags = {k: [x for r in two for x in formation_lags(r["hist"]["position_loss_step"], sc(r), r["phase"],
-                                                       HEAD_THRESHOLD) if x is not None]
-            for k, sc in (("induction", lambda r: r["prefix"][:, 1]), ("previous-token", lambda r: r["prev"][:, 0]))}
+    n_ind, n_prev = ([int(np.sum(r[k][-1, layer] >= HEAD_THRESHOLD)) for r in two] for k, layer in (("prefix", 1),
+                                                                                                     ("prev", 0)))
+    lag = [[x for r in two for x in lags(r)[i] if x is not None] for i in (0, 1)]
     span = lambda v: f"{min(v):+d} to {max(v):+d}" if v else "—"  # noqa: E731
-    inside = bool(lags["induction"]) and max(abs(x) for v in lags.values() for x in v) <= 2 * every
+    inside = bool(lag[0]) and max(abs(x) for v in lag for x in v) <= 2 * every
     lost = lambda rs, c: mean_std([share_lost(r["ablation"], c) for r in rs])  # noqa: E731
-    single = [share_lost(r["ablation"], "top prefix-matching head") for r in two]
-    one_prefix = max(float(r["prefix"][-1].max()) for r in one)
+    single, one_prefix = measured["knockout_top"][0], max(measured["one_no_heads"][0])
     lines += ["", (
         "**Against Olsson et al. (2022).** (1) Induction heads (prefix matching in a later layer, built on a "
         "previous-token head in an earlier one) form during a phase change, in the window in which the ICL score "
         f"drops: here {', '.join(map(str, n_ind))} of the {H} layer-1 heads end with a prefix-matching score ≥ "
         f"{HEAD_THRESHOLD:g} and {', '.join(map(str, n_prev))} of the layer-0 heads with a previous-token score ≥ "
         f"{HEAD_THRESHOLD:g} (seeds {', '.join(map(str, seeds))}); their scores reach half their final value "
-        f"{span(lags['induction'])} and {span(lags['previous-token'])} steps from the steepest fall (measured every "
+        f"{span(lag[0])} and {span(lag[1])} steps from the steepest fall (measured every "
         f"{every} steps): " + ("inside the phase-change window. " if inside else "not all inside the window. ")
         + f"(2) One layer forms none: its highest prefix-matching score is {one_prefix:.2f} and its ICL score "
         f"ends at {mean_std([r['final'] for r in one])}. (3) Knocking the induction heads out removes most in-context "
@@ -365,7 +280,7 @@ def summary() -> list:
     from studies.specs import Summary
 
     run, _, runs = load_runs(OUT)
-    every = int(load(config_path("repro_induction") + f":steps={run['steps']}").train.eval_every)
+    every = int(config_of(run).train.eval_every)
     verdicts = seedwise.judge_all(CLAIMS, measurements(runs, run["seeds"], every, run["steps"]))
     return [Summary(os.path.relpath(OUT, REPO), "Induction heads and the ICL phase change (Olsson et al.)",
                     f"1 and 2 layers x {len(run['seeds'])} seeds; verdicts: {seedwise.counts(verdicts)}")]
