@@ -63,8 +63,6 @@ import runpy
 import sys
 import time
 
-sys.path.insert(0, {repo!r})
-sys.path.insert(0, {tests!r})
 import jax.numpy as jnp
 import models
 
@@ -152,7 +150,8 @@ def start(tmp, workdir: str, *, processes: int, devices: int, env_extra=None, sc
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     # conftest's compile-time flags: compiling the tiny programs costs more than running them.
     xla_flags = f"--xla_force_host_platform_device_count={devices} {os.environ['ATTNLAB_TEST_XLA_FLAGS']}"
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags, LAUNCH_SCRIPT=script, PYTHONPATH=REPO, WANDB_MODE="offline",
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags, LAUNCH_SCRIPT=script, WANDB_MODE="offline",
+               PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]),
                WANDB_SILENT="true", JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), OMP_NUM_THREADS="1")
     env.update(env_extra or {})
     if processes > 1:
@@ -236,7 +235,7 @@ def files(tmp_path_factory):
     corpus = tmp / "pairs.tsv"
     corpus.write_text("".join(f"{r[3]}\t{r[4]}\n" for r in rows), encoding="utf-8")
     (tmp / "tiny.py").write_text(CONFIG.format(corpus=str(corpus), cache=str(tmp / "cache"), steps=STEPS))
-    (tmp / "launch.py").write_text(LAUNCHER.format(repo=REPO, tests=os.path.join(REPO, "tests")))
+    (tmp / "launch.py").write_text(LAUNCHER.format(repo=REPO))
     return tmp
 
 
