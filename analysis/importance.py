@@ -394,3 +394,14 @@ def recorded(path: str, decoded: str, make: Callable[[], tuple[dict, Callable[[d
     for condition, hyps in m.pop("decoded", {}).items():
         write_hypotheses(f"{decoded}_{condition.replace(', ', '_').replace(' ', '_')}.txt", hyps)
     write_record(path, as_record(m))
+
+
+def recorded_runs(points: str, names: Sequence[str]) -> list[dict]:
+    """The measurements (``from_record``) of the records ``<points>/<name>.json`` of ``names``, in order
+    (ValueError naming any missing)."""
+    from studies.points import read_record
+
+    missing = [x for x in names if not os.path.isfile(os.path.join(points, f"{x}.json"))]
+    if missing:
+        raise ValueError(f"{points}: no record of {', '.join(missing)}; measure it first")
+    return [from_record(read_record(os.path.join(points, f"{x}.json"))) for x in names]

@@ -208,9 +208,9 @@ def vashishth_table(runs: Sequence[dict], bleu_label: str) -> Table:
              "validation NLL"], rows)
 
 
-def claim_numbers(runs: Sequence[dict], uniform: Sequence[dict], hurt_bleu: float) -> dict:
+def claim_numbers(runs: Sequence[dict], uniform: Sequence[dict], hurt_bleu: float, within_bleu: float) -> dict:
     """The per-seed numbers claims and prose read (arrays over seeds unless noted); ``hurt_bleu``: the BLEU
-    drop at which a head masked alone counts as hurting."""
+    drop at which a head masked alone counts as hurting, ``within_bleu``: the BLEU loss pruning may cost."""
     n, fractions = len(runs), runs[0]["fractions"]
     drops = {g: np.stack([m["single_bleu"][g] - m["base_bleu"] for m in runs]) for g in GROUPS}  # [seeds, L, H]
     flat = np.concatenate([drops[g].reshape(n, -1) for g in GROUPS], axis=1)  # [seeds, heads]
@@ -231,6 +231,8 @@ def claim_numbers(runs: Sequence[dict], uniform: Sequence[dict], hurt_bleu: floa
         "worst": np.array([flat[s].min() for s in range(n)]),
         "worst_group": [GROUPS[int(np.argmin([drops[g][s].min() for g in GROUPS]))] for s in range(n)],
         "curve": np.array([m["curve_bleu"] for m in runs]),  # [seeds, fractions]
+        "kept": [max(f for f, b in zip(fractions, m["curve_bleu"]) if b >= m["curve_bleu"][0] - within_bleu)
+                 for m in runs],  # the largest fraction pruned within within_bleu of the unpruned BLEU
         "group_curve": at,
         "loss_half": {g: base - at[g][:, half] for g in GROUPS},
         "loss_end": {g: base - at[g][:, -1] for g in GROUPS},
@@ -324,10 +326,10 @@ def _ms(values, digits: int = 2) -> str:
     return f"{v.mean():.{digits}f}" + (f" ± {v.std(ddof=1):.{digits}f}" if v.size > 1 else "")
 
 
-def reading(c: dict, verdicts: Sequence, sentences: int, within_bleu: float, uniform_gap: float) -> str:
+def reading(c: dict, verdicts: Sequence, sentences: int, uniform_gap: float) -> str:
     """The head-importance study's "What the data say": sentences computed from ``claim_numbers`` ``c``, each
     against the paper it tests, ending with the ``verdicts`` (``studies.seedwise.SeedVerdict``) in short;
-    ``within_bleu``: the pruning claim's tolerance, ``uniform_gap``: the uniform baseline's."""
+    ``uniform_gap``: the uniform baseline's tolerance."""
     n, fractions, heads, base = c["n"], c["fractions"], c["heads"], c["base"]
     lines = [f"All numbers are mean ± std over {n} seed(s); BLEU on {sentences} test sentences (unmasked "
              f"{_ms(base)}), so differences below ~1 BLEU are within the noise of the subset and the seeds."]
@@ -339,12 +341,11 @@ def reading(c: dict, verdicts: Sequence, sentences: int, within_bleu: float, uni
         f"with a significant change, half of them improvements; here no single head is indispensable either, but "
         f"masked heads cost BLEU more often than they help.")
 
-    curve = c["curve"]
-    ok = [max([f for f, b in zip(fractions, row) if b >= row[0] - within_bleu]) for row in curve]
+    curve, kept = c["curve"], np.array(c["kept"])
     half = fractions.index(0.5)
     lines.append(
         f"- **Michel et al., progressive pruning.** The largest pruned fraction (of all heads, by normalised "
-        f"importance) at which BLEU stays within 1 point of the unpruned model is {_ms(np.array(ok) * 100, 0)}%; "
+        f"importance) at which BLEU stays within 1 point of the unpruned model is {_ms(kept * 100, 0)}%; "
         f"BLEU is {_ms(curve[:, 1])} at {fractions[1]:.0%}, {_ms(curve[:, half])} at 50% and "
         f"{_ms(curve[:, -1])} at {fractions[-1]:.0%}. Michel et al. pruned 20% of the WMT model's heads (40% of "
         f"BERT's) without noticeable loss: this 8-head, 3+3-layer model (head width 16, trained for minutes) "

@@ -187,26 +187,103 @@ def head_importance_main(argv: Optional[Sequence[str]] = None) -> str:
     if a.pretrained and a.out is None:
         raise ValueError(f"--pretrained={a.pretrained} needs --out (the committed report folder is the study's)")
     a.out = a.out or head_importance.OUT
-    if a.report_only:
-        path = head_importance.report_from_records(a.out)
-        print(f"wrote {path}")
-        return path
-    if a.uniform_seeds is None:  # --quick: a second training would cost the test half its time
-        a.uniform_seeds = 0 if a.quick else 1
-    if a.quick:
-        a.seeds, a.eval_batches, a.sentences = 1, 1, min(a.sentences, 8)
-    _positive(a, ("seeds", "eval_batches", "steps", "sentences"))
-    _positive(a, ("first_seed", "uniform_seeds"), lowest=0)
-    if not a.minutes >= 0:
-        raise ValueError(f"--minutes={a.minutes}; expected a number >= 0 (0: no time limit)")
-    if a.pretrained:
-        path = head_importance.run_pretrained(a.pretrained, a.out, eval_batches=a.eval_batches, sentences=a.sentences,
-                                              quick=a.quick, attention_impl=a.attention_impl)
-    else:
-        head_importance.run(a)
-        path = head_importance.report_from_records(a.out)
+    if not a.report_only:
+        if a.uniform_seeds is None:  # --quick: a second training would cost the test half its time
+            a.uniform_seeds = 0 if a.quick else 1
+        if a.quick:
+            a.seeds, a.eval_batches, a.sentences = 1, 1, min(a.sentences, 8)
+        _positive(a, ("seeds", "eval_batches", "steps", "sentences"))
+        _positive(a, ("first_seed", "uniform_seeds"), lowest=0)
+        if not a.minutes >= 0:
+            raise ValueError(f"--minutes={a.minutes}; expected a number >= 0 (0: no time limit)")
+        if a.pretrained:
+            head_importance_pretrained(a.pretrained, a.out, eval_batches=a.eval_batches, sentences=a.sentences,
+                                       quick=a.quick, attention_impl=a.attention_impl)
+        else:
+            head_importance_run(a)
+    path = head_importance.report_from_records(a.out)
     print(f"wrote {path}")
     return path
+
+
+HEAD_IMPORTANCE_CHECKPOINT_EVERY = 200  # steps between checkpoints of a head-importance run trained with --workdir
+
+
+def _measured_now() -> dict[str, str]:
+    """The commit of this process and the UTC minute now, as a measurement records them."""
+    import time
+
+    from studies.report import PROCESS_COMMIT
+
+    return {"commit": PROCESS_COMMIT, "measured_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+
+
+def head_importance_run(a: argparse.Namespace) -> None:
+    """Train and measure every seed of ``a`` (``head_importance_main``'s arguments) and of the uniform baseline into
+    records under ``a.out`` (a model with a record is skipped), with the settings in ``<a.out>/run.json``."""
+    import time
+
+    from analysis.importance import Probe, measure, record, recorded, trained_subject
+    from analysis.keep import train_kept
+    from studies.inprocess import load, with_overrides
+
+    hi = head_importance
+    settings = {k: getattr(a, k) for k in ("seeds", "first_seed", "uniform_seeds", "minutes", "steps", "eval_batches",
+                                           "sentences", "workdir", "quick")}
+    settings["out"] = os.path.relpath(os.path.abspath(a.out), REPO)
+    spec, tag, t0 = hi.spec_of(settings), "quick_" if a.quick else "", time.time()
+
+    def log(msg: str) -> None:
+        print(f"[{(time.time() - t0) / 60:5.1f} min] {msg}", flush=True)
+
+    def trained(seed: int, kind: str, overrides: dict):
+        config = with_overrides(load(os.path.join(REPO, spec)), {"seed": seed, **overrides})
+        if a.workdir:
+            config.train.checkpoint_every = HEAD_IMPORTANCE_CHECKPOINT_EVERY
+        keep, info = train_kept(config, os.path.join(a.workdir, f"{tag}{kind}{seed}") if a.workdir else None)
+        log(f"{kind} {seed}: {info['steps']} steps in {info['train_minutes']:.1f} min")
+        return keep, dict(info, seed=seed, **_measured_now())
+
+    def seed_run(s: int):
+        keep, info = trained(s, "seed", {})
+        subject = trained_subject(keep, a.eval_batches, a.sentences)
+        m = dict(info, **measure(subject, s, hi.QUICK_FRACTIONS if a.quick else hi.FRACTIONS, log))
+        return m, lambda m: record(m, f"{tag}seed{s}", spec, {"seed": s})
+
+    def uniform_run(s: int):
+        keep, info = trained(s, "uniform", {"model.uniform_attention_groups": ("cross",)})
+        p = Probe(trained_subject(keep, a.eval_batches, a.sentences))
+        info.update(base_nll=p.nll(None), base_bleu=p.bleu(None, keep_as="unmasked"), decoded=p.decoded)
+        return info, lambda m: record(m, f"{tag}uniform{s}", spec,
+                                      {"seed": s, "model.uniform_attention_groups": ["cross"]})
+
+    for s in range(a.first_seed, a.first_seed + a.seeds):
+        recorded(os.path.join(a.out, hi.POINTS, f"{tag}seed{s}.json"), os.path.join(a.out, hi.DECODED, f"seed{s}"),
+                 lambda: seed_run(s))
+    for s in range(a.first_seed, a.first_seed + a.uniform_seeds):
+        recorded(os.path.join(a.out, hi.POINTS, f"{tag}uniform{s}.json"),
+                 os.path.join(a.out, hi.DECODED, f"uniform_cross_seed{s}"), lambda: uniform_run(s))
+    with open(os.path.join(a.out, hi.RUN), "w") as f:
+        json.dump(settings, f, indent=1)
+
+
+def head_importance_pretrained(source: str, out: str, *, eval_batches: int, sentences: int, quick: bool = False,
+                               attention_impl: str = "auto") -> None:
+    """Measure the pretrained encoder-decoder ``source`` (a checkpoint directory or hub id) into
+    ``<out>/points/pretrained.json`` (kept: a rerun reports from it)."""
+    from analysis.importance import measure, pretrained_subject, record, recorded
+    from pretrained import load as load_pretrained
+
+    hi = head_importance
+
+    def make():
+        p = load_pretrained(source, attention_impl=attention_impl)
+        subject = pretrained_subject(p, eval_batches, sentences, **({"batch_size": 8, "max_len": 12} if quick else {}))
+        m = dict(measure(subject, 0, hi.QUICK_FRACTIONS if quick else hi.FRACTIONS), **_measured_now())
+        return m, lambda m: dict(record(m, "pretrained", "", {}), pretrained=source, family=p.family,
+                                 eval_batches=eval_batches, sentences=sentences, quick=quick)
+
+    recorded(os.path.join(out, hi.POINTS, "pretrained.json"), os.path.join(out, hi.DECODED, "pretrained"), make)
 
 # ------------------------------------------------------------------------------------ the doctor's calibration
 DIAGNOSE_RECORDS = os.path.join(REPO, "docs", "results", "diagnose", "records")

@@ -1,41 +1,30 @@
 """Which heads matter? Michel et al. (2019), Voita et al. (2019) and Vashishth et al. (2019) on attnlab's
 translation model with 8 heads per layer (``configs/repro_head_importance.py``), or on a pretrained
-encoder-decoder checkpoint: the study's measurements, claims and report.
-
-Per seed, ``run`` trains the model (``analysis.keep.train_kept``) and measures it (``analysis.importance.measure``),
-then trains Wiegreffe & Pinter's uniform-cross-attention baseline; each model's measurements are its JSON record
-``<out>/points/<seed|uniform><s>.json`` (a model with a record is not trained again), its decodes are in
-``<out>/decoded/`` and the settings in ``<out>/run.json``. ``run_pretrained`` measures a checkpoint
-(``pretrained.load``) the same way. ``report`` regenerates the README, CSVs and figures from the records alone
-(tables: ``analysis.importance_summary``); the claims are judged by ``studies.seedwise`` (a t interval over seeds
-against each threshold, Holm within each family).
+encoder-decoder checkpoint: the study's settings, claims and report, regenerated from the JSON records in
+``<out>/points/`` that ``python -m studies train head_importance`` (``studies.commands``) measures.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import time
 from typing import Optional
 
 import numpy as np
 
 from analysis import importance_summary as summ
-from analysis.importance import POSITIONAL, SELF_GROUPS, Probe, from_record, measure, pretrained_subject, record
-from analysis.importance import recorded, trained_subject
-from analysis.keep import train_kept
+from analysis.importance import POSITIONAL, SELF_GROUPS, from_record, recorded_runs
 from studies import seedwise
-from studies.inprocess import load, with_overrides
+from studies.inprocess import load
 from studies.points import read_record
 from studies.regenerate import regenerate
-from studies.report import PROCESS_COMMIT, REPO, Report
+from studies.report import REPO, Report
+from studies.specs import Summary
 
 RUN, POINTS, DECODED = "run.json", "points", "decoded"  # in a report folder: settings, records, decodes
 SPEC = os.path.join(REPO, "configs", "repro_head_importance.py")
 OUT = os.path.join(REPO, "docs", "results", "head_importance")
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 QUICK_FRACTIONS = (0.0, 0.5, 0.9)
-CHECKPOINT_EVERY = 200  # steps between checkpoints of a run trained with --workdir
 # Thresholds of the claims (from the 2026-12-02 criteria: after the first run's data, before the replication's)
 HURT_BLEU = 1.0  # a head masked alone "hurts" when BLEU falls by at least this much
 MAX_HURT_SHARE = 0.15  # single heads: at most this share of the heads hurts on average
@@ -79,70 +68,9 @@ def spec_of(a: dict) -> str:
         ":quick" if a["quick"] else f":steps={a['steps']},minutes={a['minutes']},sentences={a['sentences']}")
 
 
-def run(a: argparse.Namespace) -> None:
-    """Train and measure every seed of ``a`` (the command line of ``python -m studies train head_importance``) into
-    records under ``a.out`` (a model with a record is skipped), with the settings in ``<a.out>/run.json``."""
-    settings = {k: getattr(a, k) for k in ("seeds", "first_seed", "uniform_seeds", "minutes", "steps", "eval_batches",
-                                           "sentences", "workdir", "quick")}
-    settings["out"] = os.path.relpath(os.path.abspath(a.out), REPO)
-    spec, tag, t0 = spec_of(settings), "quick_" if a.quick else "", time.time()
-
-    def log(msg: str) -> None:
-        print(f"[{(time.time() - t0) / 60:5.1f} min] {msg}", flush=True)
-
-    def trained(seed: int, kind: str, overrides: dict):
-        config = with_overrides(load(os.path.join(REPO, spec)), {"seed": seed, **overrides})
-        if a.workdir:
-            config.train.checkpoint_every = CHECKPOINT_EVERY
-        keep, info = train_kept(config, os.path.join(a.workdir, f"{tag}{kind}{seed}") if a.workdir else None)
-        log(f"{kind} {seed}: {info['steps']} steps in {info['train_minutes']:.1f} min")
-        return keep, dict(info, seed=seed, commit=PROCESS_COMMIT,
-                          measured_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
-
-    def seed_run(s: int):
-        keep, info = trained(s, "seed", {})
-        subject = trained_subject(keep, a.eval_batches, a.sentences)
-        m = dict(info, **measure(subject, s, QUICK_FRACTIONS if a.quick else FRACTIONS, log))
-        return m, lambda m: record(m, f"{tag}seed{s}", spec, {"seed": s})
-
-    def uniform_run(s: int):
-        keep, info = trained(s, "uniform", {"model.uniform_attention_groups": ("cross",)})
-        p = Probe(trained_subject(keep, a.eval_batches, a.sentences))
-        info.update(base_nll=p.nll(None), base_bleu=p.bleu(None, keep_as="unmasked"), decoded=p.decoded)
-        return info, lambda m: record(m, f"{tag}uniform{s}", spec,
-                                      {"seed": s, "model.uniform_attention_groups": ["cross"]})
-
-    for s in range(a.first_seed, a.first_seed + a.seeds):
-        recorded(os.path.join(a.out, POINTS, f"{tag}seed{s}.json"), os.path.join(a.out, DECODED, f"seed{s}"),
-                 lambda: seed_run(s))
-    for s in range(a.first_seed, a.first_seed + a.uniform_seeds):
-        recorded(os.path.join(a.out, POINTS, f"{tag}uniform{s}.json"),
-                 os.path.join(a.out, DECODED, f"uniform_cross_seed{s}"), lambda: uniform_run(s))
-    with open(os.path.join(a.out, RUN), "w") as f:
-        json.dump(settings, f, indent=1)
-
-
-def run_pretrained(source: str, out: str, *, eval_batches: int, sentences: int, quick: bool = False,
-                   attention_impl: str = "auto") -> str:
-    """Measure the pretrained encoder-decoder ``source`` (a checkpoint directory or hub id) into
-    ``<out>/points/pretrained.json`` (kept: a rerun reports from it) and write its report; the README path."""
-    from pretrained import load as load_pretrained
-
-    def make():
-        p = load_pretrained(source, attention_impl=attention_impl)
-        subject = pretrained_subject(p, eval_batches, sentences, **({"batch_size": 8, "max_len": 12} if quick else {}))
-        m = measure(subject, 0, QUICK_FRACTIONS if quick else FRACTIONS)
-        m.update(commit=PROCESS_COMMIT, measured_utc=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
-        return m, lambda m: dict(record(m, "pretrained", "", {}), pretrained=source, family=p.family,
-                                 eval_batches=eval_batches, sentences=sentences, quick=quick)
-
-    recorded(os.path.join(out, POINTS, "pretrained.json"), os.path.join(out, DECODED, "pretrained"), make)
-    return report_from_records(out)
-
-
 def report_from_records(out: str = OUT) -> str:
     """The report of ``out`` regenerated from its records: the study's (``run.json`` and ``points/``) or a
-    pretrained checkpoint's (``points/pretrained.json``)."""
+    pretrained checkpoint's (``points/pretrained.json``); the README path."""
     pretrained = os.path.join(out, POINTS, "pretrained.json")
     if not os.path.isfile(os.path.join(out, RUN)):
         if os.path.isfile(pretrained):
@@ -158,16 +86,9 @@ def _records(out: str) -> tuple[dict, list[dict], list[dict]]:
     """(settings, measurements per seed, of the uniform baseline per seed) of the study in ``out``."""
     with open(os.path.join(out, RUN)) as f:
         a = json.load(f)
-    tag = "quick_" if a["quick"] else ""
-
-    def load_records(kind: str, n: int) -> list[dict]:
-        names = [f"{tag}{kind}{s}" for s in range(a["first_seed"], a["first_seed"] + n)]
-        missing = [x for x in names if not os.path.isfile(os.path.join(out, POINTS, f"{x}.json"))]
-        if missing:
-            raise ValueError(f"{os.path.join(out, POINTS)}: no record of {', '.join(missing)}; measure it first")
-        return [from_record(read_record(os.path.join(out, POINTS, f"{x}.json"))) for x in names]
-
-    return a, load_records("seed", a["seeds"]), load_records("uniform", a["uniform_seeds"])
+    tag, first = "quick_" if a["quick"] else "", a["first_seed"]
+    return a, *(recorded_runs(os.path.join(out, POINTS), [f"{tag}{kind}{s}" for s in range(first, first + a[n])])
+                for kind, n in (("seed", "seeds"), ("uniform", "uniform_seeds")))
 
 
 def _intro(a: dict, runs: list, uniform: list, config) -> str:
@@ -207,10 +128,10 @@ The pretrained {raw['family']} checkpoint `{raw['pretrained']}` measured with co
 {raw['measured_utc']} UTC, on our Bible corpus (Spanish → English) in the checkpoint's own token ids:
 `python -m studies train head_importance --pretrained {raw['pretrained']} --eval_batches {raw['eval_batches']} \
 --sentences {raw['sentences']}{' --quick' if raw['quick'] else ''} --out <this folder>` (record: \
-[points/pretrained.json](points/pretrained.json); \
-a rerun reports from it without measuring again). Decoding is `models.greedy_decode` on the checkpoint itself, so \
-there is no engine test BLEU and no training time. The study's claims are judged on >= 3 seeds of attnlab's own \
-model (`docs/results/head_importance/`); one checkpoint has no interval, so here the tables are measurements only.
+[points/pretrained.json](points/pretrained.json); a rerun reports from it without measuring again). Decoding is \
+`models.greedy_decode` on the checkpoint itself, so there is no engine test BLEU and no training time. The \
+study's claims are judged on >= 3 seeds of attnlab's own model (`docs/results/head_importance/`); one checkpoint \
+has no interval, so here the tables are measurements only.
 
 {PROTOCOL.format(sentences=raw['sentences'], batches=batches)}
 """
@@ -256,7 +177,7 @@ def report(out: str, runs: list, uniform: list, intro: str, sentences: int, verd
            "after all these data (post-hoc). The registration column says which.")
     r.table(seedwise.VERDICT_COLUMNS, seedwise.verdict_rows(judged_verdicts), csv_name="verdicts.csv")
     r.section("What the data say")
-    r.text(summ.reading(numbers, judged_verdicts, sentences, WITHIN_BLEU, UNIFORM_GAP))
+    r.text(summ.reading(numbers, judged_verdicts, sentences, UNIFORM_GAP))
     return r.write()
 
 
@@ -268,12 +189,8 @@ MICHEL = "Michel et al. 2019"
 def claims(fresh: bool, end_fraction: float) -> list[seedwise.SeedClaim]:
     """The claims; ``fresh``: the measurements were made after the 2026-12-02 criteria (the replication)."""
     old = OLD.format("pre-registered for these measurements" if fresh else "written after these measurements")
-    c = seedwise.SeedClaim
-    groups = [c(f"cross_vs_{g}_{tag}", f"cross-attention loses more BLEU than {g} when {tag} of the group is pruned",
-                f"{MICHEL}, abstract: self-attention can be pruned, encoder-decoder attention depends more on "
-                "multi-headedness", f"BLEU lost, cross minus {g}, same model", "michel", NEW, threshold=0.0,
-                side=seedwise.ABOVE, digits=2)
-              for tag in ("50%", f"{end_fraction:.0%}") for g in SELF_GROUPS]
+    c, above = seedwise.SeedClaim, seedwise.ABOVE
+    vashishth = "Vashishth et al. 2019: in translation the output depends on the attention weights"
     return [
         c("single", f"at most {MAX_HURT_SHARE:.0%} of the heads lose >= {HURT_BLEU:g} BLEU when masked alone",
           f"{MICHEL} (Section 3.2, Table 1): 8 of 96 encoder heads change BLEU significantly masked alone",
@@ -281,59 +198,45 @@ def claims(fresh: bool, end_fraction: float) -> list[seedwise.SeedClaim]:
         c("pruning", f"{PRUNABLE:.0%} of all heads can be pruned within {WITHIN_BLEU:g} BLEU",
           f"{MICHEL} (Section 4.2, Figure 3): 20% of the WMT model's heads pruned without noticeable loss",
           f"largest pruned fraction within {WITHIN_BLEU:g} BLEU (grid of 10%: above 0.15 = the 20% point reached)",
-          "michel", old, threshold=PRUNABLE - 0.05, side=seedwise.ABOVE, digits=2),
-        *groups,
+          "michel", old, threshold=PRUNABLE - 0.05, side=above, digits=2),
+        *[c(f"cross_vs_{g}_{tag}", f"cross-attention loses more BLEU than {g} when {tag} of the group is pruned",
+            f"{MICHEL}, abstract: self-attention can be pruned, encoder-decoder attention depends more on "
+            "multi-headedness", f"BLEU lost, cross minus {g}, same model", "michel", NEW, threshold=0.0, side=above,
+            digits=2) for tag in ("50%", f"{end_fraction:.0%}") for g in SELF_GROUPS],
         c("confidence", f"confident encoder heads are the important ones within a layer (Spearman > {CONFIDENCE_RHO:g})",
           "Voita et al. 2019, abstract: the most important and confident encoder heads play consistent roles",
           "mean over encoder layers of Spearman(confidence, raw importance) among a layer's heads", "voita", NEW,
-          threshold=CONFIDENCE_RHO, side=seedwise.ABOVE),
+          threshold=CONFIDENCE_RHO, side=above),
         c("positional", "positional self-attention heads exist (at least one per model)",
           "Voita et al. 2019: positional heads (max at ±1 in >= 90% of queries)", "positional heads per model",
-          "voita", old, threshold=0.5, side=seedwise.ABOVE, digits=1),
+          "voita", old, threshold=0.5, side=above, digits=1),
         c("positional_late", "positional heads are pruned later than the other heads",
           "Voita et al. 2019, abstract: specialized heads are last to be pruned",
           "mean pruning position of positional heads minus the other heads' (0 first, 1 last)", "voita", old,
-          threshold=0.0, side=seedwise.ABOVE),
-        c("permuted", f"permuting cross-attention at decode time leaves below {WRECKED:.0%} of the BLEU",
-          "Vashishth et al. 2019: in translation the output depends on the attention weights",
-          "BLEU with cross-attention permuted in all layers / unmodified BLEU", "weights", old, threshold=WRECKED),
-        c("uniform_decode", f"uniform cross-attention at decode time leaves below {WRECKED:.0%} of the BLEU",
-          "Vashishth et al. 2019: in translation the output depends on the attention weights",
-          "BLEU with cross-attention uniform in all layers / unmodified BLEU", "weights", old, threshold=WRECKED),
+          threshold=0.0, side=above),
+        *[c(key, f"{how} cross-attention at decode time leaves below {WRECKED:.0%} of the BLEU", vashishth,
+            f"BLEU with cross-attention {kind} in all layers / unmodified BLEU", "weights", old, threshold=WRECKED)
+          for key, how, kind in (("permuted", "permuting", "permuted"), ("uniform_decode", "uniform", "uniform"))],
         c("uniform_trained", f"a model trained with uniform cross-attention is more than {UNIFORM_GAP:g} BLEU worse",
           "Wiegreffe & Pinter 2019 (their test, on translation): attention matters if uniform attention does worse",
           "BLEU, learned minus uniform cross-attention, same seed", "weights", old, threshold=UNIFORM_GAP,
-          side=seedwise.ABOVE, digits=2),
-    ]
-
-
-def _share(bleu: np.ndarray, base: np.ndarray) -> list[Optional[float]]:
-    """bleu / base per seed (None where the unmodified model scores 0 BLEU)."""
-    return [float(b / a) if a > 0 else None for b, a in zip(bleu, base)]
-
-
-def measurements(c: dict, runs: list, uniform: list) -> dict:
-    """{claim id: (per-seed values, None)} from ``claim_numbers`` and the runs."""
-    fractions, base = c["fractions"], c["base"]
-    kept = [max(f for f, b in zip(fractions, row) if b >= row[0] - WITHIN_BLEU) for row in c["curve"]]
-    out = {"single": (c["hurt"] / c["heads"], None), "pruning": (kept, None),
-           "confidence": ([float(np.nanmean(r)) for r in c["rho_within"]], None),
-           "positional": ([sum(c["positional"][g][s] for g in SELF_GROUPS) for s in range(c["n"])], None),
-           "positional_late": (c["late"], None),
-           "permuted": (_share(c["cross_bleu"]["permute, all layers"], base), None),
-           "uniform_decode": (_share(c["cross_bleu"]["uniform, all layers"], base), None),
-           "uniform_trained": ([m["base_bleu"] - u["base_bleu"] for m, u in zip(runs, uniform)], None)}
-    for tag, loss in (("50%", c["loss_half"]), (f"{fractions[-1]:.0%}", c["loss_end"])):
-        for g in SELF_GROUPS:
-            out[f"cross_vs_{g}_{tag}"] = (loss["cross"] - loss[g], None)
-    return out
+          side=above, digits=2)]
 
 
 def judged(runs: list, uniform: list) -> tuple[dict, list]:
-    """(claim_numbers, verdicts) of the runs."""
-    c = summ.claim_numbers(runs, uniform, HURT_BLEU)
+    """(claim_numbers, verdicts) of the runs: each claim judged on its per-seed values."""
+    c = summ.claim_numbers(runs, uniform, HURT_BLEU, WITHIN_BLEU)
+    share = {k: [float(b / a) if a > 0 else None for b, a in zip(c["cross_bleu"][f"{k}, all layers"], c["base"])]
+             for k in ("permute", "uniform")}  # of the unmodified BLEU (None where it is 0)
+    values = {"single": c["hurt"] / c["heads"], "pruning": c["kept"],
+              "confidence": [float(np.nanmean(r)) for r in c["rho_within"]],
+              "positional": [sum(c["positional"][g][s] for g in SELF_GROUPS) for s in range(c["n"])],
+              "positional_late": c["late"], "permuted": share["permute"], "uniform_decode": share["uniform"],
+              "uniform_trained": [m["base_bleu"] - u["base_bleu"] for m, u in zip(runs, uniform)],
+              **{f"cross_vs_{g}_{tag}": loss["cross"] - loss[g] for g in SELF_GROUPS
+                 for tag, loss in (("50%", c["loss_half"]), (f"{c['fractions'][-1]:.0%}", c["loss_end"]))}}
     fresh = all(m.get("measured_utc") for m in runs + uniform)
-    return c, seedwise.judge_all(claims(fresh, c["fractions"][-1]), measurements(c, runs, uniform))
+    return c, seedwise.judge_all(claims(fresh, c["fractions"][-1]), {k: (v, None) for k, v in values.items()})
 
 
 REPORTS = (OUT, os.path.join(OUT, "replication"))  # the committed reports: seeds 0-2, and the replication 3-5
@@ -346,13 +249,8 @@ def generate(into: Optional[str] = None) -> list[str]:
 
 def summary() -> list:
     """The rows of docs/results/README.md, from the records and the claims."""
-    from studies.specs import Summary
-
-    rows = []
-    for out, title in zip(REPORTS, ("Which heads matter? (Michel, Voita, Vashishth et al.; seeds 0-2)",
-                                    "Which heads matter? replication (seeds 3-5)")):
-        a, runs, uniform = _records(out)
-        rows.append(Summary(os.path.relpath(out, REPO), title,
-                            f"{a['seeds']} seeds + {a['uniform_seeds']} uniform; verdicts: "
-                            f"{seedwise.counts(judged(runs, uniform)[1])}"))
-    return rows
+    titles = ("Which heads matter? (Michel, Voita, Vashishth et al.; seeds 0-2)",
+              "Which heads matter? replication (seeds 3-5)")
+    return [Summary(os.path.relpath(out, REPO), title, f"{a['seeds']} seeds + {a['uniform_seeds']} uniform; verdicts: "
+                    f"{seedwise.counts(judged(runs, uniform)[1])}")
+            for out, title in zip(REPORTS, titles) for a, runs, uniform in [_records(out)]]
