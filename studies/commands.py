@@ -1,10 +1,13 @@
 """The command lines of the studies whose spec writes its own report (no ``STUDIES``): what
-``python -m studies train <name> [arguments]`` runs for them, each with its own ``--help``.
+``python -m studies train <name> [arguments]`` runs for them, each with its own ``--help``, and the training and
+measuring they orchestrate (induction, head importance, the doctor's calibration checkpoints); their specs keep
+the claims, records and reports.
 
     python -m studies train induction --quick --out=/tmp/induction
     python -m studies train head_importance --out=/tmp/hi   # 3 seeds + 1 uniform x 12 min; reruns reuse its points/
     python -m studies train head_importance --pretrained=ckpt/opus-mt-es-en --out=/tmp/hi_marian   # a checkpoint
     python -m studies train explanation --pretrained=ckpt/bert-cls --out=/tmp/ex_bert   # forward-only tests
+    python -m studies train diagnose --only=tr-main     # the doctor on some of its calibration checkpoints
 """
 from __future__ import annotations
 
