@@ -343,7 +343,10 @@ def test_a_run_hung_on_one_host_exits_on_every_host_after_sigterm(files):
         errors = [line for line in text.splitlines() if " ERROR " in line]
         assert len(errors) == 1 and "SIGTERM: the run did not stop within the grace period of 5 s" in errors[0]
         assert "Thread 0x" in text and "Traceback" not in text
-    assert "in block_until_ready" in texts[0] or "in process_allgather" in texts[0], texts[0][-3000:]
+    # where the lead waited when the grace period ended: in the collective, or (when the signal reached it between
+    # two programs and the loop stopped) in the run's closing W&B flush that its peer never lets finish
+    assert any(f"in {where}" in texts[0] for where in ("block_until_ready", "process_allgather", "finish")), \
+        texts[0][-3000:]
 
 
 def test_sigterm_outside_the_train_loop_ends_every_host(files):
