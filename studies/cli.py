@@ -3,7 +3,8 @@ config's sweep.
 
     python -m studies list
     python -m studies train table3_d256 [--max_points=3] [--quick]   # resumable; never retrains a recorded point
-    python -m studies train scale --help      # a spec with its own report: its own command line (studies.commands)
+    python -m studies train table3 --report_only  # train nothing: the reports of its spec module, as `report`
+    python -m studies train induction --help  # a spec with its own report: its own command line (studies.commands)
     python -m studies report table3_d256      # the reports of its spec module, from the records (no training)
     python -m studies report                  # every registered report, then docs/results/README.md
     python -m studies index                   # docs/results/README.md only
@@ -21,13 +22,12 @@ from studies import study as study_lib
 
 
 def command_line(module: ModuleType) -> Optional[Callable[[Optional[Sequence[str]]], str]]:
-    """The command line of a spec module of its own: its ``main(argv)`` (a ``STUDIES`` module whose training needs
-    more than the generic runner), else for a module that writes its own report the one in ``studies.commands``;
-    None for a module of ``STUDIES`` alone."""
-    if hasattr(module, "main"):
-        return module.main
+    """The command line of a spec module that writes its own report (no ``STUDIES``): its ``main(argv)``, else the
+    one in ``studies.commands``; None for a module of ``STUDIES`` (the generic ``train``)."""
     if hasattr(module, "STUDIES"):
         return None
+    if hasattr(module, "main"):
+        return module.main
     from studies import commands
 
     name = module.__name__.rsplit(".", 1)[1]
@@ -70,6 +70,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     t.add_argument("--workdir", default=None, help="run folders (default runs/repro/<name>[_quick])")
     t.add_argument("--out", default=None, help="report and records folder (default the study's)")
     t.add_argument("--train_script", default=None, help="training entry point (default <repo>/train.py)")
+    t.add_argument("--report_only", action="store_true", help="train nothing; the committed reports of its spec "
+                   "module, as `report <name>` (not with --quick or --out)")
     r = sub.add_parser("report", help="regenerate reports from the records")
     r.add_argument("names", nargs="*")
     sub.add_parser("index", help="regenerate docs/results/README.md")
@@ -81,10 +83,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "train":
         if args.max_points is not None and args.max_points < 0:
             raise ValueError(f"--max_points={args.max_points}; expected a number >= 0")
+        if args.report_only and (args.quick or args.out is not None):
+            given = "--quick" if args.quick else f"--out={args.out}"
+            raise ValueError(f"--report_only with {given}; --report_only writes the committed reports only")
         module = specs.find(args.name)
         study = specs.study(args.name)
-        failed = study_lib.train(study, quick=args.quick, max_points=args.max_points, out=args.out,
-                                 workdir=args.workdir, train_script=args.train_script)
+        failed = [] if args.report_only else study_lib.train(
+            study, quick=args.quick, max_points=args.max_points, out=args.out, workdir=args.workdir,
+            train_script=args.train_script)
         if args.out is None and not args.quick:
             for path in specs.generate(module):
                 print(f"wrote {path}")

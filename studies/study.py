@@ -105,6 +105,8 @@ class Study:
     margins_note: str = ""  # when the claims' margins and the magnitude rule were fixed (default MARGINS_WITH_CLAIMS)
     ready: Optional[Callable[[], Optional[str]]] = None  # the train gate: None when its points may train, else the
     # one line that says why not (e.g. an input another study has not recorded yet); ``train`` checks it first
+    after: Optional[Callable[[str, str], None]] = None  # (record path, run folder): ``train`` calls it after each
+    # point that trained or already had a record, e.g. to add to the record what only the run folder holds
 
     def records_dir(self, arm: Arm, out: Optional[str] = None) -> str:
         base = out or os.path.join(REPO, self.out)
@@ -152,13 +154,17 @@ def jobs(study: Study, *, quick: bool = False, out: Optional[str] = None, workdi
 
 def train(study: Study, *, quick: bool = False, max_points: Optional[int] = None, out: Optional[str] = None,
           workdir: Optional[str] = None, train_script: Optional[str] = None) -> list[str]:
-    """Train the study's points that have no record (at most ``max_points``); the names of those that failed.
+    """Train the study's points that have no record (at most ``max_points``), calling the study's ``after`` hook
+    after each point that trained or had a record; the names of those that failed.
     Raises ``UsageError`` with the line of the study's ``ready`` gate, before anything is trained or written, when
     the gate says its points cannot train yet (not for ``quick``: the tiny points take no committed input)."""
     waiting = None if quick or study.ready is None else study.ready()
     if waiting:
         raise UsageError(waiting)
-    return train_jobs(jobs(study, quick=quick, out=out, workdir=workdir), train_script, max_points=max_points,
+    todo = jobs(study, quick=quick, out=out, workdir=workdir)
+    run_dirs = {j.record: os.path.join(j.workdir, j.point.name) for j in todo}
+    after = None if study.after is None else lambda record, point: study.after(record, run_dirs[record])
+    return train_jobs(todo, train_script, max_points=max_points, after=after,
                       in_process=study.runner == "in_process", group=study.name)
 
 

@@ -1,6 +1,7 @@
 """A tiny study end to end: its points train (a stand-in train.py, and the real engine in-process), leave records
 with the study's settings hash, are never retrained, refuse a changed setting naming the point, and the report
 carries the claims' verdicts; the running sweep's progress line; the study command line's errors."""
+import dataclasses
 import json
 import os
 
@@ -25,10 +26,15 @@ def tiny_study(tmp_path, arg="seeds=3") -> Study:
 
 def test_a_tiny_study_trains_once_records_and_reports(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CALLS_FILE", str(tmp_path / "calls.txt"))
-    study = tiny_study(tmp_path)
+    seen = []  # the study's after hook: (record, run folder) of every point that trained or had a record
+    study = dataclasses.replace(tiny_study(tmp_path), after=lambda record, run: seen.append((record, run)))
     out, runs = str(tmp_path / "out"), str(tmp_path / "runs")
     assert study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN) == []
     assert len((tmp_path / "calls.txt").read_text().split()) == 6
+    assert [(os.path.basename(r), os.path.basename(d)) for r, d in seen] == [
+        (f"{p.name}.json", p.name) for _, p in study.points()]
+    assert all(os.path.isfile(r) and os.path.isfile(os.path.join(d, points.METRICS)) for r, d in seen)
+    assert {os.path.dirname(d) for _, d in seen} == {os.path.join(runs, "A")}
     recs = records_in(os.path.join(out, "points", "A"))
     assert sorted(recs) == sorted(f"num_heads_{h}-seed_{s}" for h in (1, 8) for s in range(3))  # qk_dim follows h
     rec = recs["num_heads_1-seed_2"]
@@ -37,6 +43,7 @@ def test_a_tiny_study_trains_once_records_and_reports(tmp_path, monkeypatch, cap
 
     assert study_lib.train(study, out=out, workdir=str(tmp_path / "fresh"), train_script=FAKE_TRAIN) == []
     assert len((tmp_path / "calls.txt").read_text().split()) == 6  # every point has a record: nothing trains
+    assert len(seen) == 12 and {os.path.dirname(d) for _, d in seen[6:]} == {str(tmp_path / "fresh" / "A")}
 
     (v,) = study_lib.evaluate([study], out={"tiny": out})["tiny"]
     assert (v.kind, v.interval.diff) == ("reproduced", pytest.approx((10 + 1) - (10 / 8 + 8 / 64)))
@@ -92,6 +99,8 @@ def test_the_study_command_line_names_bad_input():
         cli.main(["train", "table3", "--max_points=-1"])
     with pytest.raises(SystemExit):
         cli.main(["train", "table3", "--bogus"])
+    with pytest.raises(ValueError, match=r"^--report_only with --quick; --report_only writes the committed reports"):
+        cli.main(["train", "entropy_collapse", "--report_only", "--quick"])
     with pytest.raises(ValueError, match=r"--steps=1; expected >= 2"):
         cli.main(["train", "induction", "--steps=1"])  # a spec with its own report: its own command line
 
@@ -108,8 +117,9 @@ def test_list_and_train_take_every_spec_module(monkeypatch):
     monkeypatch.setitem(commands.COMMAND_LINES, "induction", seen.append)
     assert cli.main(["train", "induction", "--quick", "--max_points=0"]) == 0
     assert seen == [["--quick", "--max_points=0"]]
-    ec = specs.find("entropy_collapse")  # STUDIES whose training attaches monitor traces: its own main
-    assert cli.command_line(ec) is ec.main and cli.command_line(specs.find("table3")) is None
+    for module in specs.modules():  # every STUDIES module trains through the generic command line
+        assert hasattr(module, "STUDIES") == (cli.command_line(module) is None), module.__name__
+    assert specs.study("entropy_collapse").after is not None  # its monitor traces: the Study's after hook
 
 
 def test_every_registered_study_knows_its_points():

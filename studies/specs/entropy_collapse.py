@@ -6,7 +6,7 @@ falls to near zero) and that keeping the attention logits in check prevents it. 
 ``configs/repro_entropy_collapse.py`` on multi-query associative recall at a stable and at too-high peak learning
 rates, QK-LayerNorm off and on, three seeds; the engine's health monitor checks every head every 5 steps and its
 warnings are the *alarms*. Each record carries ``monitor`` (every warning, the logged training losses, the lowest
-head entropy at every check), added after its point trains (``run``).
+head entropy at every check), added after its point trains (``attach_monitor``).
 
 *Event* of a run (its first): a non-finite loss; a loss spike (a logged 5-step mean loss more than SPIKE_NATS above
 the lowest before it); or held-out accuracy below LEARNED at the end (dated at the last step). Precision: runs with
@@ -17,7 +17,6 @@ trained; the remedy claim is rewritten as a contrast of event rates on 2026-12-0
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 from typing import Any, Optional, Sequence
@@ -26,11 +25,9 @@ import numpy as np
 
 from analysis import divergence_step
 from studies import points as points_lib
-from studies import study as study_lib
 from studies.claims import CONTRADICTED, REPRODUCED, UNRESOLVED, Claim, Conditions, Criterion, Registration
 from studies.derived import DerivedStudy
 from studies.records import Record
-from studies.runner import train_jobs
 from studies.study import Arm, Plot, Section
 
 ARM = Arm("", "configs/repro_entropy_collapse.py", "seeds=3")
@@ -66,6 +63,14 @@ def monitor_trace(point_dir: str) -> dict:
             "loss": [None if r4(losses[s]) is None else float(f"{losses[s]:.5g}") for s in sorted(losses)],
             "check_step": steps, "min_entropy": [r4(min(checks[s][0])) if checks[s][0] else None for s in steps],
             "max_logit": [r4(max(checks[s][1])) if checks[s][1] else None for s in steps]}
+
+
+def attach_monitor(record: str, run_dir: str) -> None:
+    """Add the monitor trace of run folder ``run_dir`` to its record (``STUDY.after``), unless the record has one or
+    the run left no metrics."""
+    rec = points_lib.read_record(record)
+    if "monitor" not in rec and os.path.exists(os.path.join(run_dir, points_lib.METRICS)):
+        points_lib.write_record(record, dict(rec, monitor=monitor_trace(run_dir)))
 
 
 def derive(rec: Record, groups=None) -> dict[str, Any]:
@@ -210,31 +215,7 @@ STUDY = DerivedStudy(
            Plot("entropy_vs_lr", "min_entropy", "train.learning_rate", "model.qk_layernorm")),
     margins_note=("The remedy contrasts (event shares, margin 0.2) were written on 2026-12-05 after the data, in "
                   "place of a rule on event counts: post-hoc."),
+    after=attach_monitor,
 )
 STUDIES = (STUDY,)
 
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The study's command line (``python -m studies train entropy_collapse``): train the points without a record, each
-    record with its monitor trace, then the report (``--report_only``: the report alone)."""
-    p = argparse.ArgumentParser(prog="python -m studies train entropy_collapse", description=__doc__.splitlines()[0])
-    p.add_argument("--report_only", action="store_true")
-    p.add_argument("--quick", action="store_true", help="tiny sizes into runs/repro/entropy_collapse_quick")
-    for flag in ("max_points", "workdir", "out", "train_script"):
-        p.add_argument(f"--{flag}", type=int if flag == "max_points" else str, default=None)
-    a = p.parse_args(argv)
-    failed = []
-    if not a.report_only:
-        jobs = study_lib.jobs(STUDY, quick=a.quick, out=a.out, workdir=a.workdir)
-
-        def after(record: str, point) -> None:
-            rec = points_lib.read_record(record)
-            run_dir = os.path.join(jobs[0].workdir, point.name)
-            if "monitor" not in rec and os.path.exists(os.path.join(run_dir, points_lib.METRICS)):
-                points_lib.write_record(record, dict(rec, monitor=monitor_trace(run_dir)))
-
-        failed = train_jobs(jobs, a.train_script, max_points=a.max_points, after=after, group=STUDY.name)
-    out = a.out or (os.path.join(study_lib.REPO, "runs/repro/entropy_collapse_quick") if a.quick else None)
-    verdicts = study_lib.evaluate([STUDY], {STUDY.name: out} if out else None)[STUDY.name]
-    print(f"wrote {study_lib.write_report(STUDY, verdicts, out=out, quick=a.quick)}")
-    return 1 if failed else 0
