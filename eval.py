@@ -10,7 +10,8 @@ config's decoder (``config.eval.decode``: greedy or beam search; the output says
 and reports sacreBLEU/chrF with their signatures, perplexity, and
 per-layer, per-head attention entropy / max-logit / sink / logit mean and std tables; attention heatmaps and
 interactive explorer pages for --examples. Results go to <workdir>/eval/<split>_step<N>/ (results.json,
-attention.txt, hypotheses, heatmaps/). With --diagnose it runs the attention doctor instead and writes
+attention.txt, hypotheses, heatmaps/). It logs one line naming the checkpoint, workdir and split first, and
+progress while it evaluates and decodes. With --diagnose it runs the attention doctor instead and writes
 <workdir>/eval/diagnose_step<N>/report.md and report.json.
 
     python eval.py --pretrained=<checkpoint dir or hub id> [--diagnose] [--examples=0,5] [--split=test]
@@ -85,16 +86,20 @@ def main(argv):
             what = f"checkpoint step {_STEP.value} is damaged"
         raise CheckpointError(f"{what} in {ckpt_dir}; {ckpt_lib.describe_inventory(ckpt_dir)}")
     config, notes = restore.eval_config(_WORKDIR.value, _CONFIG.value)
-    splits = get_task(config).splits
-    if _SPLIT.value is not None and _SPLIT.value not in splits:
-        raise cli.UsageError(f"--split={_SPLIT.value}: expected one of {splits}"
-                             f"{cli.did_you_mean(_SPLIT.value, splits)}")
+    task = get_task(config)
+    if _SPLIT.value is not None and _SPLIT.value not in task.splits:
+        raise cli.UsageError(f"--split={_SPLIT.value}: expected one of {task.splits}"
+                             f"{cli.did_you_mean(_SPLIT.value, task.splits)}")
 
     # a stop signal in any phase exits within it (a run recorded before the field: the default)
     watchdog.set_grace(config.train.get("stop_grace_seconds", watchdog.GRACE_SECONDS))
     runtime.maybe_initialize_distributed(_DISTRIBUTED.value)
     runtime.enable_compilation_cache()
     log = runtime.setup_logging(runtime.process_logfile(os.path.join(_WORKDIR.value, "eval.log")))
+    if runtime.is_lead():  # every process evaluates the same checkpoint: the lead says which
+        step = f"{_STEP.value}" if _STEP.value is not None else f"{intact[-1]} (the latest intact)"
+        log.info("%s checkpoint step %s of %s on the %s split", "diagnosing" if _DIAGNOSE.value else "evaluating",
+                 step, _WORKDIR.value, _SPLIT.value or task.default_split())
     for line in notes:
         log.info("%s", line)
 

@@ -227,3 +227,21 @@ def test_missing_validation_file_fails_before_the_first_step(mistake_runs, root)
 
 def test_eval_creates_no_workdir(mistake_runs, root):
     assert mistake_runs["eval missing workdir"][1][0] == 1 and not (root / "nowhere").exists()
+
+
+def test_eval_says_what_it_evaluates_then_decodes_with_progress(root, corpus):
+    """eval.py on a 4-step translation run: one start line naming the checkpoint, the workdir and the split
+    before anything loads, the decoding line of the final evaluation, the results in their folder."""
+    workdir = root / "translation"
+    train = [*TR, f"--config.data.train_files={corpus[0]}", "--config.train.num_steps=4", f"--workdir={workdir}",
+             "--config.train.checkpoint_every=4", "--config.eval.at_end=false"]
+    code, out, _ = run_clis({"train": ("train.py", train)}, root)["train"]
+    assert code == 0, out
+    code, out, _ = run_clis({"eval": ("eval.py", [f"--workdir={workdir}", "--split=validation", "--examples="])},
+                            root)["eval"]
+    assert code == 0 and "Traceback" not in out, out
+    lines = [line.split(" INFO ", 1)[1] for line in out.splitlines() if " INFO " in line]
+    assert lines[0] == f"evaluating checkpoint step 4 (the latest intact) of {workdir} on the validation split", out
+    assert "decoding the validation split with greedy search (config.eval.decode)" in lines, out
+    assert sorted(os.listdir(workdir / "eval" / "validation_step4")) == [
+        "attention.txt", "metrics.jsonl", "outputs", "results.json"]
