@@ -18,7 +18,8 @@ Modules (each uses only those above it and the engine):
   min seeds, family, ``Conditions``, ``Registration``), ``evaluate(claims, groups) -> [Verdict]`` (Welch, Holm
   within each family, verdict before/after the correction, ratio to the paper's value, budget, pre-registration
   from git history).
-- ``studies.runner``: the shared command line of a study (``open_study``), ``train_missing``, ``runtime_text``.
+- ``studies.runner``: ``Job`` and ``train_jobs`` (train the points without a record, resumable) and
+  ``trained_on_text`` (where a report's points trained).
 - ``studies.inprocess``: short in-process experiments without records (``load``, ``with_overrides``, ``run_point``
   returning a history).
 - ``studies.sweeps``: a sweep folder's report (``python -m studies sweep``; one line per setting, seeds aggregated).

@@ -33,24 +33,6 @@ def test_report_numbers_keep_their_significant_zeros_and_group_thousands():
     assert _report.mean_std([122.6, 5.0, 240.2]) == "122.6 ± 118 (n=3)"
 
 
-def test_reports_state_the_health_defaults_their_runs_were_made_with():
-    from studies import runner as _study
-
-    from engine import config as config_lib
-
-    today = config_lib.base_config().health
-    when = _study.HEALTH_CHANGES[0][0]
-    old, new = {"first_logged_utc": "2026-12-01 22:55:36"}, {"first_logged_utc": "2026-12-05 12:00:00"}
-    h, changed = _study.health_defaults(today, [old])
-    assert (h.max_logit, h.logit_std_high, h.recover_margin, changed) == (50.0, 8.0, 1.0, "")
-    h, changed = _study.health_defaults(today, [new])
-    assert (h.max_logit, h.recover_margin, changed) == (100.0, today.recover_margin, "")  # before the 2nd change
-    h, changed = _study.health_defaults(today, [new, old])
-    assert h.max_logit == 50.0
-    assert changed == f"runs started from {when} UTC on had the later defaults of `engine/config.py`"
-    assert today.max_logit != 50.0  # the caller's block is left as it was
-
-
 def test_report_rebuild_keeps_file_when_only_the_measured_line_changes(tmp_path):
     from studies import report as _report
 

@@ -150,39 +150,6 @@ def test_heads_depth_verdicts_name_the_dk_confound_and_the_paper():
     assert v["6+6 match off"].changed  # contradicted before Holm, unresolved after
 
 
-def test_runtime_text_separates_wall_from_training_time():
-    """Wall time counts pauses (the larger of the runner's and the logged time); training time is steps x the
-    median step time and only for records that have it."""
-    recs = [{"wall_s": 600.0, "logged_s": 1200.0, "steps": 2400, "median_step_s": 0.25},
-            {"wall_s": 300.0, "steps": 2400}]
-    assert [_study.wall_minutes(r) for r in recs] == [20.0, 5.0]
-    assert [_study.train_minutes(r) for r in recs] == [10.0, None]
-    text = _study.runtime_text("python scripts/x.py", recs)
-    assert text.startswith("Command: `python scripts/x.py`")
-    assert "5.0 to 20.0 minutes a point (median 12.5), 0.4 hours over 2 points" in text
-    assert "10.0 to 10.0 minutes a point, 0.2 hours over 1 point." in text
-    assert "Training time" not in _study.runtime_text("c", recs[1:])
-    assert _study.runtime_text("c", []).endswith("No point has finished yet.")
-
-
-def test_runtime_text_names_the_points_trained_on_an_accelerator_apart():
-    gpu = {"wall_s": 120.0, "steps": 2400, "median_step_s": 0.01, "device": "gpu NVIDIA H200 x1",
-           "execution": {"model.attention_impl": "xla"}, "matmul_precision": "highest"}
-    cpu = {"wall_s": 600.0, "steps": 2400, "median_step_s": 0.25}
-    text = _study.runtime_text("c", [gpu, cpu, dict(gpu, wall_s=180.0)])
-    assert ("2 points trained on gpu NVIDIA H200 x1 by `scripts/gpu_sweeps.py` (same config, overrides, step budget "
-            "and data order as the CPU queue; execution: model.attention_impl = xla; matmul precision: highest), "
-            "2.0 to 3.0 wall minutes a point") in text
-    unrecorded = _study.accelerated_text([dict(gpu, matmul_precision=None)])
-    assert "matmul precision: not recorded)" in unrecorded  # records made before the engine logged it
-    assert "10.0 to 10.0 minutes a point (median 10.0), 0.2 hours over 1 point" in text  # the CPU point alone
-    only_gpu = _study.runtime_text("c", [gpu])
-    assert only_gpu.endswith("No point has finished on the CPU.") and "ablations.sh" not in only_gpu
-    elsewhere = _study.runtime_text("python scripts/gpu_sweeps.py --studies=table3_d512", [], queue=False)
-    assert elsewhere.startswith("Command: `python scripts/gpu_sweeps.py --studies=table3_d512`, one accelerator call")
-    assert "ablations.sh" not in elsewhere
-
-
 def test_trained_on_text_counts_devices_and_names_hosts_of_older_records():
     gpu, cpu = {"device": "gpu NVIDIA H200 x1"}, {"device": "cpu cpu x1"}
     old = {"host": "Linux x86_64, 2 CPU cores"}
