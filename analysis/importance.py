@@ -125,10 +125,11 @@ def trained_subject(keep: KeepModel, eval_batches: int, sentences: int) -> Subje
 def pretrained_subject(p, eval_batches: int, sentences: int, *, batch_size: int = 64, max_len: int = 64) -> Subject:
     """A pretrained encoder-decoder checkpoint (``pretrained.load(...)``, e.g. Marian) on our Bible corpus in its
     own token ids: ``eval_batches`` validation batches of ``batch_size`` verse pairs (Spanish -> English, at
-    most ``max_len`` tokens a side), BLEU on the first ``sentences`` test verses."""
+    most ``max_len`` tokens a side), BLEU on the first ``sentences`` test verses (greedy, the checkpoint's
+    banned tokens banned)."""
     from engine import doctor
     from engine.evaluation import cut_at_eos, score
-    from pretrained.analysis import PretrainedTask, bible_pairs
+    from pretrained.analysis import PretrainedTask, bible_pairs, decoding_model
 
     _check_sizes("pretrained_subject", eval_batches, sentences)
     if not isinstance(p.model, models.EncoderDecoder):
@@ -139,12 +140,13 @@ def pretrained_subject(p, eval_batches: int, sentences: int, *, batch_size: int 
     batches = [task.complete_batch(b, cfg, len(b["inputs"]))
                for b in view.batches("validation", batch_size=batch_size, limit=eval_batches * batch_size)]
     pairs = bible_pairs("test")[:sentences]
+    generator = decoding_model(p)
 
     def bleu(iv):
         hyps = []
         for i in range(0, len(pairs), batch_size):
             src = view.batch(pairs[i:i + batch_size])["inputs"]
-            out = models.greedy_decode(p.model, jnp.asarray(src), max_len=min(2 * src.shape[1] + 10, 512),
+            out = models.greedy_decode(generator, jnp.asarray(src), max_len=min(2 * src.shape[1] + 10, 512),
                                        interventions=iv)
             hyps += [p.tokenizer.decode(cut_at_eos(row, cfg.eos_id, cfg.pad_id)) for row in np.asarray(out)]
         return score(hyps, [en for _, en in pairs])["bleu"], hyps

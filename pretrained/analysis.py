@@ -30,6 +30,29 @@ def bible_pairs(split: str) -> list[tuple[str, str]]:
             if bible.chapter_split(book, chapter) == split]
 
 
+def banned_tokens(p: Pretrained) -> list[int]:
+    """The single-token ``bad_words_ids`` of ``p``'s checkpoint (opus-mt bans its padding token), from
+    config.json or, where newer ``transformers`` keeps generation settings, generation_config.json."""
+    banned = list(p.hf_config.get("bad_words_ids") or [])
+    path = os.path.join(p.directory, "generation_config.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            banned += json.load(f).get("bad_words_ids") or []
+    return sorted({int(w[0]) for w in banned if len(w) == 1})
+
+
+def decoding_model(p: Pretrained) -> nnx.Module:
+    """``p``'s model for generation: its logit bias at ``banned_tokens(p)`` is -1e9, as the reference's
+    ``generate`` bans them; ``p.model`` itself when nothing is banned (or it has no logit bias)."""
+    banned = banned_tokens(p)
+    if not banned or p.model.logits_bias is None:
+        return p.model
+    graphdef, state = nnx.split(p.model)
+    model = nnx.merge(graphdef, jax.tree.map(lambda x: x, state))
+    model.logits_bias[...] = model.logits_bias[...].at[jnp.asarray(banned)].set(-1e9)
+    return model
+
+
 class PretrainedTask:
     """A loaded checkpoint seen as a task. ``max_len``: tokens kept per sequence (and the decoding limit)."""
 
@@ -124,23 +147,11 @@ class PretrainedTask:
         return out
 
     # ------------------------------------------------------------------------------------------ translation
-    def _decoding_model(self) -> nnx.Module:
-        """The model for generation: when the checkpoint bans the padding token (``bad_words_ids``, as
-        opus-mt does), its logit bias is -1e9 there, as the reference's generate does."""
-        banned = [w[0] for w in self.p.hf_config.get("bad_words_ids") or [] if len(w) == 1]
-        model = self.p.model
-        if not banned or model.logits_bias is None:
-            return model
-        graphdef, state = nnx.split(model)
-        model = nnx.merge(graphdef, jax.tree.map(lambda x: x, state))
-        model.logits_bias[...] = model.logits_bias[...].at[jnp.asarray(banned)].set(-1e9)
-        return model
-
     def translate(self, sources: Sequence[str], *, beam_size: int = 4, batch_size: int = 32) -> list[str]:
         """Marian: ``sources`` (Spanish) -> English hypotheses with attnlab's KV-cache beam search."""
         if self.kind != "translation":
             raise ValueError(f"translation needs an encoder-decoder checkpoint; this is {self.p.family}")
-        model, tok = self._decoding_model(), self.p.tokenizer
+        model, tok = decoding_model(self.p), self.p.tokenizer
         ids = [tok.encode(s)[:self.max_len] for s in sources]
         order = np.argsort([len(x) for x in ids])
         out: list[Optional[str]] = [None] * len(ids)

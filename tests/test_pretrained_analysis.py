@@ -65,3 +65,29 @@ def test_eval_cli_pretrained(checkpoints, tmp_path):
     bad = subprocess.run([sys.executable, "eval.py", f"--pretrained={tmp_path}/missing"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "no checkpoint directory" in bad.stderr
+
+
+def test_banned_tokens_are_never_generated(tmp_path):
+    """opus-mt bans its padding token (``bad_words_ids``; newer transformers keep it in generation_config.json):
+    generation for translation and head importance must ban it too, and leave the loaded model alone."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    import models
+    from pretrained import load
+
+    d = random_checkpoints.make("marian", str(tmp_path / "marian"))
+    p = load(d)
+    pad = p.cfg.pad_id
+    p.model.logits_bias[...] = p.model.logits_bias[...].at[pad].set(50.0)  # greedy would pick padding everywhere
+    src = jnp.asarray(analysis.PretrainedTask(p).batch(analysis.bible_pairs("test")[:2])["inputs"])
+    assert analysis.banned_tokens(p) == [] and analysis.decoding_model(p) is p.model
+    assert (np.asarray(models.greedy_decode(p.model, src, max_len=6)) == pad).all()
+    with open(os.path.join(d, "generation_config.json"), encoding="utf-8") as f:
+        generation = json.load(f)
+    with open(os.path.join(d, "generation_config.json"), "w", encoding="utf-8") as f:
+        json.dump(dict(generation, bad_words_ids=[[pad]]), f)
+    assert analysis.banned_tokens(p) == [pad]
+    banned = np.asarray(models.greedy_decode(analysis.decoding_model(p), src, max_len=6))
+    assert not (banned == pad).any()
+    assert float(p.model.logits_bias[...][pad]) == 50.0  # the loaded model is not changed
