@@ -44,13 +44,17 @@ class Run:
         return self.event is not None or self.fault not in ("", "healthy")
 
 
+def config_args(arg: str) -> dict[str, str]:
+    """A config argument ``"task=mqar,fault=healthy,quick"`` as {key: value} (a bare key: "")."""
+    return dict(part.partition("=")[::2] for part in arg.split(",") if part)
+
+
 def planted_fault(record: dict) -> str:
     """The ``fault=`` of a fault-library record's config argument ("" for any other record)."""
     spec = record.get("config") or ""
     if not spec.split(":")[0].endswith(FAULTS_CONFIG):
         return ""
-    args = dict(part.partition("=")[::2] for part in spec.partition(":")[2].split(",") if part)
-    return args.get("fault", "healthy")
+    return config_args(spec.partition(":")[2]).get("fault", "healthy")
 
 
 def run_event(record: dict, trace: dict, judge_learning: bool = True) -> tuple[Optional[str], Optional[int]]:

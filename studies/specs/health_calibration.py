@@ -28,9 +28,10 @@ from studies.report import REPO, Report, environment_line, fmt
 TITLE = "Calibrating the attention health monitor"
 NAME = "health_calibration"
 OUT = os.path.join(REPO, "docs", "results", NAME)
-RECORDS = ("points", "faults", "heldout")  # this study's record folders under OUT
+RECORDS = ("points", "faults", "heldout", "heldout2")  # this study's record folders under OUT
 RULES_COMMIT = "d4fdcc6"  # the monitor's rules and thresholds, committed before the held-out runs trained
 TRACE_SUFFIX = ".attention.json.gz"
+LISTINGS = {"faults": "library", "heldout": "heldout", "heldout2": "heldout2"}  # record folder -> configs/faults.py listing
 # split -> record folders under docs/results whose traces it replays.
 SPLITS = (("calibration", ("heads_vs_depth/points", f"{NAME}/points", f"{NAME}/faults")),
           ("seen healthy studies", ("table3_d256/points",)),
@@ -212,14 +213,14 @@ def summary() -> list:
     return [Summary(os.path.relpath(OUT, REPO), TITLE, reading)]
 
 
-def jobs(workdir: str, out: str) -> list:
-    """The fault library's training jobs: ``library()`` into ``<out>/faults``, then ``heldout()`` into
-    ``<out>/heldout``."""
+def jobs(workdir: str, out: str, folders: Sequence[str] = LISTINGS) -> list:
+    """The fault library's training jobs: of ``library()`` into ``<out>/faults``, ``heldout()`` into
+    ``<out>/heldout`` and ``heldout2()`` into ``<out>/heldout2``, those of ``folders``."""
     faults = sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG))
-    return [runner.Job(f"{health_eval.FAULTS_CONFIG}:{arg}", sweep_lib.Point(name, {"seed": 0}), workdir,
+    return [runner.Job(f"{health_eval.FAULTS_CONFIG}:{arg}",
+                       sweep_lib.Point(name, {"seed": int(health_eval.config_args(arg).get("seed", 0))}), workdir,
                        os.path.join(out, folder, f"{name}.json"))
-            for folder, listing in (("faults", faults.library), ("heldout", faults.heldout))
-            for name, arg in listing()]
+            for folder in folders for name, arg in getattr(faults, LISTINGS[folder])()]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
@@ -229,11 +230,13 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
     parser.add_argument("--max_points", type=int, default=None, help="train at most this many missing runs")
+    parser.add_argument("--only", nargs="+", choices=list(LISTINGS), default=list(LISTINGS),
+                        help="train only these record folders' runs")
     parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/health_faults)")
     args = parser.parse_args(argv)
     runner.check_args(args)
     failed = [] if args.report_only else runner.train_jobs(
-        jobs(os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro/health_faults")), OUT),
+        jobs(os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro/health_faults")), OUT, args.only),
         max_points=args.max_points)
     path = generate()[0]
     print(f"wrote {path}")
