@@ -50,10 +50,11 @@ SPLIT_TEXT = (
     f"under those rules; the `attention_collapse` check was then added (commit {RULES_COMMIT2}, its threshold set "
     f"on the calibration split alone), so today's numbers for *held out* are post hoc: the row 'held out, rules of "
     f"{RULES_COMMIT}' gives them as they were, and the runs whose result changed are listed below the table. "
-    f"*held out 2*, `heldout2/`: trained after commit {RULES_COMMIT2}, at d_model 80 with 5 (MQAR) and 4 "
-    f"(translation) heads, a width and head counts no earlier run used: deep post-LN without warmup (2 seeds per "
-    f"task), learning rate 30x without warmup, healthy, healthy post-LN at the task's depth with warmup (the new "
-    f"check's hard case) and MQAR trained 4x longer; none of their data shaped a threshold or rule. *held-out "
+    f"*held out 2*, `heldout2/`: trained after commit {RULES_COMMIT2}, at widths and head counts no earlier run "
+    f"used (d_model 80: 5 MQAR heads, 4 translation heads; d_model 112: 7 heads): deep post-LN without warmup (2 "
+    f"seeds per task at 80, 1 at 112), learning rate 30x without warmup, healthy, healthy post-LN at the task's "
+    f"depth with warmup (the new check's hard case), and healthy runs trained 4x longer (d_model 80); none of "
+    f"their data shaped a threshold or rule. *held-out "
     f"healthy: Table 3 d128, lr arm*, `docs/results/single_head_lr/points/`: Table 3 configurations at d_model 128 "
     f"(rows B: h1, h2, h8, h32) retrained at per-row learning rates for issue 49, after commit {RULES_COMMIT}; "
     f"they are judged by learning like the studies' runs.")
@@ -64,7 +65,7 @@ HEADERS = ["split", "n", "faulty", "healthy", "precision [95% CI]", "recall [95%
 def _family(folder: str, sub: str, point: str) -> tuple[str, str]:
     """(family, point name) of a run: the family, the split unit, is its records ``folder`` and the first folder
     below it (the fault library's folders: by task); the point name, the rest of its path ``sub`` below ``folder``."""
-    if folder.startswith(f"{NAME}/"):
+    if folder in (f"{NAME}/{f}" for f in LISTINGS):
         return f"{folder}/{point.split('-')[0]}", point
     parts = os.path.normpath(sub).split(os.sep)
     family = folder if parts == ["."] else f"{folder}/{parts[0]}"
