@@ -27,9 +27,10 @@ the run's own early values while the loss gets worse. The checks, each per atten
 - ``attention_collapse``: a layer's median logit spread has fallen below ``collapse_ratio`` x its value at the
   first check while every head of it attends almost uniformly (normalized entropy above ``uniform_ratio``):
   training has flattened the layer's logits, within tens of steps and long before ``uniform_attention`` can
-  look. Every run of the calibration split that does this is a deep post-LN stack (6-24 layers) trained
-  without warmup or with a learning rate too high for its depth, so that cause is named. One problem per group:
-  layers that join a collapse already warned about do not warn again.
+  look. Every calibration run that does this is a deep post-LN stack (6 to 24 layers: without warmup, or at 12+
+  layers with warmup), and the same collapse, weaker, follows a 30x learning rate in translation, so that cause
+  is named ("post-LN without (enough) warmup, or learning rate too high?"). One problem per group: layers that
+  join a collapse already warned about do not warn again.
 - ``mask_leak``: a head's normalized entropy is above ``mask_leak_ratio`` (entropy over log of the keys the mask
   lets a query see is at most 1, so above it the attention reaches keys its mask should hide). Cause named by
   where: decoder self-attention alone ("causal mask leaking?"), or any encoder or cross layer ("padding mask
