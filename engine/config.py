@@ -342,8 +342,9 @@ def base_config() -> ml_collections.ConfigDict:
     h.uniform_after_checks = 16  # ... from this check on (healthy 6-layer post-LN cross-attention stays uniform
     # to check 11).
     h.collapse_ratio = 0.05  # attention_collapse: a layer's median logit std below this x its first-check value,
-    # every head above uniform_ratio (calibration: healthy runs' lowest 0.129, deep post-LN's 0.001-0.042 at the
-    # second check).
+    # every head above uniform_ratio (set on the calibration split: no healthy run's near-uniform layer falls
+    # within 2.5x of it, every deep post-LN run without warmup is below it at the second check; the report's
+    # "attention_collapse margin" table).
     h.mask_leak_ratio = 1.01  # mask_leak: a head's normalized entropy above this (at most 1 when the mask holds).
     h.recover_margin = 0.8  # a problem clears (and can warn again) only once its value is past threshold x this
     # (an upper bound) or threshold / this (a lower bound).
