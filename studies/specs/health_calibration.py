@@ -13,6 +13,7 @@ here offline over the traces of the folders in SPLITS: studies of this project a
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import os
 from typing import Optional, Sequence
@@ -111,16 +112,17 @@ def write_report(out: str, results: str) -> str:
     report.text(health_eval.__doc__[health_eval.__doc__.index("Definitions"):].strip())
     found = load_runs(results, out)
     faults = sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG))
-    have = {(s, r.point) for s, r in found}
     missing = [f"{s}: {n}" for s, listing in (("held out", faults.heldout), ("held out 2", faults.heldout2))
-               for n, _ in listing() if (s, n) not in have]
+               for n, _ in listing() if (s, n) not in {(x, r.point) for x, r in found}]
     t3 = [f for _, _, fs in os.walk(os.path.join(results, TABLE3_D128)) for f in fs]
     t3_runs, t3_traced = (sum(f.endswith(end) for f in t3) for end in (".json", TRACE_SUFFIX))
+    arm = collections.Counter(r.family for s, r in found if s == SPLITS[-1][0])
     report.text(SPLIT_TEXT + (f" Of the runs `heldout()` and `heldout2()` list, {len(missing)} have no record yet "
                               f"and are not in the numbers: {', '.join(missing)}." if missing else "")
                 + f" Table 3 at d_model 128 itself (`docs/results/{TABLE3_D128}/`): {t3_traced} of its {t3_runs} "
                   f"original runs have an attention trace ({t3_runs - t3_traced} were trained before traces were "
-                  f"kept), so they are not replayed here; the lr arm's runs above stand in for them.")
+                  f"kept) and none is replayed here; the traced runs of its configurations are the lr arm's: "
+                  + ", ".join(f"{fam.split('/')[2].split()[0]} ({n} runs)" for fam, n in sorted(arm.items())) + ".")
     cfg = config_lib.base_config().health
     report.text("Thresholds: the defaults of `engine/config.py`: " + ", ".join(f"`{k}` {v:g}" for k, v in cfg.items())
                 + f" (rules and thresholds of commit {RULES_COMMIT}, plus `attention_collapse` and its "
