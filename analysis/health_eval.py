@@ -211,9 +211,9 @@ def fault_rows(splits: Sequence[str], runs: Sequence[Run], warnings: Sequence[Se
 
 
 def collapse_rows(splits: Sequence[str], runs: Sequence[Run], order: Sequence[str], uniform_ratio: float,
-                  collapse_ratio: float) -> list[list]:
+                  collapse_spread_ratio: float) -> list[list]:
     """Per split (in ``order``), healthy then faulty runs: runs, runs with a near-uniform layer below
-    ``collapse_ratio`` x its first-check spread, the lowest such ratio and where (``collapse_low``)."""
+    ``collapse_spread_ratio`` x its first-check spread, the lowest such ratio and where (``collapse_low``)."""
     lows = [collapse_low(r, uniform_ratio) for r in runs]
     out = []
     for s in order:
@@ -223,7 +223,7 @@ def collapse_rows(splits: Sequence[str], runs: Sequence[Run], order: Sequence[st
                 continue
             seen = [i for i in idx if lows[i] is not None]
             j = min(seen, key=lambda i: lows[i][0]) if seen else None
-            out.append([f"{s} ({label})", len(idx), sum(lows[i][0] < collapse_ratio for i in seen),
+            out.append([f"{s} ({label})", len(idx), sum(lows[i][0] < collapse_spread_ratio for i in seen),
                         "—" if j is None else f"{lows[j][0]:.3g} ({runs[j].point}, step {lows[j][1]}, "
                                               f"{lows[j][2]} {lows[j][3]})"])
     return out

@@ -24,7 +24,7 @@ the run's own early values while the loss gets worse. The checks, each per atten
   uniformly (normalized entropy above ``uniform_ratio``), in at least a ``uniform_layers`` fraction of the
   group's layers: the layers have not learned to attend. Cause named
   ("scale too small?") only when the layer's init spread was low.
-- ``attention_collapse``: a layer's median logit spread has fallen below ``collapse_ratio`` x its value at the
+- ``attention_collapse``: a layer's median logit spread has fallen below ``collapse_spread_ratio`` x its value at the
   first check while every head of it attends almost uniformly (normalized entropy above ``uniform_ratio``):
   training has flattened the layer's logits, within tens of steps and long before ``uniform_attention`` can
   look. Every calibration run that does this is a deep post-LN stack (6 to 24 layers: without warmup, or at 12+
@@ -176,10 +176,11 @@ class HealthMonitor:
                     ratio = med / np.maximum(first, 1e-12)
                     uni = ne > c.uniform_ratio
                     least = ne.min(axis=1)
+                    thr = c.collapse_spread_ratio
                     flags["attention_collapse"] = (
-                        (ratio < c.collapse_ratio) & uni.all(1),
-                        (ratio < c.collapse_ratio / c.recover_margin) & (least > c.uniform_ratio * c.recover_margin),
-                        ratio, c.collapse_ratio, uni.sum(1), np.ones(L, bool),
+                        (ratio < thr) & uni.all(1),
+                        (ratio < thr / c.recover_margin) & (least > c.uniform_ratio * c.recover_margin),
+                        ratio, thr, uni.sum(1), np.ones(L, bool),
                         {"first_check_median": first, "median": med, "lowest_norm_entropy": least})
                 early = self._early.setdefault(group, [])
                 if len(early) < c.baseline_checks:

@@ -125,13 +125,13 @@ def write_report(out: str, results: str) -> str:
                   + ", ".join(f"{fam.split('/')[2].split()[0]} ({n} runs)" for fam, n in sorted(arm.items())) + ".")
     cfg = config_lib.base_config().health
     report.text("Thresholds: the defaults of `engine/config.py`: " + ", ".join(f"`{k}` {v:g}" for k, v in cfg.items())
-                + f" (rules and thresholds of commit {RULES_COMMIT}, plus `attention_collapse` and its "
-                  f"`collapse_ratio` of commit {RULES_COMMIT2}). "
+                + f" (rules and thresholds of commit {RULES_COMMIT}, plus `attention_collapse` of commit "
+                  f"{RULES_COMMIT2}, its threshold named `collapse_ratio` there). "
                 + runner.trained_on_text([r.record for _, r in found]))
     splits, runs, order = [s for s, _ in found], [r for _, r in found], [s for s, _ in SPLITS]
     warnings = [replay(r, cfg) for r in runs]
     first_rules = cfg.copy_and_resolve_references()
-    first_rules.collapse_ratio = 0.0  # no layer's spread falls below 0 x its first value: the check never fires
+    first_rules.collapse_spread_ratio = 0.0  # no layer's spread falls below 0 x its first value: the check never fires
     held = [i for i, s in enumerate(splits) if s == "held out"]
     before = {i: replay(runs[i], first_rules) for i in held}
 
@@ -151,12 +151,12 @@ def write_report(out: str, results: str) -> str:
                 "The *held out 2* split is the first measurement of that check on runs it was not written for.")
     report.section("The attention_collapse margin")
     report.text(f"Per split, healthy and faulty runs: how many have a layer whose every head is near uniform "
-                f"(normalized entropy above `uniform_ratio` {cfg.uniform_ratio:g}) with a median logit spread below "
-                f"`collapse_ratio` {cfg.collapse_ratio:g} x its first-check value, and the lowest such ratio of a "
-                f"near-uniform layer (the statistic the check reads; the threshold was set from the calibration "
-                f"rows).")
-    report.table(["split", "runs", "with a near-uniform layer below collapse_ratio", "lowest ratio (run, step, layer)"],
-                 health_eval.collapse_rows(splits, runs, order, cfg.uniform_ratio, cfg.collapse_ratio),
+                f"(normalized entropy above {cfg.uniform_ratio:g}) with a median logit spread below "
+                f"`collapse_spread_ratio` {cfg.collapse_spread_ratio:g} x its first-check value, and the lowest such "
+                f"ratio of a near-uniform layer (the statistic the check reads).")
+    report.table(["split", "runs", "with a near-uniform layer below collapse_spread_ratio",
+                  "lowest ratio (run, step, layer)"],
+                 health_eval.collapse_rows(splits, runs, order, cfg.uniform_ratio, cfg.collapse_spread_ratio),
                  csv_name="collapse.csv")
     report.section("By warning kind and group")
     report.text("Per split, each kind of warning on its own: the runs with at least one such warning, and its "
