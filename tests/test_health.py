@@ -97,6 +97,18 @@ def test_attention_collapse_needs_a_fall_and_uniform_heads_and_warns_once_per_gr
     assert out[0].evidence["first_check_median"] == {"0": 0.5} and out[0].value == pytest.approx(0.04)
 
 
+@pytest.mark.parametrize("bad", [0.0, 1.5])
+def test_a_collapse_threshold_outside_0_1_is_refused_by_name(bad):
+    import attention
+    from studies.inprocess import load
+
+    c = load(os.path.join(REPO, "configs", "faults.py") + ":task=mqar,quick")
+    config_lib.validate(c, 8, attention.available_backends())
+    c.health.collapse_spread_ratio = bad
+    with pytest.raises(config_lib.ConfigError, match=rf"config.health.collapse_spread_ratio={bad}; expected"):
+        config_lib.validate(c, 8, attention.available_backends())
+
+
 def test_mask_leak_names_the_causal_mask_alone_and_padding_elsewhere():
     cfg = config_lib.base_config().health
     ok = {"entropy": np.ones((2, 2)), "norm_entropy": np.full((2, 2), 0.9), "max_logit": np.full((2, 2), 5.0),
