@@ -171,7 +171,7 @@ class HealthMonitor:
                     flags["init_spread_low"] = (group_low, group_low, med, low_thr, low.sum(1),
                                                 np.full(L, all_low), {})
                     self._init_low[group] = group_low & all_low
-                else:
+                elif self._early.get(group):  # the first check's spreads: the collapse baseline
                     first = self._early[group][0]
                     ratio = med / np.maximum(first, 1e-12)
                     uni = ne > c.uniform_ratio
