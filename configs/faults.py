@@ -23,7 +23,7 @@ at the task's depth, any fault), quick (tiny sizes, a few steps: tests).
 ``library()`` lists the library (point names and config arguments): every fault on each task where it applies, at two widths and several head counts,
 plus the hard healthy runs (16 and 32 heads, longer training); ``heldout()`` the calibration's held-out runs (a new
 width and head counts, trained after the monitor's rules were committed); ``heldout2()`` a second held-out split
-(another new width and head counts, trained after the ``attention_collapse`` rule was committed).
+(two more new widths and head counts, trained after the ``attention_collapse`` rule was committed).
 """
 import math
 
@@ -106,7 +106,7 @@ def get_config(arg=None):
         m.attention_scale = 10.0 / math.sqrt(d_k)
     elif f in ("no_padding_mask", "causal_leak"):
         m.fault = f
-        if q and f == "causal_leak" and a.task != "translation":
+        if q and f == "causal_leak" and a.task == "mqar":
             # Rows of 8 keys: one leaked key lifts the normalized entropy well past 1 at every quick check (at
             # 16 it hovers at 0.98-1.04 around mask_leak_ratio).
             c.data.seq_len = 8
@@ -193,8 +193,8 @@ def heldout(arg=None) -> list[tuple[str, str]]:
     return out
 
 
-HELDOUT2 = {80: {"mqar": 5, "translation": 4}, 112: {"mqar": 7, "translation": 7}}  # widths and head counts
-# no earlier run used
+# held out 2: widths and head counts no earlier run used
+HELDOUT2 = {80: {"mqar": 5, "translation": 4}, 112: {"mqar": 7, "translation": 7}}
 
 
 def heldout2(arg=None) -> list[tuple[str, str]]:
