@@ -18,7 +18,10 @@ import dataclasses
 import math
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 from analysis.curves import divergence_step
+from studies.report import fmt
 
 SPIKE_NATS = 0.5
 FAIL_NLL = 4.5
@@ -44,13 +47,17 @@ class Run:
         return self.event is not None or self.fault not in ("", "healthy")
 
 
+def config_args(arg: str) -> dict[str, str]:
+    """A config argument ``"task=mqar,fault=healthy,quick"`` as {key: value} (a bare key: "")."""
+    return dict(part.partition("=")[::2] for part in arg.split(",") if part)
+
+
 def planted_fault(record: dict) -> str:
     """The ``fault=`` of a fault-library record's config argument ("" for any other record)."""
     spec = record.get("config") or ""
     if not spec.split(":")[0].endswith(FAULTS_CONFIG):
         return ""
-    args = dict(part.partition("=")[::2] for part in spec.partition(":")[2].split(",") if part)
-    return args.get("fault", "healthy")
+    return config_args(spec.partition(":")[2]).get("fault", "healthy")
 
 
 def run_event(record: dict, trace: dict, judge_learning: bool = True) -> tuple[Optional[str], Optional[int]]:
@@ -128,3 +135,116 @@ def detection(runs: Sequence[Run], warnings: Sequence[Sequence[Any]]) -> dict[st
             "leads": [runs[i].event_step - firsts[i] for i in got],
             "healthy_alarmed": sum(firsts[i] is not None for i in healthy),
             "healthy_warnings": sum(len(warnings[i]) for i in healthy)}
+
+
+def collapse_low(run: Run, uniform_ratio: float) -> Optional[tuple[float, int, str, int]]:
+    """The lowest ratio of a layer's median logit spread to its value at the run's first check, over the later
+    checks at which every head of the layer has normalized entropy above ``uniform_ratio`` (the
+    ``attention_collapse`` statistic), as (ratio, step, group, layer); None when no layer is ever near uniform."""
+    first: dict[str, Any] = {}
+    best = None
+    for step, summary in run.observations:
+        for group, s in summary.items():
+            if group in run.skip_groups or "logit_std" not in s:
+                continue
+            med = np.median(np.asarray(s["logit_std"], np.float64), axis=1)
+            if group not in first:
+                first[group] = med
+                continue
+            ratio = med / np.maximum(first[group], 1e-12)
+            for layer in np.flatnonzero((np.asarray(s["norm_entropy"]) > uniform_ratio).all(axis=1)):
+                if best is None or ratio[layer] < best[0]:
+                    best = (float(ratio[layer]), int(step), group, int(layer))
+    return best
+
+
+def outcome(run: Run, warnings: Sequence[Any]) -> str:
+    """What the monitor did on ``run``: 'caught at step S (kind)', 'missed', 'silent' or 'alarmed at step S
+    (kind)'."""
+    if not warnings:
+        return "missed" if run.faulty else "silent"
+    first = min(warnings, key=lambda w: w.step)
+    verb = "caught" if caught(run, warnings) else ("late" if run.faulty else "alarmed")
+    return f"{verb} at step {first.step} ({first.kind})"
+
+
+def summary_row(name: str, runs: Sequence[Run], warnings: Sequence[Sequence[Any]]) -> list:
+    """A row of the split and family tables: name, runs, faulty, healthy, precision, recall, median lead,
+    healthy runs alarmed, warnings per healthy run."""
+    d = detection(runs, warnings)
+    per = d["healthy_warnings"] / d["healthy"] if d["healthy"] else None
+    return [name, d["runs"], d["faulty"], d["healthy"], interval(d["true_alarmed"], d["alarmed"]),
+            interval(d["caught"], d["faulty"]), fmt(float(np.median(d["leads"]))) if d["leads"] else "—",
+            interval(d["healthy_alarmed"], d["healthy"]),
+            "—" if per is None else f"{per:.3f} ({d['healthy_warnings']} in {d['healthy']})"]
+
+
+def kind_rows(splits: Sequence[str], runs: Sequence[Run], warnings: Sequence[Sequence[Any]],
+              order: Sequence[str]) -> list[list]:
+    """Per split (in ``order``) and kind/group of warning: faulty and healthy runs with it, its precision, its
+    warnings."""
+    kinds: dict[tuple[str, str], list[int]] = {}
+    for s, r, ws in zip(splits, runs, warnings):
+        for key in sorted({f"{w.kind}/{w.group}" for w in ws}):
+            kinds.setdefault((s, key), [0, 0, 0])[0 if r.faulty else 1] += 1
+        for w in ws:
+            kinds[(s, f"{w.kind}/{w.group}")][2] += 1
+    return [[s, k, v[0], v[1], interval(v[0], v[0] + v[1]), v[2]]
+            for (s, k), v in sorted(kinds.items(), key=lambda kv: (list(order).index(kv[0][0]), kv[0][1]))]
+
+
+def _first(ws: Sequence[Any]) -> str:
+    return "none" if not ws else f"{ws[0].kind} at {ws[0].step}" + (f" ({ws[0].cause})" if ws[0].cause else "")
+
+
+def fault_rows(splits: Sequence[str], runs: Sequence[Run], warnings: Sequence[Sequence[Any]],
+               order: Sequence[str]) -> list[list]:
+    """Per split and planted fault: runs, caught (healthy: alarmed), each run's first warning."""
+    out = []
+    for s in order:
+        for f in sorted({r.fault for r, x in zip(runs, splits) if r.fault and x == s}):
+            sub = [(r, ws) for r, ws, x in zip(runs, warnings, splits) if x == s and r.fault == f]
+            out.append([s, f, len(sub), interval(sum(caught(r, ws) or (not r.faulty and bool(ws)) for r, ws in sub),
+                                                 len(sub)),
+                        "; ".join(f"{r.point}: {_first(ws)}" for r, ws in sub)])
+    return out
+
+
+def collapse_rows(splits: Sequence[str], runs: Sequence[Run], order: Sequence[str], uniform_ratio: float,
+                  collapse_spread_ratio: float) -> list[list]:
+    """Per split (in ``order``), healthy then faulty runs: runs, runs with a near-uniform layer below
+    ``collapse_spread_ratio`` x its first-check spread, the lowest such ratio and where (``collapse_low``)."""
+    lows = [collapse_low(r, uniform_ratio) for r in runs]
+    out = []
+    for s in order:
+        for label, faulty in (("healthy", False), ("faulty", True)):
+            idx = [i for i, r in enumerate(runs) if splits[i] == s and r.faulty == faulty]
+            if not idx:
+                continue
+            seen = [i for i in idx if lows[i] is not None]
+            j = min(seen, key=lambda i: lows[i][0]) if seen else None
+            out.append([f"{s} ({label})", len(idx), sum(lows[i][0] < collapse_spread_ratio for i in seen),
+                        "—" if j is None else f"{lows[j][0]:.3g} ({runs[j].point}, step {lows[j][1]}, "
+                                              f"{lows[j][2]} {lows[j][3]})"])
+    return out
+
+
+def _range(runs: Sequence[Run], stat) -> str:
+    """min-max over ``runs`` of ``stat(summary)`` at each run's last check."""
+    vals = [float(stat(r.observations[-1][1])) for r in runs]
+    return f"{fmt(min(vals))}-{fmt(max(vals))}"
+
+
+def miss_rows(runs: Sequence[Run], missed: Sequence[Run]) -> list[list]:
+    """Per family of a missed run that failed to learn, its failed and its healthy runs: the range of their
+    largest layer-median logit std and lowest head normalized entropy at the last check."""
+    out = []
+    for fam in dict.fromkeys(r.family for r in missed if r.event == "failed to learn"):
+        for label, keep in (("failed to learn", lambda r: r.event == "failed to learn"),
+                            ("healthy", lambda r: not r.faulty)):
+            sub = [r for r in runs if r.family == fam and keep(r)]
+            if sub:
+                out.append([f"{fam} ({label})", len(sub),
+                            _range(sub, lambda s: max(np.median(v["logit_std"], axis=1).max() for v in s.values())),
+                            _range(sub, lambda s: min(v["norm_entropy"].min() for v in s.values()))])
+    return out

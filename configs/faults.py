@@ -18,10 +18,12 @@ layers). Faults (``fault=``):
     python train.py --config=configs/faults.py:task=mqar,fault=scale_missing       # one run
     python -m studies train health_calibration                                     # the library, then the report
 
-Arguments: task, fault, d_model, heads, steps, seed, quick (tiny sizes, a few steps: tests).
+Arguments: task, fault, d_model, heads, steps, seed, norm ("" keeps the task's; "pre" / "post": pre- or post-LN
+at the task's depth, any fault), quick (tiny sizes, a few steps: tests).
 ``library()`` lists the library (point names and config arguments): every fault on each task where it applies, at two widths and several head counts,
 plus the hard healthy runs (16 and 32 heads, longer training); ``heldout()`` the calibration's held-out runs (a new
-width and head counts, trained after the monitor's rules were committed).
+width and head counts, trained after the monitor's rules were committed); ``heldout2()`` a second held-out split
+(two more new widths and head counts, trained after the ``attention_collapse`` rule was committed).
 """
 import math
 
@@ -36,12 +38,14 @@ PADDED_TASKS = ("translation",)  # tasks whose rows carry padding (no_padding_ma
 LR = {"mqar": 3e-3, "induction": 3e-3, "translation": 2e-3}
 LR_HIGH_FACTOR = 30.0
 LOGIT_GROWTH_LR = 0.3  # docs/results/logit_growth/: unstable without QK-LayerNorm at both widths
+NORMS = ("", "pre", "post")
 WIDTHS = (64, 128)
 HEADS = {64: (2, 4), 128: (4, 8)}
 
 
 def _parse(arg):
-    return parse_arg(arg, task="mqar", fault="healthy", d_model=64, heads=2, steps=100, seed=0, quick=False)
+    return parse_arg(arg, task="mqar", fault="healthy", d_model=64, heads=2, steps=100, seed=0, norm="",
+                     quick=False)
 
 
 def _base(task: str, d_model: int, heads: int, steps: int, quick: bool):
@@ -82,12 +86,17 @@ def get_config(arg=None):
     if a.d_model < 1 or a.heads < 1 or a.d_model % a.heads or a.steps < 1:
         raise ValueError(f"configs/faults.py: d_model={a.d_model}, heads={a.heads}, steps={a.steps}; expected "
                          f"positive values with heads dividing d_model")
+    if a.norm not in NORMS:
+        raise ValueError(f"configs/faults.py: norm={a.norm!r}; expected one of {NORMS}")
     q = a.quick
-    d_model, heads = (16, min(a.heads, 2)) if q else (a.d_model, a.heads)
+    # Quick sizes: d_model 16, except deep post-LN at 64 (at 16 its attention collapses only after ~16 steps).
+    d_model, heads = ((64 if a.fault == "post_ln_deep" else 16), min(a.heads, 2)) if q else (a.d_model, a.heads)
     steps = min(a.steps, 12) if q else a.steps
     c = _base(a.task, d_model, heads, steps, q)
     d_k = d_model // heads
     m, t = c.model, c.train
+    if a.norm:
+        m.norm = a.norm
     f = a.fault
     if f == "scale_missing":
         m.attention_scale = 1.0
@@ -97,6 +106,10 @@ def get_config(arg=None):
         m.attention_scale = 10.0 / math.sqrt(d_k)
     elif f in ("no_padding_mask", "causal_leak"):
         m.fault = f
+        if q and f == "causal_leak" and a.task == "mqar":
+            # Rows of 8 keys: one leaked key lifts the normalized entropy well past 1 at every quick check (at
+            # 16 it hovers at 0.98-1.04 around mask_leak_ratio).
+            c.data.seq_len = 8
     elif f == "lr_high":
         t.learning_rate = LR[a.task] * LR_HIGH_FACTOR
     elif f == "lr_high_nowarmup":
@@ -177,4 +190,28 @@ def heldout(arg=None) -> list[tuple[str, str]]:
                     f"task={task},fault=healthy,d_model={HELDOUT_WIDTH},heads={heads},steps={4 * a.steps}"))
     out.append(("translation-healthy-d128-h8-long", f"task=translation,fault=healthy,d_model=128,heads=8,"
                                                     f"steps={4 * a.steps}"))
+    return out
+
+
+# held out 2: widths and head counts no earlier run used
+HELDOUT2 = {80: {"mqar": 5, "translation": 4}, 112: {"mqar": 7, "translation": 7}}
+
+
+def heldout2(arg=None) -> list[tuple[str, str]]:
+    """The second held-out split, trained after the ``attention_collapse`` rule was committed: at d_model 80 (MQAR
+    5 heads, translation 4) deep post-LN without warmup (seeds 0 and 1), learning rate 30x without warmup,
+    healthy, healthy post-LN at the task's depth with warmup (the new rule's hard case); the same at d_model 112
+    (7 heads) with one deep post-LN seed; healthy runs trained 4x longer at d_model 80."""
+    a = _parse(arg)
+    out = []
+    for width, per_task in HELDOUT2.items():
+        for task, heads in per_task.items():
+            where, name = f"d_model={width},heads={heads},steps={a.steps}", f"d{width}-h{heads}"
+            out += [(f"{task}-post_ln_deep-{name}-seed{s}", f"task={task},fault=post_ln_deep,{where},seed={s}")
+                    for s in ((0, 1) if width == 80 else (0,))]
+            out += [(f"{task}-{f}-{name}", f"task={task},fault={f},{where}") for f in ("lr_high_nowarmup", "healthy")]
+            out.append((f"{task}-healthy-post_ln-{name}", f"task={task},fault=healthy,{where},norm=post"))
+    for task, heads in HELDOUT2[80].items():
+        out.append((f"{task}-healthy-d80-h{heads}-long",
+                    f"task={task},fault=healthy,d_model=80,heads={heads},steps={4 * a.steps}"))
     return out

@@ -182,6 +182,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int, available_back
     margin = config.health.get("recover_margin", 1.0)
     _need(isinstance(margin, (int, float)) and 0.0 < margin <= 1.0,
           f"config.health.recover_margin={margin!r}; expected a number in (0, 1]")
+    collapse = config.health.get("collapse_spread_ratio", 0.05)
+    _need(isinstance(collapse, (int, float)) and 0.0 < collapse < 1.0,
+          f"config.health.collapse_spread_ratio={collapse!r}; expected a number in (0, 1)")
 
     mesh = config.mesh
     _need(isinstance(mesh.model, int) and mesh.model >= 1, f"config.mesh.model={mesh.model!r}; expected an int >= 1")
@@ -338,6 +341,10 @@ def base_config() -> ml_collections.ConfigDict:
     h.uniform_layers = 0.5  # ... in at least this fraction of the group's layers ...
     h.uniform_after_checks = 16  # ... from this check on (healthy 6-layer post-LN cross-attention stays uniform
     # to check 11).
+    h.collapse_spread_ratio = 0.05  # attention_collapse: a layer's median logit std below this x its first-check
+    # value, every head above uniform_ratio (set on the calibration split: no healthy run's near-uniform layer falls
+    # within 2.5x of it, every deep post-LN run without warmup is below it at the second check; the report's
+    # "attention_collapse margin" table).
     h.mask_leak_ratio = 1.01  # mask_leak: a head's normalized entropy above this (at most 1 when the mask holds).
     h.recover_margin = 0.8  # a problem clears (and can warn again) only once its value is past threshold x this
     # (an upper bound) or threshold / this (a lower bound).

@@ -24,6 +24,13 @@ the run's own early values while the loss gets worse. The checks, each per atten
   uniformly (normalized entropy above ``uniform_ratio``), in at least a ``uniform_layers`` fraction of the
   group's layers: the layers have not learned to attend. Cause named
   ("scale too small?") only when the layer's init spread was low.
+- ``attention_collapse``: a layer's median logit spread has fallen below ``collapse_spread_ratio`` x its value at the
+  first check while every head of it attends almost uniformly (normalized entropy above ``uniform_ratio``):
+  training has flattened the layer's logits, within tens of steps and long before ``uniform_attention`` can
+  look. Every calibration run that does this is a deep post-LN stack (6 to 24 layers: without warmup, or at 12+
+  layers with warmup), and the same collapse, weaker, follows a 30x learning rate in translation, so that cause
+  is named ("post-LN without (enough) warmup, or learning rate too high?"). One problem per group: layers that
+  join a collapse already warned about do not warn again.
 - ``mask_leak``: a head's normalized entropy is above ``mask_leak_ratio`` (entropy over log of the keys the mask
   lets a query see is at most 1, so above it the attention reaches keys its mask should hide). Cause named by
   where: decoder self-attention alone ("causal mask leaking?"), or any encoder or cross layer ("padding mask
@@ -42,13 +49,16 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import ml_collections
 import numpy as np
 
-KINDS = ("init_spread_high", "init_spread_low", "logit_growth", "runaway_logits", "uniform_attention", "mask_leak")
+KINDS = ("init_spread_high", "init_spread_low", "logit_growth", "runaway_logits", "uniform_attention",
+         "attention_collapse", "mask_leak")
+GROUP_KINDS = ("attention_collapse",)  # kinds that are one problem per group: later layers joining do not warn
 FIELDS = ("entropy", "norm_entropy", "max_logit", "logit_std")  # the summary fields the monitor reads
 CAUSES = {
     "init_spread_high": "scale missing or too large?",
     "init_spread_low": "scale too small (1/d_k?)",
     "logit_growth": "learning rate too high or logit growth?",
     "uniform_attention": "scale too small?",
+    "attention_collapse": "post-LN without (enough) warmup, or learning rate too high?",
     "mask_leak": "padding mask missing?",
 }
 CAUSAL_LEAK = "causal mask leaking?"  # the mask_leak cause when decoder self-attention alone leaks
@@ -58,6 +68,7 @@ SYMPTOMS = {
     "logit_growth": "attention logits growing fast",
     "runaway_logits": "attention logits running away",
     "uniform_attention": "attention stays near uniform",
+    "attention_collapse": "training collapsed attention to uniform (logit spread far below its first check)",
     "mask_leak": "attention reaches keys its mask should hide",
 }
 
@@ -160,6 +171,17 @@ class HealthMonitor:
                     flags["init_spread_low"] = (group_low, group_low, med, low_thr, low.sum(1),
                                                 np.full(L, all_low), {})
                     self._init_low[group] = group_low & all_low
+                elif self._early.get(group):  # the first check's spreads: the collapse baseline
+                    first = self._early[group][0]
+                    ratio = med / np.maximum(first, 1e-12)
+                    uni = ne > c.uniform_ratio
+                    least = ne.min(axis=1)
+                    thr = c.collapse_spread_ratio
+                    flags["attention_collapse"] = (
+                        (ratio < thr) & uni.all(1),
+                        (ratio < thr / c.recover_margin) & (least > c.uniform_ratio * c.recover_margin),
+                        ratio, thr, uni.sum(1), np.ones(L, bool),
+                        {"first_check_median": first, "median": med, "lowest_norm_entropy": least})
                 early = self._early.setdefault(group, [])
                 if len(early) < c.baseline_checks:
                     early.append(med)
@@ -201,6 +223,8 @@ class HealthMonitor:
                 if was is None or was.shape != bad.shape:
                     was = np.zeros_like(bad)
                 new = bad & ~was
+                if kind in GROUP_KINDS and was.any():
+                    new = np.zeros_like(bad)
                 self._active[(kind, group)] = bad | (was & still)
                 if not new.any():
                     continue

@@ -20,7 +20,10 @@ RESULTS = os.path.join(REPO, "docs", "results")
 HEALTHY = ["table3_d256/points/A/num_heads_32-seed_0", "table3_d256/points/A/num_heads_1-seed_0",
            "table3_d256/points/B/qk_dim_8-seed_0", "heads_vs_depth/points/num_encoder_layers_6-qk_layernorm_false-"
            "seed_2-num_steps_7200", "health_calibration/points/qk_layernorm_false-learning_rate_0.03-seed_4",
-           "health_calibration/heldout/mqar-healthy-d128-h32", "health_calibration/heldout/translation-healthy-d96-h6"]
+           "health_calibration/heldout/mqar-healthy-d128-h32", "health_calibration/heldout/translation-healthy-d96-h6",
+           "heads_vs_depth/points/num_encoder_layers_6-qk_layernorm_false-seed_0-norm_post-warmup_steps_800",
+           "health_calibration/heldout2/translation-healthy-post_ln-d80-h4",
+           "health_calibration/heldout2/translation-healthy-post_ln-d112-h7", "single_head_lr/points/h1/lr_0.006/default"]
 
 
 def _replay(point):
@@ -31,8 +34,10 @@ def _replay(point):
 
 @pytest.mark.parametrize("point", HEALTHY)
 def test_committed_healthy_runs_are_silent(point):
-    """32 heads, one head of d_k 256, d_k 8, 7,200 steps, MQAR solved with near one-hot attention, and two
-    held-out runs (32 heads of d_k 4; translation at d_model 96 with 6 heads)."""
+    """32 heads, one head of d_k 256, d_k 8, 7,200 steps, MQAR solved with near one-hot attention, two held-out
+    runs (32 heads of d_k 4; translation at d_model 96 with 6 heads), the healthy runs whose near-uniform layer falls
+    furthest below its first-check spread (calibration: 6+6 post-LN with warmup; held out 2: 2+2 post-LN translation
+    with warmup at d_model 80 and 112, the latter within 1.5x of collapse_spread_ratio) and Table 3 d128's one-head row at its highest learning rate."""
     assert _replay(point) == []
 
 
@@ -42,6 +47,16 @@ def test_logit_growth_is_caught_before_the_loss_spike_with_its_cause():
     assert (first.kind, first.group, first.layers) == ("logit_growth", "decoder_self", (0, 1))
     assert first.cause == "learning rate too high or logit growth?" and first.step < 90  # the spike: step 90
     assert "every 2 head(s)" in first.message() or "of 2 head(s)" in first.message()
+
+
+@pytest.mark.parametrize("point,groups", [
+    ("health_calibration/faults/mqar-post_ln_deep-d64-h2", {"decoder_self"}),
+    ("health_calibration/heldout/translation-post_ln_deep-d96-h6", {"cross", "decoder_self", "encoder_self"})])
+def test_deep_post_ln_collapse_is_caught_at_the_second_check_with_its_cause(point, groups):
+    """Deep post-LN without warmup (8 and 6+6 layers): attention collapses to uniform within 10 steps."""
+    ws = [w for w in _replay(point) if w.kind == "attention_collapse"]
+    assert {w.group for w in ws if w.step == 10} == groups, [w.message() for w in ws]
+    assert all(w.cause == health_lib.CAUSES["attention_collapse"] and w.value < 0.05 for w in ws)
 
 
 def _summary(std, ne=0.8, max_logit=5.0):
@@ -68,6 +83,30 @@ def test_one_warning_per_problem_hovering_and_many_layers():
     runaway = [w for w in out if w.kind == "runaway_logits"]
     assert len(runaway) == 1 and runaway[0].layers == (0, 1, 2) and runaway[0].step == 2
     assert runaway[0].cause == ""  # symptom only: nothing singles out a cause
+
+
+def test_attention_collapse_needs_a_fall_and_uniform_heads_and_warns_once_per_group():
+    cfg = config_lib.base_config().health
+    m = health_lib.HealthMonitor(cfg)
+    out = m.update(0, _summary(np.full((3, 2), 0.5)))
+    out += m.update(1, _summary([[0.02, 0.02], [0.5, 0.5], [0.02, 0.02]], ne=0.9))  # fell, but not uniform
+    assert out == []
+    out += m.update(2, _summary([[0.02, 0.02], [0.5, 0.5], [0.5, 0.5]], ne=0.99))  # layer 0 collapsed
+    out += m.update(3, _summary([[0.01, 0.01], [0.5, 0.5], [0.01, 0.01]], ne=0.99))  # layer 2 joins
+    assert [(w.kind, w.layers, w.heads, w.step) for w in out] == [("attention_collapse", (0,), 2, 2)]
+    assert out[0].evidence["first_check_median"] == {"0": 0.5} and out[0].value == pytest.approx(0.04)
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.5])
+def test_a_collapse_threshold_outside_0_1_is_refused_by_name(bad):
+    import attention
+    from studies.inprocess import load
+
+    c = load(os.path.join(REPO, "configs", "faults.py") + ":task=mqar,quick")
+    config_lib.validate(c, 8, attention.available_backends())
+    c.health.collapse_spread_ratio = bad
+    with pytest.raises(config_lib.ConfigError, match=rf"config.health.collapse_spread_ratio={bad}; expected"):
+        config_lib.validate(c, 8, attention.available_backends())
 
 
 def test_mask_leak_names_the_causal_mask_alone_and_padding_elsewhere():
@@ -108,14 +147,16 @@ def _quick_run(fault, workdir, task="mqar", steps=12, **wandb):
 PLANTED = [pytest.param("mqar", "temperature_x10", "init_spread_high", "scale missing or too large?", id="temperature"),
            pytest.param("mqar", "scale_dk", "init_spread_low", "scale too small (1/d_k?)", id="scale_dk"),
            pytest.param("mqar", "causal_leak", "mask_leak", "causal mask leaking?", id="causal_leak"),
+           pytest.param("mqar", "post_ln_deep", "attention_collapse", health_lib.CAUSES["attention_collapse"],
+                        id="post_ln_deep"),
            pytest.param("translation", "no_padding_mask", "mask_leak", "padding mask missing?", id="no_padding_mask",
                         marks=pytest.mark.slow)]  # the translation data and decoding: minutes on 2 cores
 
 
 @pytest.mark.parametrize("task,fault,kind,cause", PLANTED)
 def test_a_planted_fault_is_caught_in_training_with_its_cause(task, fault, kind, cause, tmp_path):
-    """Each fault the monitor names a cause for, planted in a short run at quick sizes (MQAR ~5 s each): its first
-    warning. Logit growth is asserted on a committed trace above."""
+    """Each fault the monitor names a cause for, planted in a short run at quick sizes (MQAR ~5 s each; deep post-LN
+    ~20 s at d_model 64): its first warning. Logit growth is asserted on a committed trace above."""
     ws = _quick_run(fault, tmp_path / "run", task)["health_warnings"]
     assert ws and (ws[0].kind, ws[0].cause) == (kind, cause), [w.message() for w in ws]
 

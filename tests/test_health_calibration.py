@@ -1,6 +1,7 @@
 """analysis/health_eval.py and the health calibration study: events from records and traces, fault-library labels,
 intervals, detection, and the report's splits."""
 import numpy as np
+import pytest
 
 from analysis import health_eval
 from engine import config as config_lib
@@ -43,10 +44,29 @@ def test_wilson_interval_and_detection():
 
 
 def test_the_fault_library_splits_by_task_and_the_held_out_runs_are_their_own_split():
-    assert health_calibration._family("health_calibration/heldout", "mqar-lr_high-d96-h3") == \
-        "health_calibration/heldout/mqar"
-    assert health_calibration._family("health_calibration/points", "qk_layernorm_true-x") == \
-        "health_calibration/points"
-    held = dict(health_calibration.SPLITS)["held out"]
-    assert held == ("health_calibration/heldout",) and not any(
-        held[0] in folders for split, folders in health_calibration.SPLITS if split != "held out")
+    assert health_calibration._family("health_calibration/heldout", ".", "mqar-lr_high-d96-h3") == \
+        ("health_calibration/heldout/mqar", "mqar-lr_high-d96-h3")
+    assert health_calibration._family("health_calibration/heldout2", ".", "translation-healthy-d80-h4") == \
+        ("health_calibration/heldout2/translation", "translation-healthy-d80-h4")
+    assert health_calibration._family("health_calibration/points", ".", "qk_layernorm_true-x") == \
+        ("health_calibration/points", "qk_layernorm_true-x")
+    assert health_calibration._family("table3_d256/points", "A", "num_heads_1-seed_0") == \
+        ("table3_d256/points/A", "num_heads_1-seed_0")
+    family, point = health_calibration._family("single_head_lr/points", "h1/lr_0.003", "default")
+    assert family.startswith("single_head_lr/points/h1 (Table 3 d128") and point == "lr_0.003/default"
+    splits = dict(health_calibration.SPLITS)
+    for name, folder in (("held out", "health_calibration/heldout"), ("held out 2", "health_calibration/heldout2")):
+        assert splits[name] == (folder,) and not any(
+            folder in folders for split, folders in health_calibration.SPLITS if split != name)
+
+
+def test_the_collapse_statistic_and_outcomes():
+    one = lambda std, ne: {"cross": {"entropy": np.ones((1, 1)), "norm_entropy": np.full((1, 1), ne),  # noqa: E731
+                                     "max_logit": np.ones((1, 1)), "logit_std": np.full((1, 1), std)}}
+    run = health_eval.Run("f", "p", {"steps": 20}, [(0, one(0.5, 0.9)), (10, one(0.01, 0.99)), (20, one(0.005, 0.9))],
+                          (), None, 20, [], "post_ln_deep")
+    assert health_eval.collapse_low(run, 0.98) == (pytest.approx(0.02), 10, "cross", 0)
+    cfg = config_lib.base_config().health
+    ws = health_calibration.replay(run, cfg)
+    assert health_eval.outcome(run, ws) == "caught at step 10 (attention_collapse)"
+    assert health_eval.outcome(run, []) == "missed"

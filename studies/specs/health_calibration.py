@@ -1,40 +1,45 @@
 """Calibrating the attention health monitor: how well its warnings tell faulty runs from healthy ones, on a
-calibration split of runs its rules were set on and a held-out split trained after the rules were committed.
+calibration split of runs its rules were set on and held-out splits trained after the rules were committed.
 
 The monitor (``engine/health.py``, thresholds ``config.health``) checks whole attention layers every
 ``train.stats_every`` steps during training. Every point record keeps the run's attention trace beside it
-(``<point>.attention.json.gz``: the monitor's inputs at every check and the logged training losses), so the
-monitor is replayed here offline over the traces of the folders in SPLITS: studies of this project and the
-fault library's runs (``configs/faults.py``: ``library()`` in ``faults/``, ``heldout()`` in ``heldout/``).
+(``<point>.attention.json.gz``: the monitor's inputs and the logged training losses), so the monitor is replayed
+here offline over the traces of the folders in SPLITS: studies of this project and the fault library's runs
+(``configs/faults.py``: ``library()`` in ``faults/``, ``heldout()`` / ``heldout2()`` in ``heldout/`` / ``heldout2/``).
 
-    python python -m studies train health_calibration                  # train the missing fault-library runs, then the report
-    python -m studies report health_calibration           # the report from the committed records and traces
+    python -m studies train health_calibration [--only heldout2]  # train missing fault-library runs, then the report
+    python -m studies report health_calibration                   # the report from the committed records and traces
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import os
 from typing import Optional, Sequence
-
-import numpy as np
 
 from analysis import health_eval
 from studies import points as sweep_lib
 from studies import runner
 from studies.regenerate import regenerate
-from studies.report import REPO, Report, environment_line, fmt
+from studies.report import REPO, Report, environment_line
 
 TITLE = "Calibrating the attention health monitor"
 NAME = "health_calibration"
 OUT = os.path.join(REPO, "docs", "results", NAME)
-RECORDS = ("points", "faults", "heldout")  # this study's record folders under OUT
+RECORDS = ("points", "faults", "heldout", "heldout2")  # this study's record folders under OUT
 RULES_COMMIT = "d4fdcc6"  # the monitor's rules and thresholds, committed before the held-out runs trained
+RULES_COMMIT2 = "73ecdb4"  # attention_collapse added (after the held-out split was seen), before held out 2 trained
 TRACE_SUFFIX = ".attention.json.gz"
+LISTINGS = {"faults": "library", "heldout": "heldout", "heldout2": "heldout2"}  # folder -> configs/faults.py listing
+TABLE3_D128 = "table3/points"  # Table 3 at d_model 128: its original runs, trained before traces were kept
+LR_ARM = ("single_head_lr/points", "Table 3 d128 configuration at its row's learning rate, issue 49")
 # split -> record folders under docs/results whose traces it replays.
 SPLITS = (("calibration", ("heads_vs_depth/points", f"{NAME}/points", f"{NAME}/faults")),
           ("seen healthy studies", ("table3_d256/points",)),
-          ("held out", (f"{NAME}/heldout",)))
+          ("held out", (f"{NAME}/heldout",)),
+          ("held out 2", (f"{NAME}/heldout2",)),
+          ("held-out healthy: Table 3 d128, lr arm", (LR_ARM[0],)))
 SPLIT_TEXT = (
     f"Splits, by record folder (never by run, so near-duplicate runs do not leak): *calibration*, the runs whose "
     f"traces the rules and thresholds were set on (heads vs depth, the entropy-collapse runs of `points/` and the "
@@ -42,15 +47,30 @@ SPLIT_TEXT = (
     f"healthy runs looked at while the thresholds were written (so not held out); *held out*, `heldout/`: every "
     f"fault at d_model 96 with 3 (MQAR) and 6 (translation) heads, a width and head counts no calibration run "
     f"used, and hard healthy runs (16 and 32 heads, 4x longer training, translation at d_model 128 trained 4x "
-    f"longer), all trained after the rules were committed (commit {RULES_COMMIT}); none of their data shaped a "
-    f"threshold.")
+    f"longer), all trained after the first rules commit ({RULES_COMMIT}). Its two deep post-LN runs were misses "
+    f"under those rules; the `attention_collapse` check was then added (commit {RULES_COMMIT2}, its threshold set "
+    f"on the calibration split alone), so today's numbers for *held out* are post hoc: the row 'held out, rules of "
+    f"{RULES_COMMIT}' gives them as they were, and the runs whose result changed are listed below the table. "
+    f"*held out 2*, `heldout2/`: trained after commit {RULES_COMMIT2}, at widths and head counts no earlier run "
+    f"used (d_model 80: 5 MQAR heads, 4 translation heads; d_model 112: 7 heads): deep post-LN without warmup (2 "
+    f"seeds per task at 80, 1 at 112), learning rate 30x without warmup, healthy, healthy post-LN at the task's "
+    f"depth with warmup (the new check's hard case), and healthy runs trained 4x longer (d_model 80); none of "
+    f"their data shaped a threshold or rule. *held-out "
+    f"healthy: Table 3 d128, lr arm*, `docs/results/single_head_lr/points/`: Table 3 configurations at d_model 128 "
+    f"(rows B: h1, h2, h8, h32) retrained at per-row learning rates for issue 49, after commit {RULES_COMMIT}; "
+    f"they are judged by learning like the studies' runs.")
 HEADERS = ["split", "n", "faulty", "healthy", "precision [95% CI]", "recall [95% CI]", "median lead (steps)",
            "healthy runs alarmed [95% CI]", "warnings per healthy run"]
 
 
-def _family(folder: str, point: str) -> str:
-    """The split unit of a run: its records folder; the fault library's folders by task as well."""
-    return f"{folder}/{point.split('-')[0]}" if folder in (f"{NAME}/faults", f"{NAME}/heldout") else folder
+def _family(folder: str, sub: str, point: str) -> tuple[str, str]:
+    """(family, point name) of a run: the family, the split unit, is its records ``folder`` and the first folder
+    below it (the fault library's folders: by task); the point name, the rest of its path ``sub`` below ``folder``."""
+    if folder in (f"{NAME}/{f}" for f in LISTINGS):
+        return f"{folder}/{point.split('-')[0]}", point
+    parts = os.path.normpath(sub).split(os.sep)
+    family = folder if parts == ["."] else f"{folder}/{parts[0]}"
+    return (f"{family} ({LR_ARM[1]})" if folder == LR_ARM[0] else family), "/".join(parts[1:] + [point])
 
 
 def load_runs(results: str, own: str) -> list[tuple[str, health_eval.Run]]:
@@ -68,8 +88,7 @@ def load_runs(results: str, own: str) -> list[tuple[str, health_eval.Run]]:
                     if not os.path.exists(record_path):
                         continue
                     trace = sweep_lib.read_attention_trace(os.path.join(where, name))
-                    rel = os.path.normpath(os.path.join(folder, os.path.relpath(where, root)))
-                    out.append((split, health_eval.traced_run(_family(rel, point), point,
+                    out.append((split, health_eval.traced_run(*_family(folder, os.path.relpath(where, root), point),
                                                               sweep_lib.read_record(record_path), trace,
                                                               sweep_lib.trace_observations(trace))))
     return out
@@ -82,26 +101,6 @@ def replay(run: health_eval.Run, cfg) -> list:
     return health_lib.replay(run.observations, cfg, run.skip_groups, run.losses)
 
 
-def _row(name: str, runs, warnings) -> list:
-    d = health_eval.detection(runs, warnings)
-    per = d["healthy_warnings"] / d["healthy"] if d["healthy"] else None
-    return [name, d["runs"], d["faulty"], d["healthy"], health_eval.interval(d["true_alarmed"], d["alarmed"]),
-            health_eval.interval(d["caught"], d["faulty"]),
-            fmt(float(np.median(d["leads"]))) if d["leads"] else "—",
-            health_eval.interval(d["healthy_alarmed"], d["healthy"]),
-            "—" if per is None else f"{per:.3f} ({d['healthy_warnings']} in {d['healthy']})"]
-
-
-def _range(runs, stat) -> str:
-    """min-max over ``runs`` of ``stat(summary)`` at each run's last check."""
-    vals = [float(stat(r.observations[-1][1])) for r in runs]
-    return f"{fmt(min(vals))}-{fmt(max(vals))}"
-
-
-def _first(ws) -> str:
-    return "none" if not ws else f"{ws[0].kind} at {ws[0].step}" + (f" ({ws[0].cause})" if ws[0].cause else "")
-
-
 def write_report(out: str, results: str) -> str:
     """Replay every run of SPLITS with today's thresholds and write the report into ``out``; its README path."""
     from engine import config as config_lib
@@ -112,54 +111,66 @@ def write_report(out: str, results: str) -> str:
     report.section("Protocol")
     report.text(health_eval.__doc__[health_eval.__doc__.index("Definitions"):].strip())
     found = load_runs(results, out)
-    listed = [n for n, _ in sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG)).heldout()]
-    missing = [n for n in listed if n not in {r.point for s, r in found if s == "held out"}]
-    report.text(SPLIT_TEXT + (f" Of the {len(listed)} held-out runs `heldout()` lists, {len(missing)} have no record "
-                              f"yet and are not in the numbers: {', '.join(missing)}." if missing else ""))
+    faults = sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG))
+    missing = [f"{s}: {n}" for s, listing in (("held out", faults.heldout), ("held out 2", faults.heldout2))
+               for n, _ in listing() if (s, n) not in {(x, r.point) for x, r in found}]
+    t3 = [f for _, _, fs in os.walk(os.path.join(results, TABLE3_D128)) for f in fs]
+    t3_runs, t3_traced = (sum(f.endswith(end) for f in t3) for end in (".json", TRACE_SUFFIX))
+    arm = collections.Counter(r.family for s, r in found if s == SPLITS[-1][0])
+    report.text(SPLIT_TEXT + (f" Of the runs `heldout()` and `heldout2()` list, {len(missing)} have no record yet "
+                              f"and are not in the numbers: {', '.join(missing)}." if missing else "")
+                + f" Table 3 at d_model 128 itself (`docs/results/{TABLE3_D128}/`): {t3_traced} of its {t3_runs} "
+                  f"original runs have an attention trace ({t3_runs - t3_traced} were trained before traces were "
+                  f"kept) and none is replayed here; the traced runs of its configurations are the lr arm's: "
+                  + ", ".join(f"{fam.split('/')[2].split()[0]} ({n} runs)" for fam, n in sorted(arm.items())) + ".")
     cfg = config_lib.base_config().health
-    report.text("Thresholds: the defaults of `engine/config.py`: " + ", ".join(f"`{k}` {v:g}" for k, v in
-                                                                                cfg.items())
-                + f" (rules and thresholds as of commit {RULES_COMMIT}). "
+    report.text("Thresholds: the defaults of `engine/config.py`: " + ", ".join(f"`{k}` {v:g}" for k, v in cfg.items())
+                + f" (rules and thresholds of commit {RULES_COMMIT}, plus `attention_collapse` of commit "
+                  f"{RULES_COMMIT2}, its threshold named `collapse_ratio` there). "
                 + runner.trained_on_text([r.record for _, r in found]))
-    splits = [s for s, _ in found]
-    runs = [r for _, r in found]
+    splits, runs, order = [s for s, _ in found], [r for _, r in found], [s for s, _ in SPLITS]
     warnings = [replay(r, cfg) for r in runs]
+    first_rules = cfg.copy_and_resolve_references()
+    first_rules.collapse_spread_ratio = 0.0  # no layer's spread falls below 0 x its first value: the check never fires
+    held = [i for i, s in enumerate(splits) if s == "held out"]
+    before = {i: replay(runs[i], first_rules) for i in held}
 
     def pick(keep):
         idx = [i for i in range(len(runs)) if keep(i)]
         return [runs[i] for i in idx], [warnings[i] for i in idx]
 
     report.section("Precision and recall by split")
-    report.table(HEADERS, [_row(s, *pick(lambda i, s=s: splits[i] == s)) for s, _ in SPLITS]
-                 + [_row("all", runs, warnings)], csv_name="splits.csv")
+    row = health_eval.summary_row
+    report.table(HEADERS, [row(s, *pick(lambda i, s=s: splits[i] == s)) for s, _ in SPLITS]
+                 + [row(f"held out, rules of {RULES_COMMIT}", [runs[i] for i in held], [before[i] for i in held]),
+                    row("all", runs, warnings)], csv_name="splits.csv")
+    changed = [f"{runs[i].point}: {was} -> {now}" for i in held for was, now in
+               [(health_eval.outcome(runs[i], before[i]), health_eval.outcome(runs[i], warnings[i]))] if was != now]
+    report.text(f"Post hoc: the held-out runs whose result changed when `attention_collapse` was added (commit "
+                f"{RULES_COMMIT2}, after the held-out split was seen): " + ("; ".join(changed) or "none") + ". "
+                "The *held out 2* split is the first measurement of that check on runs it was not written for.")
+    report.section("The attention_collapse margin")
+    report.text(f"Per split, healthy and faulty runs: how many have a layer whose every head is near uniform "
+                f"(normalized entropy above {cfg.uniform_ratio:g}) with a median logit spread below "
+                f"`collapse_spread_ratio` {cfg.collapse_spread_ratio:g} x its first-check value, and the lowest such "
+                f"ratio of a near-uniform layer (the statistic the check reads).")
+    report.table(["split", "runs", "with a near-uniform layer below collapse_spread_ratio",
+                  "lowest ratio (run, step, layer)"],
+                 health_eval.collapse_rows(splits, runs, order, cfg.uniform_ratio, cfg.collapse_spread_ratio),
+                 csv_name="collapse.csv")
     report.section("By warning kind and group")
     report.text("Per split, each kind of warning on its own: the runs with at least one such warning, and its "
                 "precision as an alarm.")
-    kinds: dict[tuple[str, str], list[int]] = {}
-    for s, r, ws in zip(splits, runs, warnings):
-        for key in sorted({f"{w.kind}/{w.group}" for w in ws}):
-            kinds.setdefault((s, key), [0, 0, 0])[0 if r.faulty else 1] += 1
-        for w in ws:
-            kinds[(s, f"{w.kind}/{w.group}")][2] += 1
-    order = [s for s, _ in SPLITS]
     report.table(["split", "kind/group", "faulty runs with it", "healthy runs with it", "precision [95% CI]",
-                  "warnings"],
-                 [[s, k, v[0], v[1], health_eval.interval(v[0], v[0] + v[1]), v[2]]
-                  for (s, k), v in sorted(kinds.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1]))],
-                 csv_name="kinds.csv")
+                  "warnings"], health_eval.kind_rows(splits, runs, warnings, order), csv_name="kinds.csv")
     report.section("By family")
     families = list(dict.fromkeys(r.family for r in runs))
-    report.table(["family"] + HEADERS[1:], [_row(f, *pick(lambda i, f=f: runs[i].family == f)) for f in families],
+    report.table(["family"] + HEADERS[1:], [row(f, *pick(lambda i, f=f: runs[i].family == f)) for f in families],
                  csv_name="families.csv")
     report.section("By planted fault")
     report.table(["split", "fault", "runs", "caught (healthy: alarmed) [95% CI]",
                   "first warning (kind at step (cause))"],
-                 [[s, f, len(sub[0]), health_eval.interval(sum(health_eval.caught(r, ws) or (not r.faulty and bool(ws))
-                                                               for r, ws in zip(*sub)), len(sub[0])),
-                   "; ".join(f"{r.point}: {_first(ws)}" for r, ws in zip(*sub))]
-                  for s in order for f in sorted({r.fault for r, x in zip(runs, splits) if r.fault and x == s})
-                  for sub in [pick(lambda i, s=s, f=f: splits[i] == s and runs[i].fault == f)]],
-                 csv_name="faults.csv")
+                 health_eval.fault_rows(splits, runs, warnings, order), csv_name="faults.csv")
     report.section("What the monitor does not see")
     missed = [(s, r) for s, r, ws in zip(splits, runs, warnings) if r.faulty and not health_eval.caught(r, ws)]
     report.text("Faulty runs without a warning at or before their event, by split and what happened: "
@@ -175,12 +186,7 @@ def write_report(out: str, results: str) -> str:
                 "claims nothing about them.")
     report.table(["folder", "runs", "last check: layer-median logit std (min-max)",
                   "last check: lowest head normalized entropy (min-max)"],
-                 [[f"{fam} ({label})", len(sub), _range(sub, lambda s: max(np.median(v["logit_std"], axis=1).max() for v in s.values())),
-                   _range(sub, lambda s: min(v["norm_entropy"].min() for v in s.values()))]
-                  for fam in dict.fromkeys(r.family for _, r in missed if r.event == "failed to learn")
-                  for label, keep in (("failed to learn", lambda r: r.event == "failed to learn"),
-                                      ("healthy", lambda r: not r.faulty))
-                  for sub in [[r for r in runs if r.family == fam and keep(r)]] if sub],
+                 health_eval.miss_rows(runs, [r for _, r in missed]),
                  csv_name="misses.csv")
     report.section("Runs")
     report.table(["split", "family", "point", "steps", "fault", "event", "event step", "first warning", "warnings",
@@ -199,27 +205,28 @@ def generate(into: Optional[str] = None) -> list[str]:
 
 
 def summary() -> list:
-    """The study's row of docs/results/README.md: the held-out split's numbers from its generated splits.csv."""
+    """The study's row of docs/results/README.md: the held-out splits' numbers from its generated splits.csv."""
     from studies.specs import Summary
 
     with open(os.path.join(OUT, "splits.csv"), newline="") as f:
         rows = {row["split"]: row for row in csv.DictReader(f)}
-    held = rows.get("held out")
-    reading = ("no held-out run recorded yet" if held is None else
-               f"held out ({held['n']} runs trained after the rules' commit {RULES_COMMIT}): precision "
-               f"{held['precision [95% CI]']}, recall {held['recall [95% CI]']}, warnings per healthy run "
-               f"{held['warnings per healthy run']}")
+    reading = "; ".join(
+        f"{name} ({row['n']} runs trained after commit {commit}{note}): precision {row['precision [95% CI]']}, "
+        f"recall {row['recall [95% CI]']}, warnings per healthy run {row['warnings per healthy run']}"
+        for name, commit, note in (("held out", RULES_COMMIT, "; post hoc for attention_collapse"),
+                                   ("held out 2", RULES_COMMIT2, "")) for row in [rows.get(name)] if row)
+    reading = reading or "no held-out run recorded yet"
     return [Summary(os.path.relpath(OUT, REPO), TITLE, reading)]
 
 
-def jobs(workdir: str, out: str) -> list:
-    """The fault library's training jobs: ``library()`` into ``<out>/faults``, then ``heldout()`` into
-    ``<out>/heldout``."""
+def jobs(workdir: str, out: str, folders: Sequence[str] = LISTINGS) -> list:
+    """The fault library's training jobs: of ``library()`` into ``<out>/faults``, ``heldout()`` into
+    ``<out>/heldout`` and ``heldout2()`` into ``<out>/heldout2``, those of ``folders``."""
     faults = sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG))
-    return [runner.Job(f"{health_eval.FAULTS_CONFIG}:{arg}", sweep_lib.Point(name, {"seed": 0}), workdir,
+    return [runner.Job(f"{health_eval.FAULTS_CONFIG}:{arg}",
+                       sweep_lib.Point(name, {"seed": int(health_eval.config_args(arg).get("seed", 0))}), workdir,
                        os.path.join(out, folder, f"{name}.json"))
-            for folder, listing in (("faults", faults.library), ("heldout", faults.heldout))
-            for name, arg in listing()]
+            for folder in folders for name, arg in getattr(faults, LISTINGS[folder])()]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
@@ -229,11 +236,12 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
     parser.add_argument("--max_points", type=int, default=None, help="train at most this many missing runs")
+    parser.add_argument("--only", nargs="+", choices=list(LISTINGS), default=list(LISTINGS), help="these folders")
     parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/health_faults)")
     args = parser.parse_args(argv)
     runner.check_args(args)
     failed = [] if args.report_only else runner.train_jobs(
-        jobs(os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro/health_faults")), OUT),
+        jobs(os.path.abspath(args.workdir or os.path.join(REPO, "runs/repro/health_faults")), OUT, args.only),
         max_points=args.max_points)
     path = generate()[0]
     print(f"wrote {path}")
