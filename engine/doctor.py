@@ -12,7 +12,9 @@ the report live in ``engine.doctor_report`` (re-exported here). The checks:
 - ``causal_leakage``: the largest change of earlier logits when later decoder tokens are replaced (relative;
   tasks with a causal side only).
 - ``score_std``: per head, the mean over query rows of the standard deviation of the scaled pre-softmax scores
-  over visible keys (the row mean is reported beside it).
+  over visible keys (the row mean is reported beside it). A high one is flagged only when every layer of the
+  model is lifted (a wrong scale lifts them all; learned one-hot attention sharpens some) or when the softmax
+  is saturated past float32 (``score_std_status``).
 - ``entropy``: per head, the mean over query rows of entropy / log(number of visible keys); 1 is uniform.
   This and the two next per-head symptoms flag a head only when its layer's median is past the bound too
   (``layer_status``): a fault moves a whole layer, one specialised head does not.
@@ -366,20 +368,25 @@ def _two_token(m: models.MultiHeadAttention, causal: bool, seed: int) -> float:
     return float(err.max() / max(np.abs(expected[check_rows]).max(), 1e-30))
 
 
-def score_std_status(s: float, layer_median: float, th) -> tuple[str, str, str]:
-    """(status, advice key, rule) of one head's score std ``s`` given the median over its layer's heads.
+def score_std_status(s: float, model_floor: float, th) -> tuple[str, str, str]:
+    """(status, advice key, rule) of one head's score std ``s`` given ``model_floor``, the smallest median over
+    the heads of one layer among all the model's attention layers.
 
-    Above ``score_std_fail_high`` fails; between the warn and fail bounds warns only when the layer's median is
-    also above the warn bound: a missing scale lifts every head of a layer, while a trained head that aligns
-    sharply (a cross-attention head on one source word) stands alone among ordinary heads."""
-    rule = (f"ok {th.score_std_warn_low:g}-{th.score_std_warn_high:g} (up to {th.score_std_fail_high:g} when the "
-            f"layer's median is <= {th.score_std_warn_high:g}); fail < {th.score_std_fail_low:g} or > "
-            f"{th.score_std_fail_high:g}")
+    Above ``score_std_fail_saturated`` (or not finite) fails whatever the rest of the model; between the warn and
+    saturated bounds warns (fails above ``score_std_fail_high``) only when every layer of the model is lifted
+    (``model_floor`` above the warn bound): a wrong scale multiplies the scores of every attention module, while
+    training sharpens only the layers whose job needs it (a solved retrieval task attends one-hot in its last
+    layer with ordinary heads in the first; a cross-attention head aligns on one source word)."""
+    rule = (f"ok {th.score_std_warn_low:g}-{th.score_std_warn_high:g} (up to {th.score_std_fail_saturated:g} "
+            f"unless every layer's median is > {th.score_std_warn_high:g}, then warn > "
+            f"{th.score_std_warn_high:g}, fail > {th.score_std_fail_high:g}); fail < {th.score_std_fail_low:g} "
+            f"or > {th.score_std_fail_saturated:g}")
     if s > th.score_std_warn_high or not math.isfinite(s):
-        status = status_above(s, th.score_std_warn_high, th.score_std_fail_high)
-        if status == "warn" and layer_median <= th.score_std_warn_high:
-            status = "ok"
-        return status, "score_high", rule
+        if not s <= th.score_std_fail_saturated:
+            return "fail", "score_high", rule
+        if model_floor <= th.score_std_warn_high:
+            return "ok", "score_high", rule
+        return status_above(s, th.score_std_warn_high, th.score_std_fail_high), "score_high", rule
     status = "fail" if s < th.score_std_fail_low else "warn" if s < th.score_std_warn_low else "ok"
     return status, "score_low", rule
 
@@ -538,7 +545,11 @@ def diagnose(
                                      "score_high" if ratio > high else "score_low",
                                      f"logit scale {m.scale:.3g} x sqrt(d_k = {m.qk_dim})"))
 
-    for (group, layer) in sorted(modules, key=lambda k: (order[k[0]], k[1])):
+    layers = sorted(modules, key=lambda k: (order[k[0]], k[1]))
+    std_medians = [float(np.median(std[n > 0])) for std, n in (acc.mean(("score_std", g, i)) for g, i in layers)
+                   if np.any(n > 0)]
+    model_floor = min((m for m in std_medians if math.isfinite(m)), default=0.0)
+    for (group, layer) in layers:
         v = acc.maxima[("padding_weight", group, layer)]
         findings.append(make_finding("padding_weight", group, layer, None, v, rule_above(None, th.padding_weight_fail),
                                  status_above(v, None, th.padding_weight_fail), "padding", "max weight on a padding key"))
@@ -563,10 +574,10 @@ def diagnose(
         for head in range(len(std)):
             if n[head]:
                 s = float(std[head])
-                status, key, rule = score_std_status(s, layer_median, th)
+                status, key, rule = score_std_status(s, model_floor, th)
                 findings.append(make_finding("score_std", group, layer, head, s, rule, status, key,
                                          f"score mean {float(mean[head]):.3g}, std {s:.3g}; layer median "
-                                         f"{layer_median:.3g}"))
+                                         f"{layer_median:.3g}, smallest layer median {model_floor:.3g}"))
             if n_ent[head]:
                 e = float(ent[head])
                 status, rule = layer_status(e, medians["entropy"], th.entropy_warn, th.entropy_fail)

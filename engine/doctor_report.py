@@ -73,12 +73,16 @@ def default_thresholds() -> ml_collections.ConfigDict:
     c.causal_weight_fail = 1e-6
     # Score std per head. The checklist: near 1 is healthy, 8-10 means the 1/sqrt(d_k) scale is missing (the
     # std grows by sqrt(d_k), 8 for d_k = 64); ~0.1 means queries and keys are too alike to separate keys.
-    # Trained heads reach 2-4 and single sharp cross-attention heads 5-6.2 (the main job's checkpoint), so warn
-    # from 5 only when the layer's median is above 5 too (a missing scale lifts every head; see
-    # doctor.score_std_status) and fail from 8; warn below 0.3 (the softmax is within ~5% of uniform) and fail
-    # below 0.1.
+    # Trained heads reach 2-4, single sharp cross-attention heads 5-6.2 (the main job's checkpoint) and the
+    # retrieval layer of a solved MQAR or induction task 8-24 (one-hot attention; docs/results/diagnose/), so a
+    # high std warns from 5 and fails from 8 only when every layer of the model has its median above 5 (a wrong
+    # scale multiplies every module's scores; see doctor.score_std_status). Whatever the rest of the model, it
+    # fails above 52: a std s spans at least 2s (Popoviciu), and a gap of 104 gives the lowest key a weight below
+    # e^-104 < 1.4e-45, float32's smallest subnormal, so the softmax zeroes visible keys (logit growth). Warn below
+    # 0.3 (the softmax is within ~5% of uniform) and fail below 0.1.
     c.score_std_warn_high = 5.0
     c.score_std_fail_high = 8.0
+    c.score_std_fail_saturated = 52.0
     c.score_std_warn_low = 0.3
     c.score_std_fail_low = 0.1
     # The logit scale of each attention module against the standard 1/sqrt(d_k): scale * sqrt(d_k). The planted

@@ -16,10 +16,9 @@ import glob
 import json
 import math
 import os
-import re
 import subprocess
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -123,6 +122,20 @@ def induction_main(argv: Optional[Sequence[str]] = None) -> str:
     return path
 
 
+def _measure_then_report(a: argparse.Namespace, default_out: str, measure: Callable[[], Optional[str]],
+                         report: Callable[[str], str]) -> str:
+    """What the studies that also take a ``--pretrained`` checkpoint share: it needs ``--out`` (the default folder
+    is the study's committed report); ``measure()`` unless ``--report_only`` (it returns the README path when it
+    writes the report itself), else ``report(out)`` regenerates it from the records; the README path."""
+    if a.pretrained and a.out is None:
+        raise ValueError(f"--pretrained={a.pretrained} needs --out (the committed report folder is the study's)")
+    a.out = a.out or default_out
+    path = None if a.report_only else measure()
+    path = path or report(a.out)
+    print(f"wrote {path}")
+    return path
+
+
 def explanation_main(argv: Optional[Sequence[str]] = None) -> str:
     """Is attention explanation (``studies/specs/explanation.py``): train and measure the classifiers (or measure a
     pretrained checkpoint's forward tests), then the report; the README path."""
@@ -140,15 +153,14 @@ def explanation_main(argv: Optional[Sequence[str]] = None) -> str:
     ap.add_argument("--out", default=None, help="report folder (default docs/results/explanation)")
     ap.add_argument("--report_only", action="store_true", help="the report from the records in --out; no training")
     a = ap.parse_args(argv)
-    if a.pretrained:
-        if a.out is None or a.report_only:
-            raise ValueError(f"--pretrained={a.pretrained} needs --out and measures (no --report_only)")
-        path = explanation.run_pretrained(a.pretrained, a.out, examples=min(a.examples, 8) if a.quick else a.examples,
-                                          permutations=a.permutations, attention_impl=a.attention_impl)
-        print(f"wrote {path}")
-        return path
-    a.out = a.out or explanation.OUT
-    if not a.report_only:
+    if a.pretrained and a.report_only:
+        raise ValueError(f"--pretrained={a.pretrained} measures (no --report_only): its report has no records")
+
+    def measure() -> Optional[str]:
+        if a.pretrained:
+            return explanation.run_pretrained(a.pretrained, a.out, examples=min(a.examples, 8) if a.quick else
+                                              a.examples, permutations=a.permutations,
+                                              attention_impl=a.attention_impl)
         if a.quick:
             a.seeds, a.examples, a.adv_steps = 1, min(a.examples, 8), 20
         _positive(a, ("seeds", "steps", "examples", "permutations", "adv_steps"))
@@ -158,9 +170,9 @@ def explanation_main(argv: Optional[Sequence[str]] = None) -> str:
             raise ValueError(f"--epsilon={a.epsilon}; expected a positive output TVD")
         explanation.measure(a.out, seeds=a.seeds, steps=a.steps, examples=a.examples, permutations=a.permutations,
                             epsilon=a.epsilon, adv_steps=a.adv_steps, quick=a.quick)
-    path = explanation.report(a.out)
-    print(f"wrote {path}")
-    return path
+        return None
+
+    return _measure_then_report(a, explanation.OUT, measure, explanation.report)
 
 
 def head_importance_main(argv: Optional[Sequence[str]] = None) -> str:
@@ -187,10 +199,8 @@ def head_importance_main(argv: Optional[Sequence[str]] = None) -> str:
                     "record is not measured again; default docs/results/head_importance)")
     ap.add_argument("--report_only", action="store_true", help="the report from the records in --out; no training")
     a = ap.parse_args(argv)
-    if a.pretrained and a.out is None:
-        raise ValueError(f"--pretrained={a.pretrained} needs --out (the committed report folder is the study's)")
-    a.out = a.out or head_importance.OUT
-    if not a.report_only:
+
+    def measure() -> None:
         if a.uniform_seeds is None:  # --quick: a second training would cost the test half its time
             a.uniform_seeds = 0 if a.quick else 1
         if a.quick:
@@ -204,9 +214,8 @@ def head_importance_main(argv: Optional[Sequence[str]] = None) -> str:
                                        quick=a.quick, attention_impl=a.attention_impl)
         else:
             head_importance_run(a)
-    path = head_importance.report_from_records(a.out)
-    print(f"wrote {path}")
-    return path
+
+    return _measure_then_report(a, head_importance.OUT, measure, head_importance.report_from_records)
 
 
 HEAD_IMPORTANCE_CHECKPOINT_EVERY = 200  # steps between checkpoints of a head-importance run trained with --workdir
@@ -298,65 +307,68 @@ def _faults(task: str, fault: str, d_model: int = 64, heads: int = 4, steps: int
     return f"configs/faults.py:task={task},d_model={d_model},heads={heads},steps={steps},fault={fault}"
 
 
-# name -> (planted fault, "" for a healthy run; config; extra --config.* overrides)
-DIAGNOSE_CHECKPOINTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "tr-main": ("", f"configs/translation.py:d_model=64,d_ff=256,layers=2,steps={DIAGNOSE_STEPS},minutes=0", ()),
-    "tr-healthy": ("", _faults("translation", "healthy", steps=DIAGNOSE_STEPS), ()),
-    "tr-healthy-h16": ("", _faults("translation", "healthy", heads=16, steps=DIAGNOSE_STEPS), ()),
-    "tr-hard": ("", _faults("translation", "healthy", steps=DIAGNOSE_STEPS), ("--config.model.attention_kind=hard",)),
-    "mqar-healthy": ("", _faults("mqar", "healthy", heads=2, steps=DIAGNOSE_STEPS), ()),
-    "mqar-healthy-h16": ("", _faults("mqar", "healthy", d_model=128, heads=16, steps=DIAGNOSE_STEPS), ()),
-    "induction-healthy": ("", _faults("induction", "healthy", heads=2, steps=DIAGNOSE_STEPS), ()),
-    "cls-healthy": ("", f"configs/classification.py:steps={DIAGNOSE_STEPS}", ()),
-    **{f"tr-{f}": (f, _faults("translation", f), ()) for f in ("scale_missing", "scale_dk", "temperature_x10",
+# name -> (planted fault, "" for a healthy run; config; its --config.* overrides)
+DIAGNOSE_CHECKPOINTS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "tr-main": ("", f"configs/translation.py:d_model=64,d_ff=256,layers=2,steps={DIAGNOSE_STEPS},minutes=0", {}),
+    "tr-healthy": ("", _faults("translation", "healthy", steps=DIAGNOSE_STEPS), {}),
+    "tr-healthy-h16": ("", _faults("translation", "healthy", heads=16, steps=DIAGNOSE_STEPS), {}),
+    "tr-hard": ("", _faults("translation", "healthy", steps=DIAGNOSE_STEPS), {"model.attention_kind": "hard"}),
+    "mqar-healthy": ("", _faults("mqar", "healthy", heads=2, steps=DIAGNOSE_STEPS), {}),
+    "mqar-healthy-h16": ("", _faults("mqar", "healthy", d_model=128, heads=16, steps=DIAGNOSE_STEPS), {}),
+    "induction-healthy": ("", _faults("induction", "healthy", heads=2, steps=DIAGNOSE_STEPS), {}),
+    "cls-healthy": ("", f"configs/classification.py:steps={DIAGNOSE_STEPS}", {}),
+    # trained to a solved state (one-hot attention): the settings whose committed records solved the task
+    # (docs/results/health_calibration/points/qk_layernorm_*-learning_rate_*: accuracy 1.0 in 1,500 steps at lr
+    # 3e-3 and 3e-2, seed 3, and with QK-LayerNorm at 3e-3, seed 4; docs/results/induction/: 2 layers, accuracy 1
+    # on the repeats in 1,500 steps)
+    "mqar-solved": ("", "configs/repro_entropy_collapse.py:lr=0.003,seed=3", {}),
+    "mqar-solved-lr0.03": ("", "configs/repro_entropy_collapse.py:lr=0.03,seed=3", {}),
+    "mqar-solved-qkln": ("", "configs/repro_entropy_collapse.py:lr=0.003,qk_layernorm=true,seed=4", {}),
+    "induction-solved": ("", "configs/repro_induction.py:layers=2,seed=0", {}),
+    **{f"tr-{f}": (f, _faults("translation", f), {}) for f in ("scale_missing", "scale_dk", "temperature_x10",
                                                               "no_padding_mask", "causal_leak")},
-    **{f"mqar-{f}": (f, _faults("mqar", f, heads=2), ()) for f in ("scale_missing", "temperature_x10", "causal_leak",
+    **{f"mqar-{f}": (f, _faults("mqar", f, heads=2), {}) for f in ("scale_missing", "temperature_x10", "causal_leak",
                                                                    "logit_growth")},
 }
+DIAGNOSE_SPLIT_EXAMPLES = 16  # sentences decoded when a checkpoint's training ends (the doctor needs none)
 
 
-def _run(cmd: list[str], log: str) -> None:
-    env = dict(os.environ, PYTHONPATH=REPO, WANDB_MODE="disabled")
-    with open(log, "a") as f:
-        subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, check=True)
+def _flags(overrides: dict[str, Any]) -> list[str]:
+    return [f"--config.{k}={v}" for k, v in overrides.items()]
 
 
-def _training(log: str) -> dict:
-    """The training's wall minutes and last validation accuracy / NLL, from its log."""
-    out = {}
-    with open(log, encoding="utf-8") as f:
-        text = f.read()
-    for key, pattern in (("train_minutes", r"wall_minutes=([0-9.]+)"),
-                         ("validation_accuracy", r"validation/accuracy=([0-9.]+)"),
-                         ("validation_nll", r"validation/nll=([0-9.]+)")):
-        found = re.findall(pattern, text)
-        out[key] = round(float(found[-1]), 4) if found else None
-    return out
+def diagnose_checkpoint(name: str, runs: str, trained: dict) -> dict:
+    """Run the doctor (``eval.py --diagnose``) on the trained checkpoint ``<runs>/<name>``, whose training record
+    is ``trained`` (``studies.points.point_record``); return the calibration record."""
+    from studies.report import PROCESS_COMMIT
+    from studies.runner import wall_minutes
 
-
-def diagnose_checkpoint(name: str, runs: str) -> dict:
-    """Train ``name`` (unless its workdir has a checkpoint), run the doctor, return its record."""
     fault, config, extra = DIAGNOSE_CHECKPOINTS[name]
     workdir = os.path.join(runs, name)
-    log = os.path.join(runs, f"{name}.log")
-    if not glob.glob(os.path.join(workdir, "checkpoints", "*")):
-        _run([sys.executable, "train.py", f"--config={config}", f"--workdir={workdir}",
-              "--config.eval.split_examples=16", *extra], log)
-    _run([sys.executable, "eval.py", f"--config={config}", f"--workdir={workdir}", "--diagnose", *extra], log)
+    with open(os.path.join(runs, f"{name}.log"), "a") as log:
+        subprocess.run([sys.executable, "eval.py", f"--config={config}", f"--workdir={workdir}", "--diagnose",
+                        *_flags(extra)], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, WANDB_MODE="disabled"),
+                       stdout=log, stderr=subprocess.STDOUT, check=True)
     report = sorted(glob.glob(os.path.join(workdir, "eval", "diagnose_step*", "report.json")))[-1]
     with open(report, encoding="utf-8") as f:
         r = json.load(f)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    return {"name": name, "fault": fault, "config": config, "overrides": list(extra), "step": r["meta"]["step"],
-            "summary": r["summary"], "commit": commit.stdout.strip(), **_training(log),
+    minutes, validation = wall_minutes(trained), trained.get("validation", {})
+    return {"name": name, "fault": fault, "config": config, "overrides": _flags(extra), "step": r["meta"]["step"],
+            "summary": r["summary"], "commit": PROCESS_COMMIT,
+            "train_minutes": None if minutes is None else round(minutes, 4),
+            "validation_accuracy": validation.get("accuracy"), "validation_nll": validation.get("nll"),
             "findings": [[x["check"], x["group"], x["layer"], x["head"], x["value"], x["status"], x["cause"]]
                          for x in r["findings"]]}
 
 
 def diagnose_main(argv: Optional[Sequence[str]] = None) -> str:
     """The attention doctor on its calibration checkpoints (``studies/specs/diagnose.py``): train each of
-    ``DIAGNOSE_CHECKPOINTS`` missing under ``--runs``, run ``eval.py --diagnose`` on it, keep one record per
-    checkpoint in ``docs/results/diagnose/records/``, then the report; the README path."""
+    ``DIAGNOSE_CHECKPOINTS`` not finished under ``--runs`` (``studies.runner.train_jobs``; training records in
+    ``<runs>/records/``), run ``eval.py --diagnose`` on it, keep one record per checkpoint in
+    ``docs/results/diagnose/records/``, then the report; the README path."""
+    from studies.points import Point
+    from studies.runner import Job, train_jobs
+
     p = argparse.ArgumentParser(prog="python -m studies train diagnose", description=diagnose.__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated checkpoint names (default: all)")
     p.add_argument("--runs", default="/tmp/attnlab-diagnose", help="where the workdirs live (a trained one is reused)")
@@ -365,16 +377,25 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> str:
     unknown = [n for n in names if n not in DIAGNOSE_CHECKPOINTS]
     if unknown:
         raise ValueError(f"--only: unknown checkpoints {unknown}; expected some of {list(DIAGNOSE_CHECKPOINTS)}")
+    runs = os.path.abspath(a.runs)
     os.makedirs(DIAGNOSE_RECORDS, exist_ok=True)
-    os.makedirs(a.runs, exist_ok=True)
-    for name in names:
-        record = diagnose_checkpoint(name, a.runs)
-        with open(os.path.join(DIAGNOSE_RECORDS, f"{name}.json"), "w", encoding="utf-8") as f:
+    jobs = [Job(DIAGNOSE_CHECKPOINTS[n][1], Point(n, {"eval.split_examples": DIAGNOSE_SPLIT_EXAMPLES,
+                                                       **DIAGNOSE_CHECKPOINTS[n][2]}),
+                runs, os.path.join(runs, "records", f"{n}.json")) for n in names]
+
+    def after(path: str, point: Point) -> None:
+        with open(path, encoding="utf-8") as f:
+            record = diagnose_checkpoint(point.name, runs, json.load(f))
+        with open(os.path.join(DIAGNOSE_RECORDS, f"{point.name}.json"), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=0)
             f.write("\n")
-        print(f"{name}: {record['summary']}", flush=True)
+        print(f"{point.name}: {record['summary']}", flush=True)
+
+    failed = train_jobs(jobs, after=after, group="diagnose")
     path = diagnose.generate()[0]
     print(f"wrote {path}")
+    if failed:
+        raise RuntimeError(f"diagnose: the training of {failed} failed; see their logs under {runs}")
     return path
 
 

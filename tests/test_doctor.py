@@ -248,7 +248,8 @@ def test_bad_arguments_are_one_clear_error(healthy):
 
 def test_default_thresholds_are_ordered_and_punctuation_pieces_are_special():
     th = doctor.default_thresholds()
-    assert th.score_std_fail_low < th.score_std_warn_low < 1.0 < th.score_std_warn_high < th.score_std_fail_high
+    assert (th.score_std_fail_low < th.score_std_warn_low < 1.0 < th.score_std_warn_high < th.score_std_fail_high
+            < th.score_std_fail_saturated)
     assert th.entropy_warn < th.entropy_fail <= 1.0
     assert th.invariance_warn < th.invariance_fail and th.exact_warn < th.exact_fail
     assert doctor.punctuation_ids(["<pad>", "\u2581the", ",", "\u2581.", "\u2581", "...", "a,"]) == [2, 3, 5]
@@ -257,12 +258,14 @@ def test_default_thresholds_are_ordered_and_punctuation_pieces_are_special():
     assert all(perm_q[h] // 4 == perm_kv[h // 4] for h in range(8))  # query heads move with their kv head
 
 
-def test_score_std_warns_on_a_lifted_layer_not_on_one_sharp_head():
-    th = doctor.default_thresholds()  # warn 5, fail 8
-    status = lambda s, median: doctor.score_std_status(s, median, th)[:2]  # noqa: E731
-    assert status(6.2, 2.5) == ("ok", "score_high")  # one sharp cross-attention head among ordinary ones
-    assert status(6.2, 5.7) == ("warn", "score_high")  # the whole layer lifted: a missing scale at d_k ~ 32
-    assert status(9.0, 2.5) == ("fail", "score_high")  # above the fail bound whatever the layer
+def test_score_std_flags_a_lifted_model_not_sharp_layers():
+    th = doctor.default_thresholds()  # warn 5, fail 8 when every layer's median is above 5; fail 52 whatever
+    status = lambda s, floor: doctor.score_std_status(s, floor, th)[:2]  # noqa: E731
+    assert status(6.2, 1.0) == ("ok", "score_high")  # one sharp cross-attention head among ordinary ones
+    assert status(24.4, 3.9) == ("ok", "score_high")  # solved MQAR: a one-hot last layer over an ordinary first
+    assert status(6.2, 5.7) == ("warn", "score_high")  # every layer lifted: a missing scale at d_k ~ 32
+    assert status(9.0, 5.7) == ("fail", "score_high")
+    assert status(60.0, 1.0) == ("fail", "score_high")  # the softmax saturated past float32 (logit growth)
     assert status(float("nan"), 1.0) == ("fail", "score_high")
     assert status(1.0, 1.0) == ("ok", "score_low")
     assert status(0.2, 1.0) == ("warn", "score_low") and status(0.05, 1.0) == ("fail", "score_low")

@@ -61,6 +61,16 @@ def test_committed_calibration_records_hold_to_the_rules():
         (r["name"], r["summary"], spec.causes(r)) for r in claimed if spec.verdict(r) != "caught"]
 
 
+def test_solved_checkpoints_are_among_the_quiet_healthy_ones():
+    """The hard healthy case of one-hot attention: checkpoints that solved their task (MQAR, induction)."""
+    recs = spec.records()
+    if not recs:
+        pytest.skip("no calibration records committed (python -m studies train diagnose)")
+    solved = {r["name"]: spec.verdict(r) for r in recs if not r["fault"] and (r["validation_accuracy"] or 0) >= 0.99}
+    assert {"mqar-solved", "mqar-solved-lr0.03", "induction-solved"} <= set(solved), solved
+    assert set(solved.values()) == {"quiet"}, solved
+
+
 def test_per_head_symptoms_flag_a_layer_not_one_head():
     th = doctor.default_thresholds()
     status = lambda e, median: doctor.layer_status(e, median, th.entropy_warn, th.entropy_fail)[0]  # noqa: E731

@@ -11,7 +11,8 @@ doctor on it and keeps one record in ``docs/results/diagnose/records/``. This re
 Rules (fixed before the records were made): a healthy checkpoint must give 0 fail and 0 warn; a planted fault the
 doctor claims to check (``CLAIMS``) is *caught* when at least one finding warns or fails naming one of the causes
 listed for it. Faults it does not claim (the learning rate, logit growth: training dynamics, not a property of the
-checkpoint's attention) are listed with what the doctor said.
+checkpoint's attention) are listed with what the doctor said. The doctor's ``score_std`` rule was changed after
+the solved checkpoints were diagnosed (``POST_HOC``; the report says which data it saw).
 """
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ CLAIMS = {"no_padding_mask": {"padding"}, "causal_leak": {"causal"}, "scale_miss
 # findings, not false alarms, so they are shown but not held to the quiet rule. Straight-through hard attention
 # learns slowly here (docs/results/mqar_variants/: hard attention stays far from solving MQAR in 3,000 steps).
 NOT_LEARNED = {"tr-hard": "hard attention, whose cross-attention had not learned to align at this budget"}
+# The score_std rule before it was changed after seeing the solved checkpoints (commit 93765d6): a head failed above
+# score_std_fail_high whatever the rest of the model, and warned above score_std_warn_high when its layer's median did.
+POST_HOC = ("commit 93765d6 (engine/doctor.py `score_std_status`, `score_std_fail_saturated` in "
+            "engine/doctor_report.py)", ("mqar-solved-lr0.03", "induction-solved"))
 # threshold fields -> (what they bound, check, statistic over a checkpoint, the planted faults they must flag)
 BOUNDS = (
     (("padding_weight_fail",), "largest weight on a padding key", "padding_weight", "max", ("no_padding_mask",)),
@@ -50,9 +55,9 @@ BOUNDS = (
     (("scale_ratio_warn_high",), "logit scale x sqrt(d_k), largest module", "scale", "max",
      ("scale_missing", "temperature_x10")),
     (("scale_ratio_warn_low",), "logit scale x sqrt(d_k), smallest module", "scale", "min", ("scale_dk",)),
-    (("score_std_warn_high",), "score std, median of a layer's heads", "score_std", "layer_median",
-     ("scale_missing", "temperature_x10")),
-    (("score_std_fail_high",), "score std, largest head", "score_std", "max", ("scale_missing", "temperature_x10")),
+    (("score_std_warn_high", "score_std_fail_high"), "score std, smallest median of a layer's heads over the "
+     "model's layers (above it, heads warn / fail)", "score_std", "layer_floor", ("scale_missing", "temperature_x10")),
+    (("score_std_fail_saturated",), "score std, largest head", "score_std", "max", ("logit_growth",)),
     (("score_std_warn_low", "score_std_fail_low"), "score std, smallest head", "score_std", "min", ("scale_dk",)),
     (("entropy_warn", "entropy_fail"), "entropy / log(visible keys), median of a layer's heads", "entropy",
      "layer_median", ("scale_dk",)),
@@ -90,16 +95,16 @@ def _value(f: dict) -> float:
 
 
 def statistic(rec: dict, check: str, how: str) -> Optional[float]:
-    """One checkpoint's ``how`` ("max", "min", "layer_median": the largest median over a layer's heads) of
-    ``check``'s values; None when the check did not run."""
+    """One checkpoint's ``how`` ("max", "min", "layer_median": the largest median over a layer's heads,
+    "layer_floor": the smallest) of ``check``'s values; None when the check did not run."""
     found = _findings(rec, check)
     if not found:
         return None
-    if how == "layer_median":
+    if how in ("layer_median", "layer_floor"):
         layers: dict[tuple, list[float]] = {}
         for f in found:
             layers.setdefault((f["group"], f["layer"]), []).append(_value(f))
-        return max(float(np.median(v)) for v in layers.values())
+        return (max if how == "layer_median" else min)(float(np.median(v)) for v in layers.values())
     return (max if how == "max" else min)(_value(f) for f in found)
 
 
@@ -112,6 +117,36 @@ def status(rec: dict, check: str) -> str:
 def causes(rec: dict) -> list[str]:
     """The causes the doctor named (warn or fail), sorted."""
     return sorted({f[6] for f in rec["findings"] if f[5] != "ok" and f[6]})
+
+
+def previous_score_std_flags(rec: dict, th) -> list[float]:
+    """The score stds of ``rec``'s heads that the ``score_std`` rule before ``POST_HOC`` flagged (above
+    ``score_std_fail_high``, or above ``score_std_warn_high`` in a layer whose median is too), largest first."""
+    layers: dict[tuple, list[float]] = {}
+    for f in _findings(rec, "score_std"):
+        layers.setdefault((f["group"], f["layer"]), []).append(_value(f))
+    return sorted((v for heads in layers.values() for v in heads if v > th.score_std_fail_high
+                   or (v > th.score_std_warn_high and np.median(heads) > th.score_std_warn_high)), reverse=True)
+
+
+def _post_hoc(recs: Sequence[dict], th) -> str:
+    """The report's paragraph on the change made after seeing the solved checkpoints."""
+    where, seen = POST_HOC
+    before = [f"{r['name']} ({len(v)} heads, score std {', '.join(f'{x:.3g}' for x in v)}; logit scale x "
+              f"sqrt(d_k) {statistic(r, 'scale', 'max'):.3g})" for r in recs if not r["fault"]
+              for v in [previous_score_std_flags(r, th)] if v]
+    caught = [r for r in recs if r["fault"] in CLAIMS and previous_score_std_flags(r, th)]
+    now = sum(verdict(r) == "caught" for r in caught)
+    return (f"**A change made after seeing data (post hoc).** The `score_std` rule was changed in {where} after "
+            f"{' and '.join(seen)} were diagnosed. Before, a head failed above `score_std_fail_high` whatever the rest "
+            f"of the model (and warned above `score_std_warn_high` when its layer's median did): on these records "
+            f"that flags the healthy {'; '.join(before) or 'none'}. Their scale is the standard one; they are sharp "
+            f"because a solved task attends one-hot. Now a high score std warns or fails only "
+            f"when every layer of the model has its median above `score_std_warn_high` (a wrong scale multiplies "
+            f"every module's scores; a solved task sharpens the layers whose job needs it), or above "
+            f"`score_std_fail_saturated` whatever the model (the softmax zeroes visible keys in float32). The old "
+            f"rule also flagged the planted {', '.join(r['name'] for r in caught) or 'none'} through `score_std`; "
+            f"{now} of these {len(caught)} are caught now (their rows above).")
 
 
 def verdict(rec: dict) -> str:
@@ -166,7 +201,7 @@ def report(out: str = OUT) -> tuple[list[str], list[list]]:
              f"**{quiet} of {len(healthy)} healthy checkpoints quiet (0 fail, 0 warn); {caught} of {len(claimed)} "
              f"planted faults the doctor claims caught with their cause.**", "",
              "## Checkpoints", "",
-             "*val. accuracy*: validation accuracy at the end of training (the training log). A check's column is its "
+             "*val. accuracy*: validation accuracy at the end of training (its training record). A check's column is its "
              "worst status over its groups, layers and heads (— : it does not apply). "
              "*causes named*: the `engine.doctor_report.ADVICE` keys of the warnings and failures.", "",
              markdown_table(headers, rows), "",
@@ -184,6 +219,7 @@ def report(out: str = OUT) -> tuple[list[str], list[list]]:
                             [_bound_row(recs, healthy, th, *b) for b in BOUNDS]), "",
              "A *no* means that check alone cannot tell that fault from the healthy checkpoints at its threshold; "
              "the checkpoint's row above shows which other check caught it.", "",
+             _post_hoc(recs, th), "",
              "Records: " + ", ".join(sorted({f"{r['name']} at {r['commit']}" for r in recs})) + ".", ""]
     main = os.path.join(out, "main_job", "report.json")
     if os.path.exists(main):
