@@ -340,8 +340,8 @@ def _flags(overrides: dict[str, Any]) -> list[str]:
 def diagnose_checkpoint(name: str, runs: str, trained: dict) -> dict:
     """Run the doctor (``eval.py --diagnose``) on the trained checkpoint ``<runs>/<name>``, whose training record
     is ``trained`` (``studies.points.point_record``); return the calibration record."""
+    from studies.records import Record
     from studies.report import PROCESS_COMMIT
-    from studies.runner import wall_minutes
 
     fault, config, extra = DIAGNOSE_CHECKPOINTS[name]
     workdir = os.path.join(runs, name)
@@ -352,7 +352,7 @@ def diagnose_checkpoint(name: str, runs: str, trained: dict) -> dict:
     report = sorted(glob.glob(os.path.join(workdir, "eval", "diagnose_step*", "report.json")))[-1]
     with open(report, encoding="utf-8") as f:
         r = json.load(f)
-    minutes, validation = wall_minutes(trained), trained.get("validation", {})
+    minutes, validation = Record("", trained).wall_minutes, trained.get("validation", {})
     return {"name": name, "fault": fault, "config": config, "overrides": _flags(extra), "step": r["meta"]["step"],
             "summary": r["summary"], "commit": PROCESS_COMMIT,
             "train_minutes": None if minutes is None else round(minutes, 4),
