@@ -7,8 +7,8 @@ The monitor (``engine/health.py``, thresholds ``config.health``) checks whole at
 here offline over the traces of the folders in SPLITS: studies of this project and the fault library's runs
 (``configs/faults.py``: ``library()`` in ``faults/``, ``heldout()`` / ``heldout2()`` in ``heldout/`` / ``heldout2/``).
 
-    python -m studies train health_calibration [--only heldout2]  # train missing fault-library runs, then the report
-    python -m studies report health_calibration                   # the report from the committed records and traces
+    python -m studies train health_calibration [--only main]  # train the missing runs (main job, faults), then the report
+    python -m studies report health_calibration               # the report from the committed records and traces
 """
 from __future__ import annotations
 
@@ -27,11 +27,12 @@ from studies.report import REPO, Report, environment_line
 TITLE = "Calibrating the attention health monitor"
 NAME = "health_calibration"
 OUT = os.path.join(REPO, "docs", "results", NAME)
-RECORDS = ("points", "faults", "heldout", "heldout2")  # this study's record folders under OUT
+RECORDS = ("points", "faults", "heldout", "heldout2", "main")  # this study's record folders under OUT
 RULES_COMMIT = "d4fdcc6"  # the monitor's rules and thresholds, committed before the held-out runs trained
 RULES_COMMIT2 = "73ecdb4"  # attention_collapse added (after the held-out split was seen), before held out 2 trained
 TRACE_SUFFIX = ".attention.json.gz"
 LISTINGS = {"faults": "library", "heldout": "heldout", "heldout2": "heldout2"}  # folder -> configs/faults.py listing
+MAIN_JOB = "configs/translation.py"  # the main job as a user runs it, trained once into main/
 TABLE3_D128 = "table3/points"  # Table 3 at d_model 128: its original runs, trained before traces were kept
 LR_ARM = ("single_head_lr/points", "Table 3 d128 configuration at its row's learning rate, issue 49")
 # split -> record folders under docs/results whose traces it replays.
@@ -39,6 +40,7 @@ SPLITS = (("calibration", ("heads_vs_depth/points", f"{NAME}/points", f"{NAME}/f
           ("seen healthy studies", ("table3_d256/points",)),
           ("held out", (f"{NAME}/heldout",)),
           ("held out 2", (f"{NAME}/heldout2",)),
+          ("held-out healthy: the main job", (f"{NAME}/main",)),
           ("held-out healthy: Table 3 d128, lr arm", (LR_ARM[0],)))
 SPLIT_TEXT = (
     f"Splits, by record folder (never by run, so near-duplicate runs do not leak): *calibration*, the runs whose "
@@ -55,7 +57,9 @@ SPLIT_TEXT = (
     f"used (d_model 80: 5 MQAR heads, 4 translation heads; d_model 112: 7 heads): deep post-LN without warmup (2 "
     f"seeds per task at 80, 1 at 112), learning rate 30x without warmup, healthy, healthy post-LN at the task's "
     f"depth with warmup (the new check's hard case), and healthy runs trained 4x longer (d_model 80); none of "
-    f"their data shaped a threshold or rule. *held-out "
+    f"their data shaped a threshold or rule. *held-out healthy: the main job*, `main/`: `python train.py "
+    f"--config=configs/translation.py` as a user runs it (its 12-minute budget on this machine), trained after "
+    f"commit {RULES_COMMIT2}; before issue 47 it warned (a sharp cross-attention head read as a missing scale). *held-out "
     f"healthy: Table 3 d128, lr arm*, `docs/results/single_head_lr/points/`: Table 3 configurations at d_model 128 "
     f"(rows B: h1, h2, h8, h32) retrained at per-row learning rates for issue 49, after commit {RULES_COMMIT}; "
     f"they are judged by learning like the studies' runs.")
@@ -219,14 +223,16 @@ def summary() -> list:
     return [Summary(os.path.relpath(OUT, REPO), TITLE, reading)]
 
 
-def jobs(workdir: str, out: str, folders: Sequence[str] = LISTINGS) -> list:
-    """The fault library's training jobs: of ``library()`` into ``<out>/faults``, ``heldout()`` into
-    ``<out>/heldout`` and ``heldout2()`` into ``<out>/heldout2``, those of ``folders``."""
+def jobs(workdir: str, out: str, folders: Sequence[str] = (*LISTINGS, "main")) -> list:
+    """The training jobs of ``folders``: the main job into ``<out>/main``; the fault library's ``library()`` into
+    ``<out>/faults``, ``heldout()`` into ``<out>/heldout`` and ``heldout2()`` into ``<out>/heldout2``."""
     faults = sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG))
-    return [runner.Job(f"{health_eval.FAULTS_CONFIG}:{arg}",
-                       sweep_lib.Point(name, {"seed": int(health_eval.config_args(arg).get("seed", 0))}), workdir,
-                       os.path.join(out, folder, f"{name}.json"))
-            for folder in folders for name, arg in getattr(faults, LISTINGS[folder])()]
+    main = [runner.Job(f"{MAIN_JOB}:", sweep_lib.Point("main_job", {}), workdir,
+                       os.path.join(out, "main", "main_job.json"))] if "main" in folders else []
+    return main + [runner.Job(f"{health_eval.FAULTS_CONFIG}:{arg}",
+                              sweep_lib.Point(name, {"seed": int(health_eval.config_args(arg).get("seed", 0))}),
+                              workdir, os.path.join(out, folder, f"{name}.json"))
+                   for folder in folders if folder in LISTINGS for name, arg in getattr(faults, LISTINGS[folder])()]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
@@ -236,7 +242,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
     parser.add_argument("--max_points", type=int, default=None, help="train at most this many missing runs")
-    parser.add_argument("--only", nargs="+", choices=list(LISTINGS), default=list(LISTINGS), help="these folders")
+    parser.add_argument("--only", nargs="+", choices=[*LISTINGS, "main"], default=[*LISTINGS, "main"],
+                        help="these folders (main: the main job)")
     parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/health_faults)")
     args = parser.parse_args(argv)
     runner.check_args(args)
