@@ -7,7 +7,7 @@ The monitor (``engine/health.py``, thresholds ``config.health``) checks whole at
 here offline over the traces of the folders in SPLITS: studies of this project and the fault library's runs
 (``configs/faults.py``: ``library()`` in ``faults/``, ``heldout()`` / ``heldout2()`` in ``heldout/`` / ``heldout2/``).
 
-    python -m studies train health_calibration [--only main]  # train the missing runs (main job, faults), then the report
+    python -m studies train health_calibration [--only main]  # train the missing runs, then the report
     python -m studies report health_calibration               # the report from the committed records and traces
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ RULES_COMMIT = "d4fdcc6"  # the monitor's rules and thresholds, committed before
 RULES_COMMIT2 = "73ecdb4"  # attention_collapse added (after the held-out split was seen), before held out 2 trained
 TRACE_SUFFIX = ".attention.json.gz"
 LISTINGS = {"faults": "library", "heldout": "heldout", "heldout2": "heldout2"}  # folder -> configs/faults.py listing
-MAIN_JOB = "configs/translation.py"  # the main job as a user runs it, trained once into main/
+MAIN_JOB = "configs/translation.py"  # the main job, trained into main/: as a user runs it, and at a step budget
+MAIN_POINTS = (("main_job", ""), ("main_job-steps_3050", "steps=3050,minutes=0"))
 TABLE3_D128 = "table3/points"  # Table 3 at d_model 128: its original runs, trained before traces were kept
 LR_ARM = ("single_head_lr/points", "Table 3 d128 configuration at its row's learning rate, issue 49")
 # split -> record folders under docs/results whose traces it replays.
@@ -58,8 +59,9 @@ SPLIT_TEXT = (
     f"seeds per task at 80, 1 at 112), learning rate 30x without warmup, healthy, healthy post-LN at the task's "
     f"depth with warmup (the new check's hard case), and healthy runs trained 4x longer (d_model 80); none of "
     f"their data shaped a threshold or rule. *held-out healthy: the main job*, `main/`: `python train.py "
-    f"--config=configs/translation.py` as a user runs it (its 12-minute budget on this machine), trained after "
-    f"commit {RULES_COMMIT2}; before issue 47 it warned (a sharp cross-attention head read as a missing scale). *held-out "
+    f"--config=configs/translation.py` as a user runs it (its 12-minute budget, on this loaded machine), and the "
+    f"same at 3,050 steps (what the budget gives on an idle 2-core machine; before issue 47 it warned at step "
+    f"2,850, reading a sharp cross-attention head as a missing scale), trained after commit {RULES_COMMIT2}. *held-out "
     f"healthy: Table 3 d128, lr arm*, `docs/results/single_head_lr/points/`: Table 3 configurations at d_model 128 "
     f"(rows B: h1, h2, h8, h32) retrained at per-row learning rates for issue 49, after commit {RULES_COMMIT}; "
     f"they are judged by learning like the studies' runs.")
@@ -227,8 +229,8 @@ def jobs(workdir: str, out: str, folders: Sequence[str] = (*LISTINGS, "main")) -
     """The training jobs of ``folders``: the main job into ``<out>/main``; the fault library's ``library()`` into
     ``<out>/faults``, ``heldout()`` into ``<out>/heldout`` and ``heldout2()`` into ``<out>/heldout2``."""
     faults = sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG))
-    main = [runner.Job(f"{MAIN_JOB}:", sweep_lib.Point("main_job", {}), workdir,
-                       os.path.join(out, "main", "main_job.json"))] if "main" in folders else []
+    main = [runner.Job(f"{MAIN_JOB}:{arg}", sweep_lib.Point(name, {}), workdir,
+                       os.path.join(out, "main", f"{name}.json")) for name, arg in MAIN_POINTS if "main" in folders]
     return main + [runner.Job(f"{health_eval.FAULTS_CONFIG}:{arg}",
                               sweep_lib.Point(name, {"seed": int(health_eval.config_args(arg).get("seed", 0))}),
                               workdir, os.path.join(out, folder, f"{name}.json"))
