@@ -23,7 +23,8 @@ HEALTHY = ["table3_d256/points/A/num_heads_32-seed_0", "table3_d256/points/A/num
            "health_calibration/heldout/mqar-healthy-d128-h32", "health_calibration/heldout/translation-healthy-d96-h6",
            "heads_vs_depth/points/num_encoder_layers_6-qk_layernorm_false-seed_0-norm_post-warmup_steps_800",
            "health_calibration/heldout2/translation-healthy-post_ln-d80-h4",
-           "health_calibration/heldout2/translation-healthy-post_ln-d112-h7", "single_head_lr/points/h1/lr_0.006/default"]
+           "health_calibration/heldout2/translation-healthy-post_ln-d112-h7", "single_head_lr/points/h1/lr_0.006/default",
+           "health_calibration/main/main_job-steps_3050"]
 
 
 def _replay(point):
