@@ -123,12 +123,16 @@ def write_report(out: str, results: str) -> str:
     t3 = [f for _, _, fs in os.walk(os.path.join(results, TABLE3_D128)) for f in fs]
     t3_runs, t3_traced = (sum(f.endswith(end) for f in t3) for end in (".json", TRACE_SUFFIX))
     arm = collections.Counter(r.family for s, r in found if s == SPLITS[-1][0])
+    rate = sweep_lib.load_config_module(os.path.join(REPO, "configs/table3_heads.py")).learning_rate(128)
+    own = sum(s == SPLITS[-1][0] and r.point.startswith(f"lr_{rate:g}/") for s, r in found)
     report.text(SPLIT_TEXT + (f" Of the runs `heldout()` and `heldout2()` list, {len(missing)} have no record yet "
                               f"and are not in the numbers: {', '.join(missing)}." if missing else "")
                 + f" Table 3 at d_model 128 itself (`docs/results/{TABLE3_D128}/`): {t3_traced} of its {t3_runs} "
                   f"original runs have an attention trace ({t3_runs - t3_traced} were trained before traces were "
                   f"kept) and none is replayed here; the traced runs of its configurations are the lr arm's: "
-                  + ", ".join(f"{fam.split('/')[2].split()[0]} ({n} runs)" for fam, n in sorted(arm.items())) + ".")
+                  + ", ".join(f"{fam.split('/')[2].split()[0]} ({n} runs)" for fam, n in sorted(arm.items()))
+                  + f"; {own} of them at Table 3's own learning rate at this width ({rate:g}, "
+                    f"`configs/table3_heads.py`): its d128 configurations (`configs/single_head.py` builds on it) with seed 100.")
     cfg = config_lib.base_config().health
     report.text("Thresholds: the defaults of `engine/config.py`: " + ", ".join(f"`{k}` {v:g}" for k, v in cfg.items())
                 + f" (rules and thresholds of commit {RULES_COMMIT}, plus `attention_collapse` of commit "
