@@ -26,6 +26,7 @@ import os
 import re
 import sys
 import time
+import traceback
 from typing import Any, Callable, Mapping, Optional
 
 import jax
@@ -168,6 +169,15 @@ def flatten_config(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(out, default=str))
 
 
+def _from_orbax(record: logging.LogRecord) -> bool:
+    """Whether a log record comes from Orbax: logged there, naming it, or carrying an exception raised in its code
+    (asyncio's "Future exception was never retrieved" names only the future; its traceback runs through Orbax)."""
+    if "orbax" in record.pathname or "orbax" in record.getMessage():
+        return True
+    tb = record.exc_info[2] if record.exc_info else None
+    return any("orbax" in frame.filename for frame in traceback.extract_tb(tb)) if tb is not None else False
+
+
 class _SaveFailures(logging.Filter):
     """On absl's and asyncio's loggers: drops Orbax's error records (a failed background save is logged there,
     with its traceback, and then carried on from; its abandoned write tasks report "Task exception was never
@@ -180,7 +190,7 @@ class _SaveFailures(logging.Filter):
     LOGGERS = ("absl", "asyncio")  # Orbax logs through absl; its abandoned write tasks through asyncio
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR or ("orbax" not in record.pathname and "orbax" not in record.getMessage()):
+        if record.levelno < logging.ERROR or not _from_orbax(record):
             return True
         if self.cause is None:
             exc = record.exc_info[1] if record.exc_info else None

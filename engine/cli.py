@@ -57,7 +57,9 @@ def fail(message: str, at_once: bool = False) -> NoReturn:
 
 
 def run(main: Callable[[list[str]], Any]) -> None:
-    """``absl.app.run(main)`` with the checks and the one-line error path described in the module docstring."""
+    """``absl.app.run(main)`` with the checks and the one-line error path described in the module docstring; it
+    ends the process, and an exit stuck on a thread that never ends is cut off after the grace period
+    (``engine.watchdog.bound_exit``)."""
 
     def guarded(argv: list[str]) -> Any:
         from engine.watchdog import StopRequest, StopSignal
@@ -77,7 +79,13 @@ def run(main: Callable[[list[str]], Any]) -> None:
             fail(f"stopped after {StopRequest.received}: {type(e).__name__}: {e}")
 
     logs.quiet_third_party()  # before JAX starts its backends: no libtpu probe line
-    app.run(guarded, flags_parser=parse_flags)
+    try:
+        app.run(guarded, flags_parser=parse_flags)
+    except SystemExit as e:  # app.run always ends this way: the interpreter's exit is bounded too
+        from engine import watchdog
+
+        watchdog.bound_exit(e.code if isinstance(e.code, int) else 1)
+        raise
 
 
 def script(main: Callable[..., Any], *args: Any) -> Any:

@@ -241,9 +241,29 @@ class StopRequest:
 
 
 def set_grace(seconds: float) -> None:
-    """The grace period of the active command-wide guard (``StopRequest(at_once=True)``), once the config says it."""
+    """The grace period of the active command-wide guard (``StopRequest(at_once=True)``) and of the command's exit
+    (``bound_exit``), once the config says it."""
+    global _exit_grace
+    _exit_grace = float(seconds)
     if StopRequest.guard is not None:
         StopRequest.guard.grace_seconds = float(seconds)
+
+
+_exit_grace = GRACE_SECONDS
+
+
+def bound_exit(code: int) -> None:
+    """Bound the exit of a command that is ending with ``code``: when the interpreter has not ended within the grace
+    period (``set_grace``; 0 = no bound) because it waits for a thread that never ends (an abandoned background
+    save, say), one ERROR line, every thread's stack, and exit ``code`` (``HUNG_EXIT_CODE`` for 0) at once."""
+    if _exit_grace <= 0:
+        return
+    code = int(code) or HUNG_EXIT_CODE
+    timer = threading.Timer(_exit_grace, _exit_now, (code, f"the command did not exit within {_exit_grace:g} s of "
+                                                         "ending (a thread it waits for never ended); exiting now"))
+    timer.daemon = True
+    timer.name = "attnlab-exit-bound"
+    timer.start()
 
 
 class Watchdog:

@@ -3,6 +3,7 @@ an explicit damaged or missing step is an error listing the steps, a checkpoint 
 named before any array is read."""
 import logging
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -144,3 +145,29 @@ def test_set_aside_steps_are_invisible_to_orbax(saved):
     manager = ocp.CheckpointManager(saved, item_names=("state", "data"))
     assert list(manager.all_steps()) == [3]
     manager.close()
+
+
+def _raised_in(filename: str):
+    """exc_info of an OSError(ENOSPC) raised in code compiled as ``filename``."""
+    space = {}
+    exec(compile("def write():\n    raise OSError(28, 'No space left on device')\n", filename, "exec"), space)
+    try:
+        space["write"]()
+    except OSError:
+        return sys.exc_info()
+
+
+def test_orbax_error_logs_are_silenced_also_when_only_their_traceback_names_orbax():
+    """asyncio's "Future exception was never retrieved" (an abandoned write of a failed background save, collected
+    at exit) names only the future; its traceback runs through Orbax: dropped, and its cause kept. An error from
+    elsewhere still reaches the log."""
+    failures = ckpt_lib._SaveFailures()
+
+    def record(exc_info):
+        return logging.LogRecord("asyncio", logging.ERROR, "/usr/lib/python3.11/asyncio/base_events.py", 1771,
+                                 "Future exception was never retrieved\nfuture: <Future finished exception=OSError(28)>",
+                                 None, exc_info)
+
+    assert failures.filter(record(_raised_in("/site-packages/numpy/io.py"))) and failures.cause is None
+    assert not failures.filter(record(_raised_in("/site-packages/orbax/checkpoint/_src/path/async_path.py")))
+    assert "No space left on device" in failures.cause

@@ -2,7 +2,8 @@
 sees, no traceback, and that nothing is lost (docs/reliability.md):
 
 stop signals (exit 143 / 130 after a save), a run hung on purpose that ignores SIGTERM (killed at the end of the
-grace period with every thread's stack dumped), the watchdog, two runs on one workdir, stale locks, a read-only
+grace period with every thread's stack dumped), an exit stuck on a thread that never ends (cut off the same way), the
+watchdog, two runs on one workdir, stale locks, a read-only
 workdir, a disk that fills up during a checkpoint save, W&B online without network, a damaged tokenizer file, an
 empty training file, a rerun with a changed config (refused, leaving the workdir as it was; or recorded with
 ``--allow_config_change``), a rerun of a finished run, a record of another task or model (refused before anything
@@ -69,6 +70,8 @@ class Fault(hooks.Hook):
     def after_step(self, run):
         if run.step == at("FAULT_SIGNAL_AT"):
             os.kill(os.getpid(), getattr(signal, env["FAULT_SIGNAL"]))
+        if run.step == at("FAULT_THREAD_AT"):  # a thread that never ends: the interpreter's exit waits for it
+            threading.Thread(target=time.sleep, args=(3600,), name="fault-never-ends").start()
         if run.step == at("FAULT_HANG_AT"):
             if env.get("FAULT_SIGNAL_WHEN_HUNG"):
                 sig = getattr(signal, env["FAULT_SIGNAL_WHEN_HUNG"])
@@ -114,6 +117,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def base_env(tmp) -> dict:
     return dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", PYTHONPATH=REPO, ATTNLAB_REPO=REPO,
+                PYTHONFAULTHANDLER="1",
                 ATTNLAB_CACHE_DIR=str(tmp / "cache"), JAX_COMPILATION_CACHE_DIR=str(tmp / "xla"),
                 XLA_FLAGS=os.environ["ATTNLAB_TEST_XLA_FLAGS"])
 
@@ -132,9 +136,14 @@ def finish(proc, log_path, t0) -> tuple[int, str, float]:
     try:
         proc.wait(timeout=max(TIMEOUT_S - (time.monotonic() - t0), 1))
     except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack goes to the log first
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        pytest.fail(f"{log_path.name} did not end within {TIMEOUT_S}s:\n{log_path.read_text()[-3000:]}")
+        pytest.fail(f"{log_path.name} did not end within {TIMEOUT_S}s:\n{log_path.read_text()[-8000:]}")
     return proc.returncode, log_path.read_text(), time.monotonic() - t0
 
 
@@ -255,6 +264,8 @@ def runs(tmp, finished):
                          dict(FAULT_HANG_AT="6", FAULT_SIGNAL_WHEN_HUNG="SIGTERM")),
         "watchdog": ([*long, "--config.train.watchdog_seconds=40", f"--workdir={tmp / 'watchdog'}"],
                      dict(FAULT_HANG_AT="12")),
+        "exit_hang": ([*LM, "--config.train.num_steps=4", "--config.train.stop_grace_seconds=3",
+                       f"--workdir={tmp / 'exit_hang'}"], dict(FAULT_THREAD_AT="2")),
         "locked": ([*LM, f"--workdir={tmp / 'locked'}"], None),
         "stale": ([*LM, "--config.train.num_steps=2", f"--workdir={tmp / 'stale'}"], None),
         "elsewhere": ([*LM, f"--workdir={tmp / 'elsewhere'}"], None),
@@ -323,6 +334,14 @@ def test_a_hung_run_exits_after_the_grace_period_with_stacks(runs, tmp):
     assert "in after_step" in out and "Thread 0x" in out  # every thread's stack, the hung one included
     hung_at = out.index("FAULT hanging at step 6")
     assert out.index("SIGTERM received") > hung_at
+
+
+def test_an_exit_stuck_on_a_thread_is_cut_off_after_the_grace_period_with_stacks(runs, tmp):
+    code, out, seconds = runs["exit_hang"]
+    line = one_error(out, code, 1)
+    assert "the command did not exit within 3 s of ending (a thread it waits for never ended)" in line
+    assert out.index("done:") < out.index(line) and "Thread 0x" in out and seconds < 60, out[-3000:]
+    assert "4" in os.listdir(tmp / "exit_hang" / "checkpoints")  # the run itself finished and saved
 
 
 def test_the_watchdog_ends_a_hung_step_and_keeps_the_checkpoints(runs, tmp):
@@ -462,7 +481,7 @@ def test_disk_full_during_a_save_is_one_line_and_the_last_checkpoint_survives(tm
     if os.geteuid() != 0 or not mount_tmpfs(small, "24m"):
         pytest.skip("needs root to mount a small tmpfs")
     workdir = small / "run"
-    args = [*LM, "--config.train.num_steps=30", f"--workdir={workdir}"]
+    args = [*LM, "--config.train.num_steps=30", "--config.train.watchdog_seconds=120", f"--workdir={workdir}"]
     code, out, _ = finish(*start(tmp, "disk-full", args, dict(FAULT_FILL_DISK_AT="20")))
     line = one_error(out, code)
     assert "No space left on device" in line and "last good checkpoint: step 10" in line, line

@@ -29,8 +29,11 @@ def test_the_specs_register_with_their_claims_and_families():
         assert set(c.a + c.b) <= labels, c.id
     assert set(sh.KEY) <= {c.id for c in sh.CLAIMS}
     assert dict((c.id, c.paper) for c in sh.CLAIMS)["L h1x6"] == pytest.approx(math.log(5.29 / 4.92))
-    # 6 rows x the 3-rate grid before any record; the long arms' 42 points, each with a lr argument
-    assert len(lr.STUDY.points()) == 18 and len(sh.STUDY.points()) == 42
+    # 6 rows x the 3-rate grid before any record, plus the extensions the committed records ask for; the long
+    # arms' 42 points, each with a lr argument
+    assert sum(len(c.grid) for c in lr.choices("/nonexistent").values()) == 18
+    assert len(lr.STUDY.points()) == sum(len(c.grid) for c in lr.choices().values()) >= 18
+    assert len(sh.STUDY.points()) == 42
     assert all(re.search(r",lr=[0-9.e-]+,", a.arg) for a in sh.STUDY.arms)
 
 
@@ -227,4 +230,4 @@ def test_the_lr_report_shows_each_rows_choice_and_the_criterion(tmp_path):
     assert verdict == "pending" and "h1 0.003 (chosen)" in measured and "'h8'" in reason
     (verdicts,) = study_lib.evaluate([lr.STUDY], {lr.STUDY.name: str(tmp_path)}).values()
     text = open(study_lib.write_report(lr.STUDY, verdicts, out=str(tmp_path))).read()
-    assert "## Each row's learning rate" in text and "Points recorded: 6 of 18" in text
+    assert "## Each row's learning rate" in text and f"Points recorded: 6 of {len(lr.STUDY.points())}" in text
