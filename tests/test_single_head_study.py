@@ -135,6 +135,7 @@ def test_the_lr_rule_picks_by_nll_with_ties_divergence_and_the_edge_extension(tm
 def test_the_reading_rule():
     u, c, r, n = claims_lib.UNRESOLVED, claims_lib.CONTRADICTED, claims_lib.REPRODUCED, claims_lib.NO_EFFECT
     assert sh.answer({}).startswith("Not answered yet")
+    assert sh.answer({"L h1x6": c, "R h1": u}).startswith("Not answered yet")  # one unresolved leaves it open
     assert sh.answer({"L h1x6": c, "R h1": c}).startswith("Yes: one head beats eight")
     assert sh.answer({"L h1x6": c, "R h1": n}).startswith("Partly: one head beats eight with per-row rates")
     assert sh.answer({"L h1x6": r, "R h1": n}).startswith("No: ")
