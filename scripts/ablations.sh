@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The long CPU sweeps behind docs/results/entropy_collapse/, logit_growth/, table3/, mqar_variants/,
-# heads_vs_depth/, head_importance/replication/ and table3_d256/ (about 50 hours on 2 cores), as one queue at the
-# lowest priority so other work goes on, the short studies first:
+# heads_vs_depth/, head_importance/replication/, health_calibration/ and table3_d256/ (about 60 hours on 2 cores),
+# as one queue at the lowest priority so other work goes on, the short studies first:
 #   1. entropy collapse (4 lrs x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 30 min)
 #   2. logit growth (6 lrs x d_model 64/128 x QK-LayerNorm off/on x 3 seeds, 1,500 steps; about 2 hours)
 #   3. Table 3 at d_model 128: rows (A), (B) and the A/A control (3 seeds each, 2,400 steps per point; about
@@ -13,8 +13,8 @@
 #      QK-LayerNorm off at 3x the steps, then post-LN with a long warmup, 3 seeds; about 19 hours)
 #   6. head-importance replication on fresh seeds 3-5 (3 models + 3 uniform-baseline models, 2,200 steps each, and
 #      the head analyses; about 3 hours), testing the verdict criteria written after the first run
-#   6b. the health monitor's calibration runs (the fault library and the held-out runs of configs/faults.py)
-#      and its report
+#   6b. the health monitor's calibration runs (the fault library and the held-out runs of configs/faults.py, the
+#       main job, Table 3 at d_model 128 again with traces: about 9 hours) and its report
 #   7. Table 3 at d_model 256, learning rate 1.5e-3 (about 12 hours on a quiet machine: 20 minutes a point at
 #      h <= 8, 25 at h 16, 35 at h 32)
 # A session lent a GPU can train what is left of 5 and 7 (and Table 3 at d_model 512) in one device call:

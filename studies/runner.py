@@ -72,8 +72,9 @@ def trained_on_text(records: Sequence[dict]) -> str:
     if not counts:
         return "No point is recorded yet; the line above names the machine that built this report."
     return ("The line above names the machine that built this report from the records; the points trained on: "
-            + "; ".join(f"{where} ({_points(n)})" for where, n in sorted(counts.items())) + ".")
+            + "; ".join(f"{where} ({points_text(n)})" for where, n in sorted(counts.items())) + ".")
 
 
-def _points(n: int) -> str:
-    return f"{n} point" + ("" if n == 1 else "s")
+def points_text(n: int, noun: str = "point") -> str:
+    """"1 point", "3 points" (``noun`` for another word)."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")

@@ -1,5 +1,9 @@
 """analysis/health_eval.py and the health calibration study: events from records and traces, fault-library labels,
-intervals, detection, and the report's splits."""
+intervals, detection, the report's splits, and Table 3 d128 retrained with traces."""
+import json
+import os
+import shutil
+
 import numpy as np
 import pytest
 
@@ -70,3 +74,31 @@ def test_the_collapse_statistic_and_outcomes():
     ws = health_calibration.replay(run, cfg)
     assert health_eval.outcome(run, ws) == "caught at step 10 (attention_collapse)"
     assert health_eval.outcome(run, []) == "missed"
+
+
+def test_table3_d128_is_retrained_with_traces_beside_its_originals(tmp_path):
+    """Every Table 3 d128 point once, each configuration's first seed first, its record mirroring the original's path
+    under table3_d128/ and its run folder apart from the original's (resuming a finished original would train
+    nothing); the report's rows set each retrained run against its original."""
+    jobs = health_calibration.jobs(str(tmp_path / "runs"), str(tmp_path / "out"), ["table3_d128"])
+    assert len(jobs) == 33 and len({j.record for j in jobs}) == 33
+    assert [j.name for j in jobs[:3]] == ["table3 A/num_heads_1-seed_0", "table3 A/num_heads_2-seed_0",
+                                          "table3 A/num_heads_4-seed_0"]
+    first = [j.name.split("/")[0] for j in jobs[:11]]
+    assert sorted(set(first)) == ["table3 A", "table3 A1", "table3 A1dk", "table3 AA", "table3 B"]
+    assert all(j.workdir.startswith(str(tmp_path / "runs" / "table3_d128")) for j in jobs)
+    originals = os.path.join(health_calibration.REPO, "docs", "results", health_calibration.TABLE3_D128)
+    for j in jobs:
+        assert os.path.exists(os.path.join(originals, os.path.relpath(j.record, tmp_path / "out" / "table3_d128")))
+    results = tmp_path / "results"
+    shutil.copytree(originals, results / health_calibration.TABLE3_D128)
+    again = tmp_path / "out" / "table3_d128" / "A"
+    again.mkdir(parents=True)
+    for name, shift in (("num_heads_1-seed_0", 0.0), ("num_heads_2-seed_1", 0.25)):
+        record = json.loads((results / health_calibration.TABLE3_D128 / "A" / f"{name}.json").read_text())
+        nll = record["validation"]["nll"]
+        record["validation"]["nll"] = nll + shift
+        (again / f"{name}.json").write_text(json.dumps(record))
+    rows = health_calibration.retrain_rows(str(tmp_path / "out"), str(results))
+    assert [r[0] for r in rows] == ["A/num_heads_1-seed_0", "A/num_heads_2-seed_1"]
+    assert rows[0][3] == 0.0 and rows[1][3] == pytest.approx(0.25)

@@ -8,6 +8,7 @@ here offline over the traces of the folders in SPLITS: studies of this project a
 (``configs/faults.py``: ``library()`` in ``faults/``, ``heldout()`` / ``heldout2()`` in ``heldout/`` / ``heldout2/``).
 
     python -m studies train health_calibration [--only main]  # train the missing runs, then the report
+    python -m studies train health_calibration --only table3_d128  # Table 3 d128's 33 runs again, with traces
     python -m studies report health_calibration               # the report from the committed records and traces
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from studies.report import REPO, Report, environment_line
 TITLE = "Calibrating the attention health monitor"
 NAME = "health_calibration"
 OUT = os.path.join(REPO, "docs", "results", NAME)
-RECORDS = ("points", "faults", "heldout", "heldout2", "main")  # this study's record folders under OUT
+RECORDS = ("points", "faults", "heldout", "heldout2", "main", "table3_d128")  # this study's record folders under OUT
 RULES_COMMIT = "d4fdcc6"  # the monitor's rules and thresholds, committed before the held-out runs trained
 RULES_COMMIT2 = "73ecdb4"  # attention_collapse added (after the held-out split was seen), before held out 2 trained
 TRACE_SUFFIX = ".attention.json.gz"
@@ -35,6 +36,8 @@ LISTINGS = {"faults": "library", "heldout": "heldout", "heldout2": "heldout2"}  
 MAIN_JOB = "configs/translation.py"  # the main job, trained into main/: as a user runs it, and at a step budget
 MAIN_POINTS = (("main_job", ""), ("main_job-steps_3050", "steps=3050,minutes=0"))
 TABLE3_D128 = "table3/points"  # Table 3 at d_model 128: its original runs, trained before traces were kept
+RETRAINED = "table3_d128"  # OUT's folder of those runs trained again (same configs and seeds), with traces
+TRAIN_FOLDERS = (*LISTINGS, "main", RETRAINED)  # what ``python -m studies train health_calibration`` trains
 LR_ARM = ("single_head_lr/points", "Table 3 d128 configuration at its row's learning rate, issue 49")
 # split -> record folders under docs/results whose traces it replays.
 SPLITS = (("calibration", ("heads_vs_depth/points", f"{NAME}/points", f"{NAME}/faults")),
@@ -42,6 +45,7 @@ SPLITS = (("calibration", ("heads_vs_depth/points", f"{NAME}/points", f"{NAME}/f
           ("held out", (f"{NAME}/heldout",)),
           ("held out 2", (f"{NAME}/heldout2",)),
           ("held-out healthy: the main job", (f"{NAME}/main",)),
+          ("held-out healthy: Table 3 d128, retrained", (f"{NAME}/{RETRAINED}",)),
           ("held-out healthy: Table 3 d128, lr arm", (LR_ARM[0],)))
 SPLIT_TEXT = (
     f"Splits, by record folder (never by run, so near-duplicate runs do not leak): *calibration*, the runs whose "
@@ -63,7 +67,7 @@ SPLIT_TEXT = (
     f"same at 3,050 steps (what the budget gives on an idle 2-core machine; before issue 47 it warned at step "
     f"2,850, reading a sharp cross-attention head as a missing scale), trained after commit {RULES_COMMIT2}. *held-out "
     f"healthy: Table 3 d128, lr arm*, `docs/results/single_head_lr/points/`: Table 3 configurations at d_model 128 "
-    f"(rows B: h1, h2, h8, h32) retrained at per-row learning rates for issue 49, after commit {RULES_COMMIT}; "
+    f"(rows (A) h = 1, 2, 8, 32, row (B) d_k 4, and heads vs depth's 1 head x 6+6) retrained at per-row learning rates for issue 49, after commit {RULES_COMMIT}; "
     f"they are judged by learning like the studies' runs.")
 HEADERS = ["split", "n", "faulty", "healthy", "precision [95% CI]", "recall [95% CI]", "median lead (steps)",
            "healthy runs alarmed [95% CI]", "warnings per healthy run"]
@@ -125,12 +129,18 @@ def write_report(out: str, results: str) -> str:
     arm = collections.Counter(r.family for s, r in found if s == SPLITS[-1][0])
     rate = sweep_lib.load_config_module(os.path.join(REPO, "configs/table3_heads.py")).learning_rate(128)
     own = sum(s == SPLITS[-1][0] and r.point.startswith(f"lr_{rate:g}/") for s, r in found)
+    again = retrain_rows(out, results)
+    retrained = len(again)
     report.text(SPLIT_TEXT + (f" Of the runs `heldout()` and `heldout2()` list, {len(missing)} have no record yet "
                               f"and are not in the numbers: {', '.join(missing)}." if missing else "")
                 + f" Table 3 at d_model 128 itself (`docs/results/{TABLE3_D128}/`): {t3_traced} of its {t3_runs} "
                   f"original runs have an attention trace ({t3_runs - t3_traced} were trained before traces were "
-                  f"kept) and none is replayed here; the traced runs of its configurations are the lr arm's: "
-                  + ", ".join(f"{fam.split('/')[2].split()[0]} ({n} runs)" for fam, n in sorted(arm.items()))
+                  f"kept), so they are trained again, same configs and seeds, with traces (`python -m studies train "
+                  f"{NAME} --only {RETRAINED}`, into `{RETRAINED}/`, after commit {RULES_COMMIT2}; split *held-out "
+                  f"healthy: Table 3 d128, retrained*): {retrained} of {t3_runs} so far, each against its original "
+                  f"in the section 'Table 3 d128 retrained'. Other traced runs of its configurations are the lr arm's: "
+                  + ", ".join(f"{fam.split('/')[2].split()[0]} ({runner.points_text(n, 'run')})"
+                              for fam, n in sorted(arm.items()))
                   + f"; {own} of them at Table 3's own learning rate at this width ({rate:g}, "
                     f"`configs/table3_heads.py`): its d128 configurations (`configs/single_head.py` builds on it) with seed 100.")
     cfg = config_lib.base_config().health
@@ -168,6 +178,16 @@ def write_report(out: str, results: str) -> str:
                   "lowest ratio (run, step, layer)"],
                  health_eval.collapse_rows(splits, runs, order, cfg.uniform_ratio, cfg.collapse_spread_ratio),
                  csv_name="collapse.csv")
+    report.section("Table 3 d128 retrained")
+    same = [r for r in again if r[3] is not None]
+    report.text(f"Each retrained run against Table 3's original run of the same config and seed (`docs/results/"
+                f"{TABLE3_D128}/`): validation NLL at its last step. " + (
+                    f"{sum(abs(r[3]) < 5e-4 for r in same)} of {len(same)} agree within 0.0005 (largest difference "
+                    f"{max(abs(r[3]) for r in same):.4f}): the traces replayed here are those of the runs behind "
+                    f"Table 3's verdicts where they agree, and of runs of the same configuration where they do not."
+                    if same else "No run is retrained yet."))
+    report.table(["run (under table3/points)", "original valid NLL", "retrained valid NLL", "difference"], again,
+                 csv_name="table3_d128.csv", digits=4)
     report.section("By warning kind and group")
     report.text("Per split, each kind of warning on its own: the runs with at least one such warning, and its "
                 "precision as an alarm.")
@@ -229,16 +249,50 @@ def summary() -> list:
     return [Summary(os.path.relpath(OUT, REPO), TITLE, reading)]
 
 
-def jobs(workdir: str, out: str, folders: Sequence[str] = (*LISTINGS, "main")) -> list:
+def retrain_jobs(workdir: str, out: str) -> list:
+    """Table 3 at d_model 128 trained again with traces: every point of the ``table3`` study (its configs and seeds),
+    each arm's first seed first, so a partial retrain covers every configuration; its record at
+    ``<out>/table3_d128/<the point's folder under table3/points>/<point>.json``."""
+    from studies import specs
+
+    table3 = specs.study("table3")
+    points = os.path.join(REPO, table3.out, "points")
+    pairs = table3.points()
+    seeds = {a.name: sorted({p.overrides["seed"] for b, p in pairs if b.name == a.name}) for a, _ in pairs}
+    order = [(seeds[arm.name].index(point.overrides["seed"]), i, arm, point) for i, (arm, point) in enumerate(pairs)]
+    return [runner.Job(table3.spec(arm), point, os.path.join(workdir, RETRAINED, arm.name),
+                       os.path.join(out, RETRAINED, os.path.relpath(table3.records_dir(arm), points),
+                                    f"{point.name}.json"), f"table3 {arm.name}/{point.name}")
+            for _, _, arm, point in sorted(order, key=lambda o: o[:2])]
+
+
+def retrain_rows(out: str, results: str) -> list[list]:
+    """Each retrained Table 3 d128 run against its original (same config and seed): validation NLL at step 2,400
+    of both and their difference (0 when the CPU run repeats exactly)."""
+    rows = []
+    for where, _, files in sorted(os.walk(os.path.join(out, RETRAINED))):
+        for name in sorted(f for f in files if f.endswith(".json")):
+            rel = os.path.relpath(os.path.join(where, name), os.path.join(out, RETRAINED))
+            original = os.path.join(results, TABLE3_D128, rel)
+            again = sweep_lib.read_record(os.path.join(where, name))["validation"]["nll"]
+            first = sweep_lib.read_record(original)["validation"]["nll"] if os.path.exists(original) else None
+            rows.append([rel[: -len(".json")], first, again, None if first is None else again - first])
+    return rows
+
+
+def jobs(workdir: str, out: str, folders: Sequence[str] = TRAIN_FOLDERS) -> list:
     """The training jobs of ``folders``: the main job into ``<out>/main``; the fault library's ``library()`` into
-    ``<out>/faults``, ``heldout()`` into ``<out>/heldout`` and ``heldout2()`` into ``<out>/heldout2``."""
+    ``<out>/faults``, ``heldout()`` into ``<out>/heldout`` and ``heldout2()`` into ``<out>/heldout2``; Table 3 d128
+    again into ``<out>/table3_d128`` (``retrain_jobs``), last: the longest (about 7 quiet-machine hours)."""
     faults = sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG))
     main = [runner.Job(f"{MAIN_JOB}:{arg}", sweep_lib.Point(name, {}), workdir,
                        os.path.join(out, "main", f"{name}.json")) for name, arg in MAIN_POINTS if "main" in folders]
+    retrained = retrain_jobs(workdir, out) if RETRAINED in folders else []
     return main + [runner.Job(f"{health_eval.FAULTS_CONFIG}:{arg}",
                               sweep_lib.Point(name, {"seed": int(health_eval.config_args(arg).get("seed", 0))}),
                               workdir, os.path.join(out, folder, f"{name}.json"))
-                   for folder in folders if folder in LISTINGS for name, arg in getattr(faults, LISTINGS[folder])()]
+                   for folder in folders if folder in LISTINGS for name, arg in getattr(faults, LISTINGS[folder])()
+                   ] + retrained
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
@@ -248,8 +302,9 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--report_only", action="store_true", help="train nothing; the report from the records")
     parser.add_argument("--max_points", type=int, default=None, help="train at most this many missing runs")
-    parser.add_argument("--only", nargs="+", choices=[*LISTINGS, "main"], default=[*LISTINGS, "main"],
-                        help="these folders (main: the main job)")
+    parser.add_argument("--only", nargs="+", choices=TRAIN_FOLDERS, default=list(TRAIN_FOLDERS),
+                        help=f"these folders (main: the main job; {RETRAINED}: Table 3 at d_model 128 again, with "
+                             "traces)")
     parser.add_argument("--workdir", default=None, help="run folders (default runs/repro/health_faults)")
     args = parser.parse_args(argv)
     runner.check_args(args)
