@@ -149,47 +149,6 @@ def test_verse_measures(keep, examples: int, **kwargs) -> dict[str, np.ndarray]:
                                 keep.data.make_batch("test", chosen.tolist(), len(chosen)), **kwargs)
 
 
-def figures(seeds: Sequence[int], col: dict[str, list[np.ndarray]], learned: Sequence[float],
-            uniform: Sequence[float], epsilon: float) -> list[tuple]:
-    """(figure, name, caption) of the explanation report: per verse the Kendall taus, the permutation TVD against
-    max attention and the adversarial JSD (``col``: per-seed arrays of ``explanation_measures``' fields by
-    name); test accuracy per seed with learned and uniform pooling. Matplotlib figures."""
-    from studies.report import plt
-
-    out = []
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-    bins = np.linspace(-1, 1, 41)
-    for k, label in (("tau_grad", "gradient × input"), ("tau_loo", "leave-one-out")):
-        axes[0].hist(np.concatenate(col[k]), bins=bins, alpha=0.6, label=label)
-    axes[0].axvline(0.5, color="0.4", ls="--", lw=0.8)
-    axes[0].set(xlabel="Kendall τ with α (per verse)", ylabel="verses", title="agreement with other importances")
-    for s, amax, tvd in zip(seeds, col["max_alpha"], col["perm_median_tvd"]):
-        axes[1].scatter(amax, tvd, s=6, alpha=0.6, label=f"seed {s}")
-    axes[1].axhline(0.05, color="0.4", ls="--", lw=0.8)
-    axes[1].set(xlabel="max α", ylabel="median output TVD", yscale="log", title="random permutations of α")
-    axes[2].hist(np.concatenate(col["adv_jsd"]), bins=np.linspace(0, np.log(2), 30))
-    axes[2].axvline(0.5, color="0.4", ls="--", lw=0.8)
-    axes[2].set(xlabel=f"JSD(α, α') with output TVD <= {epsilon:g}", ylabel="verses", title="adversarial attention")
-    for ax in axes[:2]:
-        ax.legend(fontsize=7)
-    for ax in axes:
-        ax.title.set_fontsize(9)
-    fig.tight_layout()
-    out.append((fig, "explanation", "Per verse, all seeds: Kendall τ of α with two importance measures; the median "
-                "output change under 100 random permutations of α against max α; the largest JSD of an adversarial "
-                "α' that keeps the output. Dashed: the thresholds of the claims."))
-    fig, ax = plt.subplots(figsize=(4.2, 3.2))
-    for x, values, label in ((0, learned, "learned α"), (1, uniform, "uniform α")):
-        ax.scatter([x] * len(values), values, label=label)
-        ax.errorbar([x + 0.15], [np.mean(values)], yerr=[np.std(values, ddof=1)] if len(values) > 1 else None,
-                    fmt="k_", capsize=3)
-    ax.set(xticks=[0, 1], xticklabels=["learned", "uniform"], xlim=(-0.5, 1.5), ylabel="test accuracy")
-    fig.tight_layout()
-    out.append((fig, "accuracy", "Test accuracy per seed with learned and with uniform pooling attention (black: "
-                "mean ± std)."))
-    return out
-
-
 def pretrained_measures(p, texts: Sequence[str], *, permutations: int, seed: int, max_len: int = 64
                         ) -> dict[str, np.ndarray]:
     """Jain & Wallace's forward-only tests on a pretrained checkpoint (``pretrained.load(...)``), per text of

@@ -10,7 +10,6 @@ model; ``to_json`` / ``from_json`` turn its result into a JSON record's section 
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -381,29 +380,3 @@ def from_record(raw: dict[str, Any]) -> dict:
     m = dict(from_json(raw["measurements"]), base_nll=raw["validation"]["nll"], base_bleu=raw["test"]["bleu"])
     m.update({k: raw[k] for k in ("seed", "commit", "measured_utc", "steps") if raw.get(k) is not None})
     return m
-
-
-def recorded(path: str, decoded: str, make: Callable[[], tuple[dict, Callable[[dict], dict]]]) -> None:
-    """Write record ``path`` unless it exists: ``make()`` gives the measurements and a function from them to the
-    record (``record``); the decodes they kept (``decoded``) go to ``<decoded>_<condition>.txt``, one per line."""
-    from engine.evaluation import write_hypotheses
-    from studies.points import write_record
-
-    if os.path.exists(path):
-        return
-    m, as_record = make()
-    os.makedirs(os.path.dirname(decoded) or ".", exist_ok=True)
-    for condition, hyps in m.pop("decoded", {}).items():
-        write_hypotheses(f"{decoded}_{condition.replace(', ', '_').replace(' ', '_')}.txt", hyps)
-    write_record(path, as_record(m))
-
-
-def recorded_runs(points: str, names: Sequence[str]) -> list[dict]:
-    """The measurements (``from_record``) of the records ``<points>/<name>.json`` of ``names``, in order
-    (ValueError naming any missing)."""
-    from studies.points import read_record
-
-    missing = [x for x in names if not os.path.isfile(os.path.join(points, f"{x}.json"))]
-    if missing:
-        raise ValueError(f"{points}: no record of {', '.join(missing)}; measure it first")
-    return [from_record(read_record(os.path.join(points, f"{x}.json"))) for x in names]

@@ -235,7 +235,8 @@ def head_importance_run(a: argparse.Namespace) -> None:
     records under ``a.out`` (a model with a record is skipped), with the settings in ``<a.out>/run.json``."""
     import time
 
-    from analysis.importance import Probe, measure, record, recorded, trained_subject
+    from analysis.importance import Probe, measure, record, trained_subject
+    from studies.importance_summary import recorded
     from analysis.keep import train_kept
     from studies.inprocess import load, with_overrides
 
@@ -283,7 +284,8 @@ def head_importance_pretrained(source: str, out: str, *, eval_batches: int, sent
                                attention_impl: str = "auto") -> None:
     """Measure the pretrained encoder-decoder ``source`` (a checkpoint directory or hub id) into
     ``<out>/points/pretrained.json`` (kept: a rerun reports from it)."""
-    from analysis.importance import measure, pretrained_subject, record, recorded
+    from analysis.importance import measure, pretrained_subject, record
+    from studies.importance_summary import recorded
     from pretrained import load as load_pretrained
 
     hi = head_importance

@@ -1,5 +1,6 @@
-"""The engine's import graph has no cycle, counting every import: module level, function-local and
-``TYPE_CHECKING`` ones alike (parsed from the source, nothing imported)."""
+"""The engine's import graph has no cycle, and every package imports only the layers below it (``LAYERS``),
+counting every import: module level, function-local and ``TYPE_CHECKING`` ones alike (parsed from the source,
+nothing imported)."""
 import ast
 import os
 
@@ -65,3 +66,42 @@ def test_the_engine_imports_form_no_cycle():
     assert "loop" in graph["restore"] or "config" in graph["restore"]  # the parser sees imports at all
     cycle = find_cycle(graph)
     assert not cycle, "engine import cycle: " + " -> ".join(cycle)
+
+
+# Each package and what it may import of the others (the design card's layers: each uses only those below it).
+LAYERS = {
+    "attention": set(),
+    "models": {"attention"},
+    "data": set(),
+    "engine": {"attention", "models", "data"},
+    "pretrained": {"attention", "models", "data", "engine"},
+    "analysis": {"attention", "models", "data", "engine", "pretrained"},
+    "studies": {"attention", "models", "data", "engine", "pretrained", "analysis"},
+}
+
+
+def package_imports() -> dict[str, dict[str, str]]:
+    """package -> {other package it imports anywhere in its source: the first file that does}."""
+    out: dict[str, dict[str, str]] = {}
+    for package in LAYERS:
+        found: dict[str, str] = {}
+        for root, _, files in sorted(os.walk(os.path.join(REPO, package))):
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(root, name)
+                with open(path) as f:
+                    tree = ast.parse(f.read())
+                for node in ast.walk(tree):
+                    names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                        [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+                    for top in {n.split(".")[0] for n in names} & set(LAYERS) - {package}:
+                        found.setdefault(top, os.path.relpath(path, REPO))
+        out[package] = found
+    return out
+
+
+def test_every_package_imports_only_the_layers_below_it():
+    imports = package_imports()
+    assert "attention" in imports["models"] and "engine" in imports["studies"]  # the parser sees imports at all
+    wrong = [f"{package} imports {other} ({where})" for package, found in imports.items()
+             for other, where in sorted(found.items()) if other not in LAYERS[package]]
+    assert not wrong, "; ".join(wrong)

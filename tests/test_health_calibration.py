@@ -1,4 +1,4 @@
-"""analysis/health_eval.py and the health calibration study: events from records and traces, fault-library labels,
+"""studies/health_eval.py and the health calibration study: events from records and traces, fault-library labels,
 intervals, detection, the report's splits, and Table 3 d128 retrained with traces."""
 import json
 import os
@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from analysis import health_eval
+from studies import health_eval
 from engine import config as config_lib
 from studies.specs import health_calibration
 

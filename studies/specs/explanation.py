@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -19,8 +19,7 @@ from studies import seedwise
 from studies.regenerate import regenerate
 from studies.claims import NO_EFFECT
 from studies.inprocess import load, with_overrides
-from analysis.explanation import figures
-from studies.report import REPO, Report, environment_line, fmt, mean_std, read_csv, write_csv
+from studies.report import REPO, Report, environment_line, fmt, mean_std, plt, read_csv, write_csv
 
 NAME = "explanation"
 CONFIG = os.path.join(REPO, "configs", "repro_explanation.py")
@@ -65,6 +64,45 @@ PAPERS = """- Jain & Wallace, *Attention is not Explanation*, NAACL 2019 (arXiv:
 The papers' per-dataset tables were not retrieved, so the comparison is with these qualitative results."""
 RECORDS = ("run.json", "per_example.csv", "accuracy.csv")
 FIELDS = ["seed", "example", "tokens", "correct", "max_alpha", "tau_grad", "tau_loo", "perm_median_tvd", "adv_jsd"]
+
+
+def figures(seeds: Sequence[int], col: dict[str, list[np.ndarray]], learned: Sequence[float],
+            uniform: Sequence[float], epsilon: float) -> list[tuple]:
+    """(figure, name, caption) of the explanation report: per verse the Kendall taus, the permutation TVD against
+    max attention and the adversarial JSD (``col``: per-seed arrays of ``explanation_measures``' fields by
+    name); test accuracy per seed with learned and uniform pooling. Matplotlib figures."""
+    out = []
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    bins = np.linspace(-1, 1, 41)
+    for k, label in (("tau_grad", "gradient × input"), ("tau_loo", "leave-one-out")):
+        axes[0].hist(np.concatenate(col[k]), bins=bins, alpha=0.6, label=label)
+    axes[0].axvline(0.5, color="0.4", ls="--", lw=0.8)
+    axes[0].set(xlabel="Kendall τ with α (per verse)", ylabel="verses", title="agreement with other importances")
+    for s, amax, tvd in zip(seeds, col["max_alpha"], col["perm_median_tvd"]):
+        axes[1].scatter(amax, tvd, s=6, alpha=0.6, label=f"seed {s}")
+    axes[1].axhline(0.05, color="0.4", ls="--", lw=0.8)
+    axes[1].set(xlabel="max α", ylabel="median output TVD", yscale="log", title="random permutations of α")
+    axes[2].hist(np.concatenate(col["adv_jsd"]), bins=np.linspace(0, np.log(2), 30))
+    axes[2].axvline(0.5, color="0.4", ls="--", lw=0.8)
+    axes[2].set(xlabel=f"JSD(α, α') with output TVD <= {epsilon:g}", ylabel="verses", title="adversarial attention")
+    for ax in axes[:2]:
+        ax.legend(fontsize=7)
+    for ax in axes:
+        ax.title.set_fontsize(9)
+    fig.tight_layout()
+    out.append((fig, "explanation", "Per verse, all seeds: Kendall τ of α with two importance measures; the median "
+                "output change under 100 random permutations of α against max α; the largest JSD of an adversarial "
+                "α' that keeps the output. Dashed: the thresholds of the claims."))
+    fig, ax = plt.subplots(figsize=(4.2, 3.2))
+    for x, values, label in ((0, learned, "learned α"), (1, uniform, "uniform α")):
+        ax.scatter([x] * len(values), values, label=label)
+        ax.errorbar([x + 0.15], [np.mean(values)], yerr=[np.std(values, ddof=1)] if len(values) > 1 else None,
+                    fmt="k_", capsize=3)
+    ax.set(xticks=[0, 1], xticklabels=["learned", "uniform"], xlim=(-0.5, 1.5), ylabel="test accuracy")
+    fig.tight_layout()
+    out.append((fig, "accuracy", "Test accuracy per seed with learned and with uniform pooling attention (black: "
+                "mean ± std)."))
+    return out
 
 
 def measure(out: str, *, seeds: int, steps: int, examples: int, permutations: int, epsilon: float, adv_steps: int,

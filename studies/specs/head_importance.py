@@ -11,8 +11,8 @@ from typing import Optional
 
 import numpy as np
 
-from analysis import importance_summary as summ
-from analysis.importance import POSITIONAL, SELF_GROUPS, from_record, recorded_runs
+from studies import importance_summary as summ
+from analysis.importance import POSITIONAL, SELF_GROUPS, from_record
 from studies import seedwise
 from studies.inprocess import load
 from studies.points import read_record
@@ -87,7 +87,7 @@ def _records(out: str) -> tuple[dict, list[dict], list[dict]]:
     with open(os.path.join(out, RUN)) as f:
         a = json.load(f)
     tag, first = "quick_" if a["quick"] else "", a["first_seed"]
-    return a, *(recorded_runs(os.path.join(out, POINTS), [f"{tag}{kind}{s}" for s in range(first, first + a[n])])
+    return a, *(summ.recorded_runs(os.path.join(out, POINTS), [f"{tag}{kind}{s}" for s in range(first, first + a[n])])
                 for kind, n in (("seed", "seeds"), ("uniform", "uniform_seeds")))
 
 

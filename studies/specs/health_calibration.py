@@ -19,7 +19,7 @@ import csv
 import os
 from typing import Optional, Sequence
 
-from analysis import health_eval
+from studies import health_eval
 from studies import points as sweep_lib
 from studies import runner
 from studies.regenerate import regenerate

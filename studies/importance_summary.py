@@ -1,5 +1,6 @@
 """Summaries of head-importance measurements (``analysis.importance.measure`` results, one per model or seed):
-the tables and figures of a head-importance report and the per-seed numbers its claims are judged on.
+the tables and figures of a head-importance report and the per-seed numbers its claims are judged on; the
+measurements' records (``recorded``, ``recorded_runs``).
 
 Every function takes ``runs``, a list of ``measure`` results of models with the same head shapes; tables come as
 ``(headers, rows)`` with cells as ``studies.report.mean_std`` strings over the runs (or numbers), figures as
@@ -8,12 +9,15 @@ matplotlib figures.
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from analysis.importance import GROUPS, POSITIONAL, SELF_GROUPS, head_list, spearman, within_layer_spearman
+from analysis.importance import (GROUPS, POSITIONAL, SELF_GROUPS, from_record, head_list, spearman,
+                                 within_layer_spearman)
 from analysis.importance import positional_fraction as _positional_fraction
+from engine.evaluation import write_hypotheses
+from studies.points import read_record, write_record
 from studies.report import Report, markdown_table, mean_std, plt, write_csv
 
 Table = tuple[list[str], list[list]]
@@ -412,3 +416,24 @@ def reading(c: dict, verdicts: Sequence, sentences: int, uniform_gap: float) -> 
 
     lines.append("- **In short:** " + "; ".join(f"{v.claim.text} ({v.kind})" for v in verdicts) + ".")
     return "\n".join(lines)
+
+
+def recorded(path: str, decoded: str, make: Callable[[], tuple[dict, Callable[[dict], dict]]]) -> None:
+    """Write record ``path`` unless it exists: ``make()`` gives the measurements and a function from them to the
+    record (``record``); the decodes they kept (``decoded``) go to ``<decoded>_<condition>.txt``, one per line."""
+    if os.path.exists(path):
+        return
+    m, as_record = make()
+    os.makedirs(os.path.dirname(decoded) or ".", exist_ok=True)
+    for condition, hyps in m.pop("decoded", {}).items():
+        write_hypotheses(f"{decoded}_{condition.replace(', ', '_').replace(' ', '_')}.txt", hyps)
+    write_record(path, as_record(m))
+
+
+def recorded_runs(points: str, names: Sequence[str]) -> list[dict]:
+    """The measurements (``from_record``) of the records ``<points>/<name>.json`` of ``names``, in order
+    (ValueError naming any missing)."""
+    missing = [x for x in names if not os.path.isfile(os.path.join(points, f"{x}.json"))]
+    if missing:
+        raise ValueError(f"{points}: no record of {', '.join(missing)}; measure it first")
+    return [from_record(read_record(os.path.join(points, f"{x}.json"))) for x in names]
