@@ -35,10 +35,38 @@ def summaries(module) -> list[specs.Summary]:
     return out
 
 
+def retest_notes(modules: Sequence) -> dict[str, str]:
+    """study folder (``Study.out``) -> the sentence its row of docs/results/README.md ends with when a later study
+    re-tests its claims (``Study.retests``): per later study, its progress and, per claim, the claims that re-test
+    it, or "superseded" with their verdicts once every one is resolved or the later study has all its points."""
+    notes: dict[str, list[str]] = {}
+    for module in modules:
+        follow_ups = [s for s in getattr(module, "STUDIES", ()) if s.retests]
+        if not follow_ups:
+            continue
+        verdicts = {v.claim.id: v for vs in study_lib.evaluate(module.STUDIES).values() for v in vs}
+        for s in follow_ups:
+            recorded, total = sum(len(m) for m in s.records().values()), len(s.points())
+            items: dict[str, list[str]] = {}
+            for name, claim, ids in s.retests:
+                kinds = [verdicts[i].reading() if i in verdicts else claims_lib.UNRESOLVED for i in ids]
+                done = recorded == total or all(not k.startswith(claims_lib.UNRESOLVED) for k in kinds)
+                items.setdefault(specs.study(name).out, []).append(
+                    f"{claim} superseded ({', '.join(f'{i}: {k}' for i, k in zip(ids, kinds))})" if done else
+                    f"{claim} by {', '.join(ids)}")
+            link = f"[{s.name}]({os.path.relpath(os.path.join(REPO, s.out), RESULTS)}/README.md)"
+            for out, said in items.items():
+                notes.setdefault(out, []).append(f"re-tested by {link} ({recorded} of {total} points): "
+                                                 + "; ".join(said))
+    return {out: "; ".join(n) for out, n in notes.items()}
+
+
 def write(modules: Sequence = (), path: Optional[str] = None) -> str:
     """Write docs/results/README.md (or ``path``); its path."""
     modules = list(modules) or specs.modules()
-    rows = [s for m in modules for s in summaries(m)]
+    notes = retest_notes(modules)
+    rows = [specs.Summary(s.out, s.title, s.reading + (f". Claims {notes[s.out]}" if s.out in notes else ""))
+            for m in modules for s in summaries(m)]
     listed = {os.path.relpath(os.path.join(REPO, s.out), RESULTS) for s in rows}
     others = sorted(d for d in os.listdir(RESULTS) if os.path.isdir(os.path.join(RESULTS, d)) and d not in listed)
     text = ["# Results", "",

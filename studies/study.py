@@ -107,6 +107,8 @@ class Study:
     # one line that says why not (e.g. an input another study has not recorded yet); ``train`` checks it first
     after: Optional[Callable[[str, str], None]] = None  # (record path, run folder): ``train`` calls it after each
     # point that trained or already had a record, e.g. to add to the record what only the run folder holds
+    retests: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # (study, its claim id, this study's claims that
+    # re-test it): docs/results/README.md marks that claim re-tested here, and superseded once these are resolved
 
     def records_dir(self, arm: Arm, out: Optional[str] = None) -> str:
         base = out or os.path.join(REPO, self.out)

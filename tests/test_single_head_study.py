@@ -232,3 +232,30 @@ def test_the_lr_report_shows_each_rows_choice_and_the_criterion(tmp_path):
     (verdicts,) = study_lib.evaluate([lr.STUDY], {lr.STUDY.name: str(tmp_path)}).values()
     text = open(study_lib.write_report(lr.STUDY, verdicts, out=str(tmp_path))).read()
     assert "## Each row's learning rate" in text and f"Points recorded: 6 of {len(lr.STUDY.points())}" in text
+
+
+def test_the_results_index_marks_the_claims_it_retests_then_supersedes_them(monkeypatch, tmp_path):
+    """docs/results/README.md: Table 3's and heads vs depth's re-tested claims are named with the claims that re-test
+    them while those are open, and marked superseded, with the new verdicts, once they are resolved."""
+    from types import SimpleNamespace
+
+    from studies import index
+
+    notes = index.retest_notes([sh])
+    table3, depth = specs.study("table3").out, specs.study("heads_vs_depth").out
+    points = f"{sum(len(m) for m in sh.STUDY.records().values())} of {len(sh.STUDY.points())} points"
+    assert notes[table3].startswith(f"re-tested by [single_head](single_head/README.md) ({points}): ")
+    assert "d128 h1x6 by L h1x6, R h1" in notes[table3] and "24+24 match off by D 24+24=8x3+3" in notes[depth]
+    rows = [line for line in open(index.write(path=str(tmp_path / "README.md"))).read().splitlines()
+            if "(table3/README.md)" in line]
+    assert len(rows) == 1 and rows[0].endswith(f". Claims {notes[table3]} |")
+
+    def verdict(cid: str, kind: str):
+        return SimpleNamespace(claim=SimpleNamespace(id=cid), reading=lambda: kind)
+
+    resolved = {"single_head": [verdict("L h1x6", claims_lib.CONTRADICTED), verdict("R h1", claims_lib.NO_EFFECT),
+                                verdict("L h2", claims_lib.UNRESOLVED)]}
+    monkeypatch.setattr(index.study_lib, "evaluate", lambda studies: resolved)
+    notes = index.retest_notes([sh])
+    assert "d128 h1x6 superseded (L h1x6: contradicted, R h1: no effect)" in notes[table3]
+    assert "d128 h2 by L h2" in notes[table3]  # its re-test is still open

@@ -141,6 +141,12 @@ CLAIMS = (
 )
 AA_IDS = tuple(x.id for x in CLAIMS if x.family == NOISE)
 KEY = ("L h1x6", "R h1", *AA_IDS)
+# The earlier claims these re-test (docs/results/README.md marks them): Table 3 at d_model 128, and heads vs depth's
+# budget effect and Liu et al.'s case, whose 1-head arms confounded depth with d_k.
+RETESTS = (("table3", "d128 h1", ("L h1x6", "R h1")), ("table3", "d128 h1x6", ("L h1x6", "R h1")),
+           ("table3", "d128 h2", ("L h2",)), ("table3", "d128 h32", ("L h32",)), ("table3", "d128 dk/4", ("L dk4",)),
+           ("heads_vs_depth", "6+6 long budget", ("D 6+6=2x3+3", "D 6+6=8x3+3")),
+           ("heads_vs_depth", "24+24 match off", ("D 24+24=8x3+3",)))
 
 
 def answer(kinds: Mapping[str, str]) -> str:
@@ -240,6 +246,7 @@ READING = ("the reading rule, `answer` in `studies/specs/single_head.py`, fixed 
 STUDY = Study(
     name="single_head", title="Single head, settled: per-row rates, 3x the budget, the paper's recipe, d_k apart",
     out="docs/results/single_head", arms=tuple(arm(name) for name in ARMS), setting=setting, claims=CLAIMS,
+    retests=RETESTS,
     protocol=(
         "Protocol (`configs/single_head.py`): the Table 3 CPU-scale model (d_model 128, d_ff 512, 3+3 layers, pre-LN "
         "without dropout or QK-LayerNorm, rsqrt schedule with 100 warmup steps, batch 8 x 128 tokens) for 7,200 "
