@@ -24,7 +24,8 @@ HEALTHY = ["table3_d256/points/A/num_heads_32-seed_0", "table3_d256/points/A/num
            "heads_vs_depth/points/num_encoder_layers_6-qk_layernorm_false-seed_0-norm_post-warmup_steps_800",
            "health_calibration/heldout2/translation-healthy-post_ln-d80-h4",
            "health_calibration/heldout2/translation-healthy-post_ln-d112-h7", "single_head_lr/points/h1/lr_0.006/default",
-           "health_calibration/main/main_job-steps_3050"]
+           "health_calibration/main/main_job-steps_3050",
+           "health_calibration/table3_d128/A/num_heads_1-seed_0"]
 
 
 def _replay(point):
@@ -38,7 +39,9 @@ def test_committed_healthy_runs_are_silent(point):
     """32 heads, one head of d_k 256, d_k 8, 7,200 steps, MQAR solved with near one-hot attention, two held-out
     runs (32 heads of d_k 4; translation at d_model 96 with 6 heads), the healthy runs whose near-uniform layer falls
     furthest below its first-check spread (calibration: 6+6 post-LN with warmup; held out 2: 2+2 post-LN translation
-    with warmup at d_model 80 and 112, the latter within 1.5x of collapse_spread_ratio) and Table 3 d128's one-head row at its highest learning rate."""
+    with warmup at d_model 80 and 112, the latter within 1.5x of collapse_spread_ratio), Table 3 d128's one-head row
+    at its highest learning rate, the main job at 3,050 steps and Table 3 d128's one-head run retrained with its
+    trace."""
     assert _replay(point) == []
 
 
