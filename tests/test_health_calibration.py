@@ -102,3 +102,22 @@ def test_table3_d128_is_retrained_with_traces_beside_its_originals(tmp_path):
     rows = health_calibration.retrain_rows(str(tmp_path / "out"), str(results))
     assert [r[0] for r in rows] == ["A/num_heads_1-seed_0", "A/num_heads_2-seed_1"]
     assert rows[0][3] == 0.0 and rows[1][3] == pytest.approx(0.25)
+
+
+def test_the_named_healthy_studies_count_traced_healthy_runs_and_their_warnings(tmp_path):
+    """Per study the issue names: all its runs (records on disk), the traced ones, the healthy ones among those, and
+    only the healthy runs' warnings (a run that failed to learn is a faulty run); solved MQAR runs by accuracy."""
+    run = lambda family, point, record, event=None: health_eval.Run(  # noqa: E731
+        family, point, record, [], (), event, None)
+    runs = [run("heads_vs_depth/points", "a", {}), run("heads_vs_depth/points", "b", {}, "failed to learn"),
+            run("health_calibration/points", "solved", {"validation": {"accuracy": 1.0}}),
+            run("health_calibration/points", "not solved", {"validation": {"accuracy": 0.4}})]
+    warnings = [[], ["w", "w"], ["w"], ["w"]]
+    depth = tmp_path / "heads_vs_depth" / "points"
+    depth.mkdir(parents=True)
+    for name in ("a", "b", "c"):
+        (depth / f"{name}.json").write_text("{}")
+    rows = {r[0]: r[1:] for r in health_calibration.named_rows(runs, warnings, str(tmp_path), str(tmp_path))}
+    assert rows["heads vs depth"] == [3, 2, 1, 0, 0]
+    assert rows["MQAR solved (entropy-collapse runs)"] == [1, 1, 1, 1, 1]
+    assert rows["Table 3, d_model 256"] == [0, 0, 0, 0, 0]
