@@ -315,7 +315,7 @@ def retrain_rows(out: str, results: str) -> list[list]:
             first = sweep_lib.read_record(original) if os.path.exists(original) else None
             nll = None if first is None else first["validation"]["nll"]
             rows.append([rel[: -len(".json")], nll, again["validation"]["nll"],
-                         None if nll is None else again["validation"]["nll"] - nll,
+                         None if nll is None else round(again["validation"]["nll"] - nll, 4),
                          f"{first and first.get('commit')} -> {again.get('commit')}"])
     return rows
 
