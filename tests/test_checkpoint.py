@@ -164,9 +164,9 @@ def test_orbax_error_logs_are_silenced_also_when_only_their_traceback_names_orba
     failures = ckpt_lib._SaveFailures()
 
     def record(exc_info):
+        message = "Future exception was never retrieved\nfuture: <Future finished exception=OSError(28)>"
         return logging.LogRecord("asyncio", logging.ERROR, "/usr/lib/python3.11/asyncio/base_events.py", 1771,
-                                 "Future exception was never retrieved\nfuture: <Future finished exception=OSError(28)>",
-                                 None, exc_info)
+                                 message, None, exc_info)
 
     assert failures.filter(record(_raised_in("/site-packages/numpy/io.py"))) and failures.cause is None
     assert not failures.filter(record(_raised_in("/site-packages/orbax/checkpoint/_src/path/async_path.py")))

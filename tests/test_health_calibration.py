@@ -117,7 +117,7 @@ def test_the_named_healthy_studies_count_traced_healthy_runs_and_their_warnings(
     depth.mkdir(parents=True)
     for name in ("a", "b", "c"):
         (depth / f"{name}.json").write_text("{}")
-    rows = {r[0]: r[1:] for r in health_calibration.named_rows(runs, warnings, str(tmp_path), str(tmp_path))}
+    rows = {r[0]: r[1:] for r in health_calibration.named_rows(runs, warnings, str(tmp_path))}
     assert rows["heads vs depth"] == [3, 2, 1, 0, 0]
     assert rows["MQAR solved (entropy-collapse runs)"] == [1, 1, 1, 1, 1]
     assert rows["Table 3, d_model 256"] == [0, 0, 0, 0, 0]

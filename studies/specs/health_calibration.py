@@ -69,7 +69,8 @@ SPLIT_TEXT = (
     f"same at 3,050 steps (what the budget gives on an idle 2-core machine; before issue 47 it warned at step "
     f"2,850, reading a sharp cross-attention head as a missing scale), trained after commit {RULES_COMMIT2}. *held-out "
     f"healthy: Table 3 d128, lr arm*, `docs/results/single_head_lr/points/`: Table 3 configurations at d_model 128 "
-    f"(rows (A) h = 1, 2, 8, 32, row (B) d_k 4, and heads vs depth's 1 head x 6+6) retrained at per-row learning rates for issue 49, after commit {RULES_COMMIT}; "
+    f"(rows (A) h = 1, 2, 8, 32, row (B) d_k 4, and heads vs depth's 1 head x 6+6) retrained at per-row learning "
+    f"rates for issue 49, after commit {RULES_COMMIT}; "
     f"they are judged by learning like the studies' runs.")
 HEADERS = ["split", "n", "faulty", "healthy", "precision [95% CI]", "recall [95% CI]", "median lead (steps)",
            "healthy runs alarmed [95% CI]", "warnings per healthy run"]
@@ -126,25 +127,24 @@ def write_report(out: str, results: str) -> str:
     faults = sweep_lib.load_config_module(os.path.join(REPO, health_eval.FAULTS_CONFIG))
     missing = [f"{s}: {n}" for s, listing in (("held out", faults.heldout), ("held out 2", faults.heldout2))
                for n, _ in listing() if (s, n) not in {(x, r.point) for x, r in found}]
-    t3 = [f for _, _, fs in os.walk(os.path.join(results, TABLE3_D128)) for f in fs]
-    t3_runs, t3_traced = (sum(f.endswith(end) for f in t3) for end in (".json", TRACE_SUFFIX))
+    t3_runs, t3_traced = (_count(os.path.join(results, TABLE3_D128), end) for end in (".json", TRACE_SUFFIX))
     arm = collections.Counter(r.family for s, r in found if s == SPLITS[-1][0])
     rate = sweep_lib.load_config_module(os.path.join(REPO, "configs/table3_heads.py")).learning_rate(128)
     own = sum(s == SPLITS[-1][0] and r.point.startswith(f"lr_{rate:g}/") for s, r in found)
     again = retrain_rows(out, results)
-    retrained = len(again)
     report.text(SPLIT_TEXT + (f" Of the runs `heldout()` and `heldout2()` list, {len(missing)} have no record yet "
                               f"and are not in the numbers: {', '.join(missing)}." if missing else "")
                 + f" Table 3 at d_model 128 itself (`docs/results/{TABLE3_D128}/`): {t3_traced} of its {t3_runs} "
                   f"original runs have an attention trace ({t3_runs - t3_traced} were trained before traces were "
                   f"kept), so they are trained again, same configs and seeds, with traces (`python -m studies train "
                   f"{NAME} --only {RETRAINED}`, into `{RETRAINED}/`, after commit {RULES_COMMIT2}; split *held-out "
-                  f"healthy: Table 3 d128, retrained*): {retrained} of {t3_runs} so far, each against its original "
+                  f"healthy: Table 3 d128, retrained*): {len(again)} of {t3_runs} so far, each against its original "
                   f"in the section 'Table 3 d128 retrained'. Other traced runs of its configurations are the lr arm's: "
                   + ", ".join(f"{fam.split('/')[2].split()[0]} ({runner.points_text(n, 'run')})"
                               for fam, n in sorted(arm.items()))
                   + f"; {own} of them at Table 3's own learning rate at this width ({rate:g}, "
-                    f"`configs/table3_heads.py`): its d128 configurations (`configs/single_head.py` builds on it) with seed 100.")
+                    f"`configs/table3_heads.py`): its d128 configurations (`configs/single_head.py` builds on it) with "
+                    f"seed 100.")
     cfg = config_lib.base_config().health
     report.text("Thresholds: the defaults of `engine/config.py`: " + ", ".join(f"`{k}` {v:g}" for k, v in cfg.items())
                 + f" (rules and thresholds of commit {RULES_COMMIT}, plus `attention_collapse` of commit "
@@ -178,7 +178,7 @@ def write_report(out: str, results: str) -> str:
                 "the tables above and below instead.")
     report.table(["study", "runs", "traced", "traced healthy", "healthy runs with a warning",
                   "warnings on healthy runs"],
-                 named_rows(runs, warnings, results, out), csv_name="named.csv")
+                 named_rows(runs, warnings, results), csv_name="named.csv")
     report.section("The attention_collapse margin")
     report.text(f"Per split, healthy and faulty runs: how many have a layer whose every head is near uniform "
                 f"(normalized entropy above {cfg.uniform_ratio:g}) with a median logit spread below "
@@ -278,19 +278,20 @@ def retrain_jobs(workdir: str, out: str) -> list:
             for _, _, arm, point in sorted(order, key=lambda o: o[:2])]
 
 
-def _records_in(folder: str) -> int:
-    return sum(f.endswith(".json") for _, _, files in os.walk(folder) for f in files)
+def _count(folder: str, suffix: str = ".json") -> int:
+    """How many files under ``folder`` end with ``suffix`` (by default: records)."""
+    return sum(f.endswith(suffix) for _, _, files in os.walk(folder) for f in files)
 
 
-def named_rows(runs: Sequence[health_eval.Run], warnings: Sequence[list], results: str, out: str) -> list[list]:
+def named_rows(runs: Sequence[health_eval.Run], warnings: Sequence[list], results: str) -> list[list]:
     """The healthy runs issue 47 holds to zero warnings: Table 3 at both widths, heads vs depth, the solved MQAR
     runs (validation accuracy >= 0.999) and the main job; per line its traced runs of all its runs and warnings."""
     solved = lambda r: (r.record.get("validation") or {}).get("accuracy", 0) >= 0.999  # noqa: E731
-    named = (("Table 3, d_model 256", "table3_d256/points", None, _records_in(os.path.join(results, "table3_d256"))),
+    named = (("Table 3, d_model 256", "table3_d256/points", None, _count(os.path.join(results, "table3_d256"))),
              ("Table 3, d_model 128 (retrained with traces)", f"{NAME}/{RETRAINED}", None,
-              _records_in(os.path.join(results, TABLE3_D128))),
-             ("heads vs depth", "heads_vs_depth/points", None, _records_in(os.path.join(results, "heads_vs_depth",
-                                                                                        "points"))),
+              _count(os.path.join(results, TABLE3_D128))),
+             ("heads vs depth", "heads_vs_depth/points", None, _count(os.path.join(results, "heads_vs_depth",
+                                                                                   "points"))),
              ("MQAR solved (entropy-collapse runs)", f"{NAME}/points", solved, None),
              ("the main job", f"{NAME}/main", None, None))
     rows = []
