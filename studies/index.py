@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from studies import claims as claims_lib
 from studies import specs
@@ -12,11 +12,12 @@ from studies.report import REPO, markdown_table
 RESULTS = os.path.join(REPO, "docs", "results")
 
 
-def summaries(module) -> list[specs.Summary]:
-    """The rows of a spec module: its own ``summary()``, else one per study of ``STUDIES`` with its verdict counts."""
+def summaries(module, verdicts: Optional[Mapping[str, list]] = None) -> list[specs.Summary]:
+    """The rows of a spec module: its own ``summary()``, else one per study of ``STUDIES`` with its verdict counts
+    (``verdicts``: ``study_lib.evaluate(module.STUDIES)`` when already computed)."""
     if hasattr(module, "summary"):
         return list(module.summary())
-    verdicts = study_lib.evaluate(module.STUDIES)
+    verdicts = verdicts if verdicts is not None else study_lib.evaluate(module.STUDIES)
     out = []
     for s in module.STUDIES:
         records = sum(len(m) for m in s.records().values())
@@ -35,16 +36,18 @@ def summaries(module) -> list[specs.Summary]:
     return out
 
 
-def retest_notes(modules: Sequence) -> dict[str, str]:
+def retest_notes(modules: Sequence, evaluated: Optional[Mapping[str, Mapping[str, list]]] = None) -> dict[str, str]:
     """study folder (``Study.out``) -> the sentence its row of docs/results/README.md ends with when a later study
     re-tests its claims (``Study.retests``): per later study, its progress and, per claim, the claims that re-test
-    it, or "superseded" with their verdicts once every one is resolved or the later study has all its points."""
+    it, or "superseded" with their verdicts once every one is resolved or the later study has all its points.
+    ``evaluated``: module name -> its ``study_lib.evaluate`` result, where already computed."""
     notes: dict[str, list[str]] = {}
     for module in modules:
         follow_ups = [s for s in getattr(module, "STUDIES", ()) if s.retests]
         if not follow_ups:
             continue
-        verdicts = {v.claim.id: v for vs in study_lib.evaluate(module.STUDIES).values() for v in vs}
+        module_verdicts = (evaluated or {}).get(module.__name__) or study_lib.evaluate(module.STUDIES)
+        verdicts = {v.claim.id: v for vs in module_verdicts.values() for v in vs}
         for s in follow_ups:
             recorded, total = sum(len(m) for m in s.records().values()), len(s.points())
             items: dict[str, list[str]] = {}
@@ -64,9 +67,11 @@ def retest_notes(modules: Sequence) -> dict[str, str]:
 def write(modules: Sequence = (), path: Optional[str] = None) -> str:
     """Write docs/results/README.md (or ``path``); its path."""
     modules = list(modules) or specs.modules()
-    notes = retest_notes(modules)
+    evaluated = {m.__name__: study_lib.evaluate(m.STUDIES) for m in modules
+                 if hasattr(m, "STUDIES") and not hasattr(m, "summary")}  # once per module, for both uses below
+    notes = retest_notes(modules, evaluated)
     rows = [specs.Summary(s.out, s.title, s.reading + (f". Claims {notes[s.out]}" if s.out in notes else ""))
-            for m in modules for s in summaries(m)]
+            for m in modules for s in summaries(m, evaluated.get(m.__name__))]
     listed = {os.path.relpath(os.path.join(REPO, s.out), RESULTS) for s in rows}
     others = sorted(d for d in os.listdir(RESULTS) if os.path.isdir(os.path.join(RESULTS, d)) and d not in listed)
     text = ["# Results", "",
