@@ -178,21 +178,35 @@ def _from_orbax(record: logging.LogRecord) -> bool:
     return any("orbax" in frame.filename for frame in traceback.extract_tb(tb)) if tb is not None else False
 
 
+_READ_FRAMES = ("deserializ", "restore", "_read_shard", "_read_array")  # Orbax's read path
+
+
+def _from_orbax_read(record: logging.LogRecord) -> bool:
+    """Whether a log record carries an exception raised while Orbax read a checkpoint (the abandoned reads of a
+    failed restore are reported whenever their futures are collected, possibly after a save has started)."""
+    tb = record.exc_info[2] if record.exc_info else None
+    names = [frame.name for frame in traceback.extract_tb(tb)] if tb is not None else []
+    return any(part in name for name in names for part in _READ_FRAMES)
+
+
 class _SaveFailures(logging.Filter):
     """On absl's and asyncio's loggers: drops Orbax's error records (a failed background save is logged there,
     with its traceback, and then carried on from; its abandoned write tasks report "Task exception was never
-    retrieved") and keeps the first one's cause for ``Checkpointer.check``."""
+    retrieved") and keeps the first one's cause for ``Checkpointer.check``. A cause is kept only once a save has
+    started (``armed``) and only from a write: the noise of an earlier failed read is dropped, never reported
+    as a failed save."""
 
     def __init__(self):
         super().__init__()
         self.cause: Optional[str] = None
+        self.armed = False
 
     LOGGERS = ("absl", "asyncio")  # Orbax logs through absl; its abandoned write tasks through asyncio
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.ERROR or not _from_orbax(record):
             return True
-        if self.cause is None:
+        if self.cause is None and self.armed and not _from_orbax_read(record):
             exc = record.exc_info[1] if record.exc_info else None
             self.cause = _one_line(exc) if exc is not None else " ".join(record.getMessage().split())[:300]
         return False
@@ -252,6 +266,7 @@ class Checkpointer:
                         step, self.step_dir(step), problem, moved, step)
         self.check()
         self._saving = int(step)
+        self._failures.armed = True
         _filter_abandoned_read_noise()  # a failed write leaves the same abandoned-coroutine noise as a read
         try:
             self.manager.save(

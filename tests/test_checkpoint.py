@@ -147,14 +147,21 @@ def test_set_aside_steps_are_invisible_to_orbax(saved):
     manager.close()
 
 
-def _raised_in(filename: str):
-    """exc_info of an OSError(ENOSPC) raised in code compiled as ``filename``."""
+def _raised_in(filename: str, function: str = "write"):
+    """exc_info of an OSError(ENOSPC) raised in ``function`` of code compiled as ``filename``."""
     space = {}
-    exec(compile("def write():\n    raise OSError(28, 'No space left on device')\n", filename, "exec"), space)
+    exec(compile(f"def {function}():\n    raise OSError(28, 'No space left on device')\n", filename, "exec"),
+         space)
     try:
-        space["write"]()
+        space[function]()
     except OSError:
         return sys.exc_info()
+
+
+def _orbax_future_record(exc_info) -> logging.LogRecord:
+    message = "Future exception was never retrieved\nfuture: <Future finished exception=OSError(28)>"
+    return logging.LogRecord("asyncio", logging.ERROR, "/usr/lib/python3.11/asyncio/base_events.py", 1771,
+                             message, None, exc_info)
 
 
 def test_orbax_error_logs_are_silenced_also_when_only_their_traceback_names_orbax():
@@ -162,12 +169,22 @@ def test_orbax_error_logs_are_silenced_also_when_only_their_traceback_names_orba
     at exit) names only the future; its traceback runs through Orbax: dropped, and its cause kept. An error from
     elsewhere still reaches the log."""
     failures = ckpt_lib._SaveFailures()
-
-    def record(exc_info):
-        message = "Future exception was never retrieved\nfuture: <Future finished exception=OSError(28)>"
-        return logging.LogRecord("asyncio", logging.ERROR, "/usr/lib/python3.11/asyncio/base_events.py", 1771,
-                                 message, None, exc_info)
-
+    failures.armed = True  # a save has started
+    record = _orbax_future_record
     assert failures.filter(record(_raised_in("/site-packages/numpy/io.py"))) and failures.cause is None
     assert not failures.filter(record(_raised_in("/site-packages/orbax/checkpoint/_src/path/async_path.py")))
     assert "No space left on device" in failures.cause
+
+
+def test_the_noise_of_a_failed_read_is_never_reported_as_a_failed_save():
+    """The abandoned reads of a failed restore (a damaged checkpoint, set aside) surface whenever their futures are
+    collected: before the first save or after it, they are dropped and never become a save's failure."""
+    failures = ckpt_lib._SaveFailures()
+    orbax = "/site-packages/orbax/checkpoint/_src/serialization/serialization.py"
+    write = _orbax_future_record(_raised_in(orbax))
+    assert not failures.filter(write) and failures.cause is None  # no save started yet
+    failures.armed = True
+    for function in ("_read_array_index_and_device_put", "deserialize", "_read_shard"):
+        assert not failures.filter(_orbax_future_record(_raised_in(orbax, function)))
+        assert failures.cause is None, function
+    assert not failures.filter(write) and "No space left on device" in failures.cause
