@@ -169,13 +169,18 @@ def flatten_config(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(out, default=str))
 
 
+def _frames(record: logging.LogRecord) -> traceback.StackSummary:
+    """The frames of the exception a log record carries (none without one)."""
+    tb = record.exc_info[2] if record.exc_info else None
+    return traceback.extract_tb(tb) if tb is not None else traceback.StackSummary()
+
+
 def _from_orbax(record: logging.LogRecord) -> bool:
     """Whether a log record comes from Orbax: logged there, naming it, or carrying an exception raised in its code
     (asyncio's "Future exception was never retrieved" names only the future; its traceback runs through Orbax)."""
     if "orbax" in record.pathname or "orbax" in record.getMessage():
         return True
-    tb = record.exc_info[2] if record.exc_info else None
-    return any("orbax" in frame.filename for frame in traceback.extract_tb(tb)) if tb is not None else False
+    return any("orbax" in frame.filename for frame in _frames(record))
 
 
 _READ_FRAMES = ("deserializ", "restore", "_read_shard", "_read_array")  # Orbax's read path
@@ -184,9 +189,7 @@ _READ_FRAMES = ("deserializ", "restore", "_read_shard", "_read_array")  # Orbax'
 def _from_orbax_read(record: logging.LogRecord) -> bool:
     """Whether a log record carries an exception raised while Orbax read a checkpoint (the abandoned reads of a
     failed restore are reported whenever their futures are collected, possibly after a save has started)."""
-    tb = record.exc_info[2] if record.exc_info else None
-    names = [frame.name for frame in traceback.extract_tb(tb)] if tb is not None else []
-    return any(part in name for name in names for part in _READ_FRAMES)
+    return any(part in frame.name for frame in _frames(record) for part in _READ_FRAMES)
 
 
 class _SaveFailures(logging.Filter):
