@@ -64,10 +64,12 @@ def run(main: Callable[[list[str]], Any]) -> None:
     def guarded(argv: list[str]) -> Any:
         from engine.watchdog import StopRequest, StopSignal
 
+        guard = StopRequest(at_once=True)  # its grace period: train.stop_grace_seconds (``watchdog.set_grace``)
         try:
-            with StopRequest(at_once=True):  # its grace period: train.stop_grace_seconds (``watchdog.set_grace``)
+            with guard:
                 return main(argv)
         except StopSignal as e:
+            guard.announce(e.name)
             sys.exit(e.code)
         except ANTICIPATED as e:
             fail(str(e), at_once=getattr(e, "exit_at_once", False))

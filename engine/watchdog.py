@@ -117,6 +117,8 @@ class StopRequest:
         self._previous_fd: Optional[int] = None
         self._pipe: Optional[tuple[int, int]] = None
         self._thread: Optional[threading.Thread] = None
+        self._announce_lock = threading.Lock()
+        self._announced = False
 
     def _handle(self, signum, frame):
         self.signal_name = self.signal_name or signal.Signals(signum).name
@@ -161,9 +163,7 @@ class StopRequest:
                     self.signal_name = self.signal_name or name
                     StopRequest.received = StopRequest.received or name
                     if self.at_once:
-                        log.warning("%s received: stopping now (outside the train loop there is nothing to save; a "
-                                    "second signal, or %g s without stopping, exits at once)", name,
-                                    self.grace_seconds)
+                        self.announce(name)
                     else:
                         log.warning("%s received: saving a checkpoint and stopping at the end of this step (a "
                                     "second signal, or %g s without stopping, exits at once)", name,
@@ -171,6 +171,16 @@ class StopRequest:
                 else:
                     _exit_now(128 + self._first[0], f"{name} received again while stopping: exiting "
                               f"now{_said(self.describe)}")
+
+    def announce(self, name: str) -> None:
+        """Logs, once, that a stop signal outside the train loop stops the command now: from the watcher thread, or
+        from the main thread that caught the ``StopSignal`` (the process may exit before the watcher runs)."""
+        with self._announce_lock:
+            if self._announced:
+                return
+            self._announced = True
+        log.warning("%s received: stopping now (outside the train loop there is nothing to save; a second signal, "
+                    "or %g s without stopping, exits at once)", name, self.grace_seconds)
 
     def _take_over(self, first: tuple[int, float]) -> None:
         """Continue the grace period of a stop an inner StopRequest received (its block ended first)."""
