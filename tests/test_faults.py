@@ -10,7 +10,8 @@ empty training file, a rerun with a changed config (refused, leaving the workdir
 is written), another host's lock, and signals outside the train loop (building the data, ``eval.py``).
 
 Faults are injected by a launcher (``LAUNCHER``) that adds a hook to ``train.py``'s run: it sends a signal, hangs,
-or fills the disk at a given step; or slows the data build or ``eval.py``'s evaluation and sends a signal then. All scenarios start in one module fixture, ``PARALLEL`` processes at a time.
+or fills the disk at a given step; or slows the data build or ``eval.py``'s evaluation and sends a signal then. All scenarios start in one module fixture, ``PARALLEL`` processes at a time; its tests, and the two that start
+their own runs at a step, are marked ``slow`` (``pytest -m slow``; the README's ``pytest`` keeps the others).
 """
 import json
 import os
@@ -292,6 +293,7 @@ def runs(tmp, finished):
     return run_all(tmp, jobs)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_exits_143(runs, tmp):
     code, out, _ = runs["sigterm"]
     assert code == 143 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
@@ -299,12 +301,14 @@ def test_sigterm_saves_and_exits_143(runs, tmp):
     assert "7" in os.listdir(tmp / "sigterm" / "checkpoints")  # saved at the step it stopped
 
 
+@pytest.mark.slow
 def test_sigint_saves_and_exits_130(runs, tmp):
     code, out, _ = runs["sigint"]
     assert code == 130 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
     assert "7" in os.listdir(tmp / "sigint" / "checkpoints")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, expected", [("SIGTERM", 143), ("SIGINT", 130)])
 def test_a_signal_outside_the_train_loop_stops_at_once(runs, tmp, name, expected):
     code, out, seconds = runs[f"data_{name.lower()}"]
@@ -314,18 +318,40 @@ def test_a_signal_outside_the_train_loop_stops_at_once(runs, tmp, name, expected
     assert not (tmp / f"data_{name.lower()}").exists()  # the new workdir of a run that never started is gone
 
 
+def test_a_stop_signal_outside_the_loop_is_announced_even_when_the_process_ends_before_the_watcher_reads_it():
+    # The watcher thread never reads the signal here (as when the main thread exits before it is scheduled): the
+    # main thread that catches the StopSignal says it, once, before exiting 143.
+    script = """
+import os, signal, time
+from engine import cli, watchdog
+watchdog.StopRequest._watch = lambda self, read_fd: None
+def main(argv):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+cli.run(main)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+    out = done.stdout + done.stderr
+    assert done.returncode == 143 and "Traceback" not in out, out
+    assert out.count("SIGTERM received: stopping now (outside the train loop there is nothing to save") == 1, out
+
+
+@pytest.mark.slow
 def test_a_signal_during_the_final_evaluation_lets_it_finish_and_exits_143(runs):
     code, out, _ = runs["final_sigterm"]
     assert code == 143 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
     assert out.index("training stopped at step 10 (num_steps)") < out.index("SIGTERM received") < out.index("done:")
 
 
+@pytest.mark.slow
 def test_a_signal_during_eval_py_stops_it_at_once(runs):
     code, out, seconds = runs["eval_sigterm"]
     assert code == 143 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
     assert "SIGTERM received: stopping now" in out and seconds < 60, out[-3000:]
 
 
+@pytest.mark.slow
 def test_a_hung_run_exits_after_the_grace_period_with_stacks(runs, tmp):
     code, out, _ = runs["hung_sigterm"]
     line = one_error(out, code, 143)
@@ -336,6 +362,7 @@ def test_a_hung_run_exits_after_the_grace_period_with_stacks(runs, tmp):
     assert out.index("SIGTERM received") > hung_at
 
 
+@pytest.mark.slow
 def test_an_exit_stuck_on_a_thread_is_cut_off_after_the_grace_period_with_stacks(runs, tmp):
     code, out, seconds = runs["exit_hang"]
     line = one_error(out, code, 1)
@@ -344,6 +371,7 @@ def test_an_exit_stuck_on_a_thread_is_cut_off_after_the_grace_period_with_stacks
     assert "4" in os.listdir(tmp / "exit_hang" / "checkpoints")  # the run itself finished and saved
 
 
+@pytest.mark.slow
 def test_the_watchdog_ends_a_hung_step_and_keeps_the_checkpoints(runs, tmp):
     code, out, _ = runs["watchdog"]
     line = one_error(out, code, 1)
@@ -352,6 +380,7 @@ def test_the_watchdog_ends_a_hung_step_and_keeps_the_checkpoints(runs, tmp):
     assert sorted(int(s) for s in os.listdir(tmp / "watchdog" / "checkpoints")) == [5, 10]
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_workdir_is_refused_naming_the_holder(runs, tmp):
     code, out, _ = runs["locked"]
     line = one_error(out, code)
@@ -359,6 +388,7 @@ def test_a_second_run_on_a_workdir_is_refused_naming_the_holder(runs, tmp):
     assert json.loads((tmp / "locked.before").read_text()) == snapshot(tmp / "locked")  # no train.log either
 
 
+@pytest.mark.slow
 def test_a_lock_of_another_host_is_refused_naming_the_file_to_delete(runs, tmp):
     code, out, _ = runs["elsewhere"]
     line = one_error(out, code)
@@ -367,6 +397,7 @@ def test_a_lock_of_another_host_is_refused_naming_the_file_to_delete(runs, tmp):
     assert (tmp / "elsewhere" / "run.lock").exists()
 
 
+@pytest.mark.slow
 def test_a_stale_lock_is_taken_over(runs, tmp):
     code, out, _ = runs["stale"]
     assert code == 0 and "Traceback" not in out, out[-3000:]
@@ -374,6 +405,7 @@ def test_a_stale_lock_is_taken_over(runs, tmp):
     assert not (tmp / "stale" / "run.lock").exists()  # released at the end
 
 
+@pytest.mark.slow
 def test_two_runs_at_once_one_is_refused_and_the_record_has_each_step_once(tmp):
     w = tmp / "race"
     jobs = [start(tmp, f"race{i}", [*LM, "--config.train.num_steps=12", f"--workdir={w}"]) for i in range(2)]
@@ -386,6 +418,7 @@ def test_two_runs_at_once_one_is_refused_and_the_record_has_each_step_once(tmp):
     assert steps == sorted(set(steps)) and steps[-1] == 12
 
 
+@pytest.mark.slow
 def test_a_changed_config_is_refused_and_the_workdir_is_untouched(runs, tmp):
     code, out, _ = runs["changed"]
     line = one_error(out, code)
@@ -394,6 +427,7 @@ def test_a_changed_config_is_refused_and_the_workdir_is_untouched(runs, tmp):
     assert json.loads((tmp / "changed.before").read_text()) == snapshot(tmp / "changed")
 
 
+@pytest.mark.slow
 def test_an_allowed_change_is_recorded_with_its_step(runs, tmp, finished):
     code, out, _ = runs["allowed"]
     assert code == 0 and "Traceback" not in out, out[-3000:]
@@ -403,6 +437,7 @@ def test_an_allowed_change_is_recorded_with_its_step(runs, tmp, finished):
     assert (tmp / "allowed" / "config.json").read_text() == (finished / "config.json").read_text()
 
 
+@pytest.mark.slow
 def test_a_finished_run_says_so_and_does_nothing(runs, tmp):
     code, out, _ = runs["same"]
     assert code == 0 and "Traceback" not in out and " ERROR " not in out, out[-3000:]
@@ -411,6 +446,7 @@ def test_a_finished_run_says_so_and_does_nothing(runs, tmp):
     assert json.loads((tmp / "same.before").read_text()) == snapshot(tmp / "same")
 
 
+@pytest.mark.slow
 def test_a_record_of_another_task_leads_with_the_task(runs, tmp):
     code, out, _ = runs["other_task"]
     line = one_error(out, code)
@@ -418,6 +454,7 @@ def test_a_record_of_another_task_leads_with_the_task(runs, tmp):
     assert json.loads((tmp / "other_task.before").read_text()) == snapshot(tmp / "other_task")
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_model_is_refused_before_anything_is_written(runs, tmp):
     code, out, _ = runs["no_record"]
     line = one_error(out, code)
@@ -426,6 +463,7 @@ def test_a_checkpoint_of_another_model_is_refused_before_anything_is_written(run
     assert json.loads((tmp / "no_record.before").read_text()) == snapshot(tmp / "no_record")  # no log, JSONL, W&B
 
 
+@pytest.mark.slow
 def test_wandb_online_without_network_logs_offline_at_once(runs, tmp):
     code, out, seconds = runs["wandb"]
     assert code == 0 and "Traceback" not in out, out[-3000:]
@@ -435,6 +473,7 @@ def test_wandb_online_without_network_logs_offline_at_once(runs, tmp):
     assert seconds < 60  # W&B's own init timeout is 60 s
 
 
+@pytest.mark.slow
 def test_an_empty_training_file_is_one_line_naming_field_and_file(runs, tmp):
     code, out, _ = runs["empty_tsv"]
     line = one_error(out, code)
@@ -442,6 +481,7 @@ def test_an_empty_training_file_is_one_line_naming_field_and_file(runs, tmp):
     assert not (tmp / "empty").exists()  # the refused run's new workdir is gone again (no train.log, no lock)
 
 
+@pytest.mark.slow
 def test_a_damaged_tokenizer_is_rebuilt_from_the_cache_or_refused(runs, tmp):
     code, out, _ = runs["tokenizer"]
     assert code == 0, out[-3000:]
@@ -476,6 +516,7 @@ def test_read_only_workdir_is_one_line(tmp):
             f"workdir {workdir} is not writable: Permission denied ({ro})" in line, line
 
 
+@pytest.mark.slow
 def test_disk_full_during_a_save_is_one_line_and_the_last_checkpoint_survives(tmp):
     small = tmp / "small"
     if os.geteuid() != 0 or not mount_tmpfs(small, "24m"):
