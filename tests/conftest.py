@@ -49,7 +49,8 @@ def pytest_sessionfinish(session, exitstatus):
 # The slowest files (seconds of worker time each, measured with `pytest --durations=0` on 2 cores on 2026-12-03),
 # run first: with `--dist loadfile` each file is one unit, and a long file started last would leave the other
 # worker idle for its whole length. The default run (`-m 'not slow'`, pyproject.toml) first, then the files of
-# the slow tests (`pytest -m slow`: the study scripts' --quick runs and the multi-process launches).
+# the slow tests (`pytest -m slow`: the study scripts' --quick runs, the multi-process launches, the CLI
+# fault-scenario batteries of test_faults.py and test_reliability.py).
 SLOW_FILES_FIRST = ("test_attention.py", "test_train.py", "test_faults.py", "test_reliability.py", "test_docs.py",
                     "test_studies_reports.py", "test_tensor_parallel.py", "test_logs.py", "test_tasks.py",
                     "test_interventions.py", "test_loop.py", "test_models.py", "test_doctor.py", "test_chunked.py",

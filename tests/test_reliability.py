@@ -9,7 +9,8 @@
   shared 2-core machine depends on its load).
 
 One uninterrupted 30-step run of ``configs/lm_copy.py:runlocal`` (checkpoints at 10, 20, 30) is shared by the
-module; each damage scenario copies it, keeps steps 10 and 20 and damages 20.
+module; each damage scenario copies it, keeps steps 10 and 20 and damages 20. The damage and mistake batteries
+are marked ``slow`` (``pytest -m slow``); the README's ``pytest`` keeps the ``eval.py`` run.
 """
 import itertools
 import json
@@ -126,6 +127,7 @@ def reruns(baseline, root):
     return {damage: (workdirs[damage], results[damage]) for damage in DAMAGE}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_rerun_past_a_damaged_latest_checkpoint_matches_the_uninterrupted_run(baseline, reruns, damage):
     workdir, (code, out, _) = reruns[damage]
@@ -203,6 +205,7 @@ def mistake_runs(root, corpus, baseline):
     return {name: (cases[name][2], results[name]) for name in cases}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["missing validation file", "misspelled config field", "missing config file",
                                   "config-argument typo", "bad override value", "data.source typo",
                                   "missing train file", "on_bad_line=error", "vocabulary too large",
@@ -218,6 +221,7 @@ def test_cli_mistake_is_one_error_line_without_traceback(mistake_runs, name):
     assert cpu_seconds < MAX_SECONDS, (name, cpu_seconds)
 
 
+@pytest.mark.slow
 def test_missing_validation_file_fails_before_the_first_step(mistake_runs, root):
     workdir = root / "no-validation"
     assert mistake_runs["missing validation file"][1][0] == 1
@@ -225,6 +229,7 @@ def test_missing_validation_file_fails_before_the_first_step(mistake_runs, root)
     assert not (workdir / "metrics.jsonl").exists()  # no step was logged
 
 
+@pytest.mark.slow
 def test_eval_creates_no_workdir(mistake_runs, root):
     assert mistake_runs["eval missing workdir"][1][0] == 1 and not (root / "nowhere").exists()
 

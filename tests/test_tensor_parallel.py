@@ -37,7 +37,7 @@ def translation(tmp_path_factory, corpus):  # noqa: F811
     return config, engine.run(config(1))
 
 
-@pytest.mark.parametrize("model", [2, 4])
+@pytest.mark.parametrize("model", [2, pytest.param(4, marks=pytest.mark.slow)])  # 4: in `pytest -m slow`
 def test_model_axis_trains_the_translation_model_like_one_device(translation, model):
     config, one = translation
     c = config(model)
