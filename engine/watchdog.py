@@ -162,25 +162,26 @@ class StopRequest:
                     self._first = (signum, time.monotonic())
                     self.signal_name = self.signal_name or name
                     StopRequest.received = StopRequest.received or name
-                    if self.at_once:
-                        self.announce(name)
-                    else:
-                        log.warning("%s received: saving a checkpoint and stopping at the end of this step (a "
-                                    "second signal, or %g s without stopping, exits at once)", name,
-                                    self.grace_seconds)
+                    self.announce(name)
                 else:
                     _exit_now(128 + self._first[0], f"{name} received again while stopping: exiting "
                               f"now{_said(self.describe)}")
 
     def announce(self, name: str) -> None:
-        """Logs, once, that a stop signal outside the train loop stops the command now: from the watcher thread, or
-        from the main thread that caught the ``StopSignal`` (the process may exit before the watcher runs)."""
+        """Logs, once, what the stop signal ``name`` does (in the train loop: save and stop at the end of the step;
+        outside it: stop now): from the watcher thread, or from the main thread that acts on the signal (``check``,
+        or the command that caught the ``StopSignal``), which may otherwise end the process before the watcher
+        runs."""
         with self._announce_lock:
             if self._announced:
                 return
             self._announced = True
-        log.warning("%s received: stopping now (outside the train loop there is nothing to save; a second signal, "
-                    "or %g s without stopping, exits at once)", name, self.grace_seconds)
+        if self.at_once:
+            log.warning("%s received: stopping now (outside the train loop there is nothing to save; a second "
+                        "signal, or %g s without stopping, exits at once)", name, self.grace_seconds)
+        else:
+            log.warning("%s received: saving a checkpoint and stopping at the end of this step (a second signal, "
+                        "or %g s without stopping, exits at once)", name, self.grace_seconds)
 
     def _take_over(self, first: tuple[int, float]) -> None:
         """Continue the grace period of a stop an inner StopRequest received (its block ended first)."""
@@ -239,6 +240,8 @@ class StopRequest:
         code = 3 if save_failed else 1 if self.signal_name is not None else \
             2 if deadline is not None and time.time() > deadline else 0
         name = self.signal_name
+        if name is not None:
+            self.announce(name)
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 

@@ -297,6 +297,18 @@ def test_stop_request_turns_sigterm_into_a_flag():
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_the_train_loops_stop_is_announced_once_by_check_when_the_watcher_has_not_run(monkeypatch, caplog):
+    from engine import watchdog
+
+    monkeypatch.setattr(watchdog.StopRequest, "_watch", lambda self, read_fd: None)  # the watcher never reads
+    with caplog.at_level("WARNING", logger="attnlab"), watchdog.StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.check() == "SIGTERM" and stop.check() == "SIGTERM"
+        stop.announce("SIGTERM")  # as the watcher would, late
+    said = [r.getMessage() for r in caplog.records if "received" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("SIGTERM received: saving a checkpoint and stopping"), said
+
+
 def test_multi_process_launch_detection(monkeypatch):
     from engine import runtime
 
