@@ -10,7 +10,8 @@ empty training file, a rerun with a changed config (refused, leaving the workdir
 is written), another host's lock, and signals outside the train loop (building the data, ``eval.py``).
 
 Faults are injected by a launcher (``LAUNCHER``) that adds a hook to ``train.py``'s run: it sends a signal, hangs,
-or fills the disk at a given step; or slows the data build or ``eval.py``'s evaluation and sends a signal then. All scenarios start in one module fixture, ``PARALLEL`` processes at a time; its tests, and the two that start
+or fills the disk at a given step; or slows the data build or ``eval.py``'s evaluation and sends a signal then.
+All scenarios start in one module fixture, ``PARALLEL`` processes at a time; its tests, and the two that start
 their own runs at a step, are marked ``slow`` (``pytest -m slow``; the README's ``pytest`` keeps the others).
 """
 import json
