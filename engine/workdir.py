@@ -116,18 +116,24 @@ def _read_lock(path: str) -> Optional[dict]:
 
 
 class Lock:
-    """The exclusive ``<workdir>/run.lock`` of one run (see the module docstring); ``release`` removes it."""
+    """The exclusive ``<workdir>/run.lock`` of one run (see the module docstring); ``release`` removes it.
+    ``file``: another lock file in ``workdir`` with the same rules (a sweep worker's claim on a point)."""
 
-    def __init__(self, workdir: str):
-        self.path = os.path.join(workdir, LOCK_FILE)
+    def __init__(self, workdir: str, file: str = LOCK_FILE):
+        self.path = os.path.join(workdir, file)
         self.held = False
         self.me = {"pid": os.getpid(), "host": socket.gethostname(),
                    "since": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv)}
 
+    def holder(self) -> Optional[dict]:
+        """The live process holding the lock (pid, host, since, command), None when it is free or stale."""
+        holder = _read_lock(self.path) if os.path.exists(self.path) else None
+        return None if holder is None or self._stale(holder) else holder
+
     def problem(self) -> Optional[str]:
         """Why the lock cannot be taken (another live run holds it), else None; takes nothing."""
-        holder = _read_lock(self.path) if os.path.exists(self.path) else None
-        if holder is None or self._stale(holder):
+        holder = self.holder()
+        if holder is None:
             return None
         where = ("wait for it to end or use another --workdir" if holder.get("host") == self.me["host"] else
                  f"a lock of another host is never taken over: when no run lives there, delete {self.path}; or use "

@@ -5,22 +5,36 @@
 #                          the queue would get an equal share of the CPU); everything after it appended to
 #                          runs/repro/NAME.log, from a start line naming the commit
 #   queue_step LABEL ARGS  "$PYTHON" ARGS (default python) at nice 19, then a line "LABEL ended (<exit code>)"
+# Environment: QUEUE_WORKER=W makes this copy worker W of the queue (lock and log runs/repro/NAME-W.*), beside the
+# others: `python -m studies train` claims each point before training it, so workers never train one point twice;
+# QUEUE_CPUS=LIST pins this copy's steps to those CPUs (taskset -c LIST), e.g. one core per worker.
 start_queue() {
   cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+  local name=$1${QUEUE_WORKER:+-$QUEUE_WORKER} worker=${QUEUE_WORKER:+ worker $QUEUE_WORKER}
+  if [[ ! ${QUEUE_WORKER:-x} =~ ^[A-Za-z0-9_]+$ ]]; then
+    echo "QUEUE_WORKER=$QUEUE_WORKER: expected letters, digits or _ (it names the queue's lock and log)" >&2
+    exit 1
+  fi
+  if [ -n "${QUEUE_CPUS:-}" ] && ! taskset -c "$QUEUE_CPUS" true 2>/dev/null; then
+    echo "QUEUE_CPUS=$QUEUE_CPUS: taskset cannot pin to those CPUs (this machine has $(nproc))" >&2
+    exit 1
+  fi
   mkdir -p runs/repro
-  exec 9>"runs/repro/$1.lock"
+  exec 9>"runs/repro/$name.lock"
   if ! flock -n 9; then
-    echo "scripts/$1.sh is already running (runs/repro/$1.lock); not starting a second queue" >&2
+    echo "scripts/$1.sh$worker is already running (runs/repro/$name.lock); not starting a second copy" >&2
     exit 1
   fi
   [ -w /proc/self/autogroup ] && echo 19 > /proc/self/autogroup 2>/dev/null
-  exec >> "runs/repro/$1.log" 2>&1
-  date -u +"%F %T start (commit $(git rev-parse --short HEAD 2>/dev/null))"
+  exec >> "runs/repro/$name.log" 2>&1
+  local commit
+  commit=$(git rev-parse --short HEAD 2>/dev/null)
+  date -u +"%F %T start (commit $commit${worker:+,$worker}${QUEUE_CPUS:+, CPUs $QUEUE_CPUS})"
 }
 
 queue_step() {
   local label=$1
   shift
-  nice -n 19 "${PYTHON:-python}" "$@"
+  ${QUEUE_CPUS:+taskset -c "$QUEUE_CPUS"} nice -n 19 "${PYTHON:-python}" "$@"
   date -u +"%F %T $label ended ($?)"
 }

@@ -1,5 +1,10 @@
 """Training the points of a study that have no record yet (``studies.points.run_point``: one committed record per
-point) and the sentence of its report on where the points trained."""
+point) and the sentence of its report on where the points trained.
+
+Several workers may train one study at once (two queues on one machine, each on its own cores; or hosts sharing the
+run folders): each point without a record is claimed first (``<run folder>/sweep.claim``, the rules of the run
+lock, ``engine.workdir.Lock``), and a point another live worker claimed is skipped, neither trained nor failed. A
+claim left by a worker that died is taken over with a warning."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +13,11 @@ import dataclasses
 import os
 from typing import Any, Callable, Optional, Sequence
 
+from engine.errors import WorkdirError
+from engine.workdir import Lock
 from studies import points as sweep_lib
 
+CLAIM_FILE = "sweep.claim"
 _LOWEST = {"seeds": 1, "steps": 1, "d_model": 1, "max_points": 0, "minutes": 0, "test_examples": 0}
 
 
@@ -39,18 +47,33 @@ class Job:
 def train_jobs(jobs: Sequence[Job], train_script: Optional[str] = None, *, max_points: Optional[int] = None,
                after: Optional[Callable[[str, Any], None]] = None, in_process: bool = False,
                group: Optional[str] = None) -> list[str]:
-    """Train each job that has no record yet, in the given order (at most ``max_points`` of them when given);
-    ``after(record path, point)`` runs after each job that trained or already had a record. The names of the
-    jobs that failed."""
+    """Train each job that has no record yet, in the given order (at most ``max_points`` of them when given),
+    skipping those another live worker has claimed; ``after(record path, point)`` runs after each job that
+    trained or already had a record. The names of the jobs that failed."""
     failed = []
     budget = max_points
     for j in jobs:
+        claim = None
         if not os.path.exists(j.record):
             if budget is not None and budget <= 0:
                 continue
+            claim = Lock(os.path.join(j.workdir, j.point.name), CLAIM_FILE)
+            try:
+                claim.acquire()
+            except WorkdirError:
+                who = claim.holder()
+                by = (f"pid {who.get('pid')} on host {who.get('host')} since {who.get('since')}" if who
+                      else "which has just let it go")
+                print(f"[sweep] {j.name}: claimed by another worker ({by}; {claim.path}), skipped", flush=True)
+                continue
             budget = None if budget is None else budget - 1
-        if not sweep_lib.run_point(j.spec, j.workdir, j.point, {}, group=group or sweep_lib.sweep_name(j.spec),
-                                   train_script=train_script, record=j.record, in_process=in_process):
+        try:
+            done = sweep_lib.run_point(j.spec, j.workdir, j.point, {}, group=group or sweep_lib.sweep_name(j.spec),
+                                       train_script=train_script, record=j.record, in_process=in_process)
+        finally:
+            if claim is not None:
+                claim.release()
+        if not done:
             failed.append(j.name)
             continue
         if after is not None:

@@ -3,11 +3,12 @@
 Records: a start event with params, train loss, tokens/s and steps/s, per-head attention entropy for two layers,
 final validation perplexity and test BLEU, and a train_end event. Values depend on num_heads / qk_dim /
 seed so tables can be checked. Env: CALLS_FILE (append the workdir per call), FAIL_POINT (exit 3 when the
-workdir ends with it), END_REASON (train_end reason, default num_steps).
+workdir ends with it), END_REASON (train_end reason, default num_steps), SLEEP_S (seconds to take first).
 """
 import json
 import os
 import sys
+import time
 
 args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
 workdir = args["workdir"]
@@ -17,6 +18,7 @@ if os.environ.get("CALLS_FILE"):
         f.write(workdir + "\n")
 if os.environ.get("FAIL_POINT") and workdir.endswith(os.environ["FAIL_POINT"]):
     sys.exit(3)
+time.sleep(float(os.environ.get("SLEEP_S", "0")))
 h = int(args.get("config.model.num_heads", 8))
 dk = int(args.get("config.model.qk_dim", 64))
 seed = int(args.get("config.seed", 0))

@@ -1,9 +1,10 @@
 """Bad arguments to the study command lines (``python -m studies train``) are one ERROR line and exit code 1, before anything is written;
-a bug (any other exception) keeps its traceback."""
+a bug (any other exception) keeps its traceback; the CPU queue's workers (scripts/queue.sh)."""
 import os
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -36,3 +37,42 @@ def test_script_guard_passes_results_and_keeps_bug_tracebacks(capsys):
         cli.script(statistics.stdev, [1.0])
     with pytest.raises(KeyError):
         cli.script(lambda: {}["missing"])
+
+
+def test_the_cpu_queue_runs_named_workers_side_by_side_pinned_and_names_bad_settings(tmp_path):
+    """scripts/queue.sh: one copy per worker name (QUEUE_WORKER), each with its own lock and log, its steps pinned
+    to QUEUE_CPUS; a bad worker name or CPU list is one line and exit code 1 before the queue starts."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "queue.sh").write_text(open(os.path.join(REPO, "scripts", "queue.sh")).read())
+    (scripts / "q.sh").write_text('source "$(dirname "$0")/queue.sh"\nstart_queue q\nqueue_step step -c '
+                                  '"import os, time; print(sorted(os.sched_getaffinity(0))); time.sleep(float('
+                                  'os.environ.get(\'HOLD\', 0)))"\n')
+
+    def queue(**env):
+        return ["bash", str(scripts / "q.sh")], dict(os.environ, PYTHON=sys.executable, **env)
+
+    cmd, env = queue(QUEUE_WORKER="a", QUEUE_CPUS="0", HOLD="5")
+    first = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "runs" / "repro" / "q-a.log"
+    for _ in range(100):
+        if log.exists() and "start" in log.read_text():
+            break
+        time.sleep(0.05)
+    cmd, env = queue(QUEUE_WORKER="a")
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and again.stderr.splitlines() == [
+        "scripts/q.sh worker a is already running (runs/repro/q-a.lock); not starting a second copy"]
+    cmd, env = queue(QUEUE_WORKER="b")
+    assert subprocess.run(cmd, env=env, timeout=60).returncode == 0  # beside worker a
+    assert first.wait(timeout=60) == 0
+    text = log.read_text()
+    assert "start (commit , worker a, CPUs 0)" in text and "\n[0]\n" in text and "step ended (0)" in text
+    assert "step ended (0)" in (tmp_path / "runs" / "repro" / "q-b.log").read_text()
+    for env_var, line in (({"QUEUE_WORKER": "a/b"}, "QUEUE_WORKER=a/b: expected letters, digits or _ (it names "
+                                                     "the queue's lock and log)"),
+                          ({"QUEUE_CPUS": "4096"}, "QUEUE_CPUS=4096: taskset cannot pin to those CPUs (this "
+                                                   f"machine has {os.cpu_count()})")):
+        cmd, env = queue(**env_var)
+        bad = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 1 and bad.stderr.splitlines() == [line]

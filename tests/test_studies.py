@@ -4,10 +4,14 @@ carries the claims' verdicts; the running sweep's progress line; the study comma
 import dataclasses
 import json
 import os
+import subprocess
+import threading
+import time
 
 import pytest
 
-from studies import cli, commands, points, specs
+from engine.workdir import Lock
+from studies import cli, commands, points, runner, specs
 from studies import study as study_lib
 from studies.claims import Claim, Conditions
 from studies.records import records_in
@@ -58,6 +62,47 @@ def test_a_tiny_study_trains_once_records_and_reports(tmp_path, monkeypatch, cap
     with pytest.raises(ValueError, match=r"sweep point num_heads_1-seed_0 \(record .*\) was trained with "
                                          r"other settings"):
         study_lib.train(changed, out=out, workdir=runs, train_script=FAKE_TRAIN)
+
+
+def test_a_point_a_live_worker_claimed_is_skipped_and_a_dead_workers_claim_is_taken_over(tmp_path, monkeypatch,
+                                                                                       capsys):
+    monkeypatch.setenv("CALLS_FILE", str(tmp_path / "calls.txt"))
+    study, out, runs = tiny_study(tmp_path), str(tmp_path / "out"), str(tmp_path / "runs")
+    other = subprocess.Popen(["sleep", "60"])  # the other worker, alive
+    claim = Lock(os.path.join(runs, "A", "num_heads_8-seed_1"), runner.CLAIM_FILE)
+    claim.me["pid"] = other.pid
+    claim.acquire()
+    try:
+        assert study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN) == []  # skipped, not failed
+    finally:
+        other.kill()
+        other.wait()
+    assert f"[sweep] A/num_heads_8-seed_1: claimed by another worker (pid {other.pid} on host " in capsys.readouterr().out
+    assert sorted(records_in(os.path.join(out, "points", "A"))) == sorted(
+        f"num_heads_{h}-seed_{s}" for h in (1, 8) for s in range(3) if (h, s) != (8, 1))
+    assert study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN) == []  # its worker is gone
+    calls = (tmp_path / "calls.txt").read_text().split()
+    assert len(calls) == 6 and calls[-1].endswith("num_heads_8-seed_1") and not os.path.exists(claim.path)
+
+
+def test_two_workers_share_a_study_and_train_each_point_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALLS_FILE", str(tmp_path / "calls.txt"))
+    monkeypatch.setenv("SLEEP_S", "1")
+    study, out, runs = tiny_study(tmp_path), str(tmp_path / "out"), str(tmp_path / "runs")
+    failed = {}
+    first = threading.Thread(target=lambda: failed.setdefault(
+        "first", study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN)))
+    first.start()
+    for _ in range(200):  # the second worker starts while the first trains its first point
+        if (tmp_path / "calls.txt").exists():
+            break
+        time.sleep(0.05)
+    failed["second"] = study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN)
+    first.join()
+    assert failed == {"first": [], "second": []}
+    calls = (tmp_path / "calls.txt").read_text().split()
+    assert sorted(calls) == sorted({*calls}) and len(calls) == 6  # every point trained, none twice
+    assert len(records_in(os.path.join(out, "points", "A"))) == 6
 
 
 def test_a_tiny_study_trains_in_process_through_the_engine(tmp_path, monkeypatch):
