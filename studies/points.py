@@ -242,7 +242,8 @@ def settings_text(overrides: Mapping[str, Any]) -> str:
 def progress_line(name: str, overrides: Mapping[str, Any], point_dir: str, started: float,
                   num_steps: Optional[int]) -> str:
     """One line on a training point: its name and settings, the last logged step and training loss, the elapsed
-    time and the time left at the speed so far (from its metrics.jsonl)."""
+    time and the time left at the speed since ``started`` (from its metrics.jsonl; a resumed point's speed counts
+    from the last step logged before ``started``)."""
     path = os.path.join(point_dir, METRICS)
     train = [r for r in (read_records(path) if os.path.exists(path) else []) if "train/loss" in r
              and "event" not in r]
@@ -251,7 +252,8 @@ def progress_line(name: str, overrides: Mapping[str, Any], point_dir: str, start
     if not train:
         return f"{head}: starting, {elapsed:.0f}s elapsed"
     step, loss = int(train[-1]["step"]), _num(train[-1]["train/loss"])
-    first = int(train[0]["step"])
+    earlier = [r for r in train if (_num(r.get("time")) or 0.0) < started]
+    first = int(earlier[-1]["step"] if earlier and len(earlier) < len(train) else train[0]["step"])
     text = f"{head}: step {step}" + (f"/{num_steps}" if num_steps else "") + (
         f", loss {loss:.4f}" if loss is not None else "") + f", {elapsed / 60:.1f} min elapsed"
     if num_steps and step > first and elapsed > 0:

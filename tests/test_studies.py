@@ -130,11 +130,15 @@ def test_the_progress_line_gives_settings_step_loss_and_time_left(tmp_path):
     with open(run / "metrics.jsonl", "w") as f:
         for step, loss in ((10, 3.0), (20, 2.5)):
             f.write(json.dumps({"step": step, "train/loss": loss, "time": 1.0}) + "\n")
-    import time
-
     line = points.progress_line("p", {"model.num_heads": 4, "seed": 1}, str(run), time.time() - 60, 110)
     assert line.startswith("[sweep] p (num_heads=4 seed=1): step 20/110, loss 2.5000, 1.0 min elapsed, ~")
     assert line.endswith(" min left")
+    started = time.time() - 60  # a resumed point: 100 steps in this call's minute, after 900 before it
+    with open(run / "metrics.jsonl", "a") as f:
+        for step, t in ((1000, started - 5), (1100, started + 60)):
+            f.write(json.dumps({"step": step, "train/loss": 2.0, "time": t}) + "\n")
+    line = points.progress_line("p", {}, str(run), started, 2100)
+    assert line.startswith("[sweep] p (): step 1100/2100, loss 2.0000, 1.0 min elapsed, ~10.0 min left"), line
 
 
 def test_the_study_command_line_names_bad_input():
