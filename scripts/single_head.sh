@@ -12,8 +12,10 @@
 # The replicate arm (points/replicate, the last 3 points) is the same points as h8-s0 re-run: let a session on
 # another machine train it (its claim reads a re-run on the first run's machine as "same machine again"; a
 # record names its machine: ATTNLAB_MACHINE=<name>, default the host name).
-# A second copy started while one runs exits at once (lock: runs/repro/single_head.lock).
-# Log: runs/repro/single_head.log.   PYTHON=/path/to/python scripts/single_head.sh to pick the interpreter.
+# A second copy started while one runs exits at once (lock: runs/repro/single_head.lock), unless each copy is a
+# named worker: "QUEUE_WORKER=a QUEUE_CPUS=0 scripts/single_head.sh &" and the same with b and 1 share the
+# points between two copies, one core each (scripts/queue.sh; docs/studies.md has the measured gain).
+# Log: runs/repro/single_head.log (a worker's: single_head-W.log). PYTHON=/path/to/python picks the interpreter.
 set -u
 source "$(dirname "$0")/queue.sh"
 start_queue single_head

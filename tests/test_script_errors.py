@@ -52,7 +52,7 @@ def test_the_cpu_queue_runs_named_workers_side_by_side_pinned_and_names_bad_sett
     def queue(**env):
         return ["bash", str(scripts / "q.sh")], dict(os.environ, PYTHON=sys.executable, **env)
 
-    cmd, env = queue(QUEUE_WORKER="a", QUEUE_CPUS="0", HOLD="5")
+    cmd, env = queue(QUEUE_WORKER="a", QUEUE_CPUS="0", HOLD="3")
     first = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     log = tmp_path / "runs" / "repro" / "q-a.log"
     for _ in range(100):
