@@ -259,8 +259,8 @@ STUDY = Study(
         "machine (`points/replicate`, trained last)."),
     metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=COMMAND, notes=(
         "The answer follows " + READING + ".",
-        "Running: `scripts/single_head.sh` (nice 19, resumable, one copy at a time) trains the lr arm until it trains "
-        "nothing, then this study; `python -m studies train single_head` refuses in one line while a row has no "
+        "Running: `scripts/single_head.sh` (nice 19, resumable; one copy, or named workers that share the points: "
+        "docs/studies.md) trains the lr arm until it trains nothing, then this study; `python -m studies train single_head` refuses in one line while a row has no "
         "rate. The replicate arm trains last; a re-run on its first runs' machine is set apart (\"same machine "
         "again\") and leaves *M machines* unresolved, so let a session on another machine train it "
         "(`ATTNLAB_MACHINE=<name>` names the machine in its records; default the host name)."),
