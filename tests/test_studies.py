@@ -77,7 +77,8 @@ def test_a_point_a_live_worker_claimed_is_skipped_and_a_dead_workers_claim_is_ta
     finally:
         other.kill()
         other.wait()
-    assert f"[sweep] A/num_heads_8-seed_1: claimed by another worker (pid {other.pid} on host " in capsys.readouterr().out
+    skipped = f"[sweep] A/num_heads_8-seed_1: claimed by another worker (pid {other.pid} on host "
+    assert skipped in capsys.readouterr().out
     assert sorted(records_in(os.path.join(out, "points", "A"))) == sorted(
         f"num_heads_{h}-seed_{s}" for h in (1, 8) for s in range(3) if (h, s) != (8, 1))
     assert study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN) == []  # its worker is gone
@@ -133,7 +134,7 @@ def test_the_progress_line_gives_settings_step_loss_and_time_left(tmp_path):
     line = points.progress_line("p", {"model.num_heads": 4, "seed": 1}, str(run), time.time() - 60, 110)
     assert line.startswith("[sweep] p (num_heads=4 seed=1): step 20/110, loss 2.5000, 1.0 min elapsed, ~")
     assert line.endswith(" min left")
-    started = time.time() - 60  # a resumed point: 100 steps in this call's minute, after 900 before it
+    started = time.time() - 60  # a resumed point: 100 steps in this call's minute, 1000 before it
     with open(run / "metrics.jsonl", "a") as f:
         for step, t in ((1000, started - 5), (1100, started + 60)):
             f.write(json.dumps({"step": step, "train/loss": 2.0, "time": t}) + "\n")
