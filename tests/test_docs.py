@@ -1,7 +1,8 @@
 """The documentation as a user reads it: every relative link in README.md and docs/**/*.md resolves (anchors
-are not checked), every ``configs/...`` path the docs name exists, and every fenced ```python block in README.md
-and docs/*.md runs as written, every ``scripts/...`` file README.md and docs/*.md name exists, from the repository root as a user runs it (each block in a fresh namespace; all
-blocks in one subprocess, so the imports are paid once)."""
+are not checked), every ``configs/...`` path the docs name exists, every ``scripts/...`` file README.md and
+docs/*.md name exists, and every fenced ```python block in README.md and docs/*.md runs as written, from the
+repository root as a user runs it (each block in a fresh namespace; all blocks in one subprocess, so the imports
+are paid once; marked ``slow``, so CI's leg 1b runs it and the README's test line does not)."""
 from __future__ import annotations
 
 import json
@@ -100,6 +101,7 @@ _RUNNER = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.slow  # ~46 s of worker time (every example, in one process): CI's leg 1b, not the README line
 def test_python_blocks_run_as_written():
     blocks = [(doc, line, code) for doc in doc_files(recursive=False) for line, code in python_blocks(read(doc))]
     assert blocks, "no ```python block found"

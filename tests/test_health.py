@@ -152,7 +152,7 @@ PLANTED = [pytest.param("mqar", "temperature_x10", "init_spread_high", "scale mi
            pytest.param("mqar", "scale_dk", "init_spread_low", "scale too small (1/d_k?)", id="scale_dk"),
            pytest.param("mqar", "causal_leak", "mask_leak", "causal mask leaking?", id="causal_leak"),
            pytest.param("mqar", "post_ln_deep", "attention_collapse", health_lib.CAUSES["attention_collapse"],
-                        id="post_ln_deep"),
+                        id="post_ln_deep", marks=pytest.mark.slow),  # ~22 s: 12 post-LN layers at d_model 64
            pytest.param("translation", "no_padding_mask", "mask_leak", "padding mask missing?", id="no_padding_mask",
                         marks=pytest.mark.slow)]  # the translation data and decoding: minutes on 2 cores
 

@@ -1,6 +1,6 @@
 """Logs a user reads: progress with the phase's own rate, one write per line, the start-up and closing lines, and
 train.py piped to a file: no progress-bar escapes, no third-party start-up
-noise, the start-up line present, each result printed once."""
+noise, the start-up line present, each result printed once (marked ``slow``: CI's leg 1b)."""
 import logging
 import os
 import re
@@ -143,6 +143,7 @@ def test_wandb_folder_and_summary_line():
     assert logs.summary_line(final) == "train/loss=2.5, step=20, stop_reason=num_steps, perf/tokens_per_sec=8000"
 
 
+@pytest.mark.slow  # ~47 s of worker time (a fresh corpus, tokenizer and compile): CI's leg 1b, not the README line
 def test_train_py_piped_to_a_file_is_quiet_and_informative(tmp_path):
     """The smoke run as a user pipes it (`| tee log`): a fresh cache, so TFDS prepares the embedded corpus."""
     # As a user runs it: JAX probes its platforms, C++ logs at its default level, one CPU device, W&B offline.
