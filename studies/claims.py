@@ -174,12 +174,15 @@ def budget_text(records: Sequence[Record]) -> str:
 
 def holm_by_family(tested: Sequence[tuple]) -> dict[str, Optional[float]]:
     """Holm-adjusted p-value of each claim id, within its family: ``tested`` is (claim with ``id`` and ``family``,
-    interval with ``p`` or None when untested) pairs; an untested claim gets None."""
+    interval with ``p`` or None when untested) pairs; an untested claim gets None. The family is the one declared:
+    an untested member counts as p = 1, so the correction runs over every claim of the family and a verdict read
+    while some members still lack data can only strengthen when their p-values arrive (Holm's adjusted p-values
+    never rise when an input falls)."""
     adjusted: dict[str, Optional[float]] = {}
     for family in dict.fromkeys(c.family for c, _ in tested):
-        members = [(c, i) for c, i in tested if c.family == family]
-        for (c, _), p in zip(members, stats_lib.holm([None if i is None else i.p for _, i in members])):
-            adjusted[c.id] = p
+        members = [(c, None if i is None else i.p) for c, i in tested if c.family == family]
+        for (c, p), q in zip(members, stats_lib.holm([1.0 if p is None else p for _, p in members])):
+            adjusted[c.id] = None if p is None else q
     return adjusted
 
 

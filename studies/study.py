@@ -321,9 +321,10 @@ def _verdict_section(report: Report, study: Study, verdicts: Sequence[claims_lib
         "value within the margin), **direction only** (the paper's sign, another size: the ratio to the paper's "
         "value with its interval), **no effect** (inside +- margin), **contradicted** (the other sign, or an "
         "effect where the paper has none), **differs from 0** (no paper value), **unresolved**. \"Excludes 0\" "
-        f"is p < {claims_lib.ALPHA} after Holm's correction within the claim's family; the uncorrected verdict is "
-        "beside it. Registration: a claim is pre-registered when the commit that first held its criterion "
-        "precedes the start of every record it reads (git history). " + (study.margins_note or MARGINS_WITH_CLAIMS))
+        f"is p < {claims_lib.ALPHA} after Holm's correction over every claim of its family (one without data yet "
+        "counts as p = 1, so a verdict can only strengthen as the rest arrive); the uncorrected verdict is beside "
+        "it. Registration: a claim is pre-registered when the commit that first held its criterion precedes the "
+        "start of every record it reads (git history). " + (study.margins_note or MARGINS_WITH_CLAIMS))
     report.table(VERDICT_HEADERS, verdict_rows(verdicts), csv_name="verdicts.csv")
     changed = [v for v in verdicts if v.changed]
     report.text("Changed by the correction: " + ("; ".join(f"{v.claim.id} ({v.kind_raw} -> {v.kind})"

@@ -102,6 +102,22 @@ def test_the_correction_runs_within_a_family_and_can_change_a_verdict():
     assert all(w.p_adjusted >= v.p_adjusted for w in together[1:])  # step-down: monotone
 
 
+def test_the_correction_runs_over_the_declared_family_while_members_lack_data():
+    # x differs (p about 0.003); y reads groups without records. Holm counts y as p = 1: x's p is doubled, not
+    # left alone, so the interim verdict is no stronger than any final one (y's p can only lower x's adjusted p).
+    groups = {"base": group("base", TIGHT), "x": group("x", [2.83, 2.84, 2.82]), "y": [],
+              "y_done": group("y_done", [2.779, 2.781, 2.780])}
+    x = Claim("x", "x", ("x",), ("base",), "family", COND)
+    y = Claim("y", "y", ("y",), ("base",), "family", COND)
+    v, untested = evaluate([x, y], groups)
+    assert untested.interval is None and untested.p_adjusted is None and untested.kind == UNRESOLVED
+    assert v.p_adjusted == pytest.approx(2 * v.interval.p)
+    done = evaluate([x, dataclasses_replace(y, a=("y_done",))], groups)[0]
+    assert done.p_adjusted <= v.p_adjusted
+    alone = evaluate([x, dataclasses_replace(y, family="other")], groups)[0]
+    assert alone.p_adjusted == pytest.approx(v.interval.p)
+
+
 def dataclasses_replace(claim, **kw):
     import dataclasses
 

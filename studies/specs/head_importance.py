@@ -168,7 +168,8 @@ def report(out: str, runs: list, uniform: list, intro: str, sentences: int, verd
     numbers, judged_verdicts = judged(runs, uniform)
     r.section("Verdicts")
     r.text("Each claim compares the mean over seeds (per-seed values of the same trained model) with its threshold "
-           "by a 95% t interval, Holm-adjusted within its family (`michel`, `voita`, `weights`); kinds as in "
+           "by a 95% t interval, Holm-adjusted within its family (`michel`, `voita`, `weights`; a claim without a "
+           "value counts as p = 1); kinds as in "
            "`studies.claims` (`studies/seedwise.py`). The thresholds come from criteria written on 2026-12-02, after "
            "the first run's measurements (2026-12-01) and before the replication's"
            + (f" (these were made {', '.join(sorted({m['measured_utc'] for m in runs + uniform}))} UTC)"
