@@ -36,18 +36,19 @@ def rate(row: str) -> str:
     return "0" if RATES[row] is None else lr_arm.rate_text(RATES[row])
 
 
-# name -> (row, first seed, seeds, recipe, order, label); labels are the claims' groups
+# name -> (row, first seed, seeds, recipe, order, label); labels are the claims' groups. The arms the answer reads
+# (L h1x6, R h1) train first; until 2026-12-07 (2 points recorded) rows h 2/32 and (B) came before h1-s3 and h8-s3.
 ARMS = {
     "h1-s0": ("h1", 0, 3, False, 0, f"{L['h1']}, seeds 0-2"), "h8-s0": ("h8", 0, 3, False, 0, f"{L['h8']}, seeds 0-2"),
-    "h2": ("h2", 0, 3, False, 0, L["h2"]), "h32": ("h32", 0, 3, False, 0, L["h32"]),
-    "dk4": ("dk4", 0, 3, False, 0, L["dk4"]),
     "h1-s3": ("h1", 3, 3, False, 1, f"{L['h1']}, seeds 3-5"), "h8-s3": ("h8", 3, 3, False, 1, f"{L['h8']}, seeds 3-5"),
     "recipe-h1": ("h1", 0, 3, True, 2, f"{L['h1']}, paper's recipe"),
     "recipe-h8": ("h8", 0, 3, True, 2, f"{L['h8']}, paper's recipe"),
-    "h1_L6": ("h1_L6", 0, 3, False, 3, L["h1_L6"]),
-    "aa-s6": ("h8", 6, 3, False, 4, f"{L['h8']}, seeds 6-8"), "aa-s9": ("h8", 9, 3, False, 4, f"{L['h8']}, seeds 9-11"),
-    "h1_L24": ("h1_L24", 0, 3, False, 5, L["h1_L24"]),
-    "replicate": ("h8", 0, 3, False, 6, f"{L['h8']}, seeds 0-2, another machine"),
+    "h2": ("h2", 0, 3, False, 3, L["h2"]), "h32": ("h32", 0, 3, False, 3, L["h32"]),
+    "dk4": ("dk4", 0, 3, False, 3, L["dk4"]),
+    "h1_L6": ("h1_L6", 0, 3, False, 4, L["h1_L6"]),
+    "aa-s6": ("h8", 6, 3, False, 5, f"{L['h8']}, seeds 6-8"), "aa-s9": ("h8", 9, 3, False, 5, f"{L['h8']}, seeds 9-11"),
+    "h1_L24": ("h1_L24", 0, 3, False, 6, L["h1_L24"]),
+    "replicate": ("h8", 0, 3, False, 7, f"{L['h8']}, seeds 0-2, another machine"),
 }
 SAME_MACHINE = f"{L['h8']}, seeds 0-2, same machine again"
 
@@ -260,8 +261,10 @@ STUDY = Study(
     metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=COMMAND, notes=(
         "The answer follows " + READING + ".",
         "Running: `scripts/single_head.sh` (nice 19, resumable; one copy, or named workers that share the points: "
-        "docs/studies.md) trains the lr arm until it trains nothing, then this study; `python -m studies train single_head` refuses in one line while a row has no "
-        "rate. The replicate arm trains last; a re-run on its first runs' machine is set apart (\"same machine "
+        "docs/studies.md) trains the lr arm until it trains nothing, then this study; `python -m studies train "
+        "single_head` refuses in one line while a row has no rate. The arms the answer reads train first (h = 1 and "
+        "8 at seeds 0-5, then the paper's recipe), then rows h = 2, 32 and (B), heads vs depth and the A/A seeds. "
+        "The replicate arm trains last; a re-run on its first runs' machine is set apart (\"same machine "
         "again\") and leaves *M machines* unresolved, so let a session on another machine train it "
         "(`ATTNLAB_MACHINE=<name>` names the machine in its records; default the host name)."),
     sections=(answer_section, floor_section, machine_section),
