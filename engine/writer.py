@@ -11,6 +11,10 @@ does not (no network, no route, no DNS) the run logs offline at once, in one war
 An online start that still fails or times out (``config.wandb.init_timeout`` seconds) falls back to offline
 too, so a run never waits on the network. The run id is kept in ``<workdir>/wandb_run_id`` (``wandb_run_id_eval`` for eval.py) so a resumed run continues
 the same W&B run.
+
+Every JSONL record carries ``step``, ``time`` (Unix seconds) and ``cpu_s``: the CPU seconds this process has used
+so far, every thread counted and time stopped or waiting for a core left out, so a record of runs that were paused,
+resumed or shared their cores can say what they cost.
 """
 from __future__ import annotations
 
@@ -93,6 +97,11 @@ def resolve_wandb_mode(mode: str) -> str:
             raise ValueError(f"$WANDB_MODE={env!r}; expected one of ('online', 'offline', 'disabled')")
         return env
     return "online" if _has_api_key() else "offline"
+
+
+def _cpu_s() -> float:
+    """CPU seconds this process has used (user + system, every thread)."""
+    return round(time.process_time(), 3)
 
 
 def _to_json(value: Any) -> Any:
@@ -200,7 +209,7 @@ class MetricLogger:
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Log scalars (numbers, numpy scalars, short strings) and small arrays (JSONL only) at ``step``."""
-        record = {"step": int(step), "time": time.time()}
+        record = {"step": int(step), "time": time.time(), "cpu_s": _cpu_s()}
         record.update({k: _to_json(v) for k, v in metrics.items()})
         self._write(record)
         if self.wandb_run is not None:
@@ -236,7 +245,7 @@ class MetricLogger:
     def log_event(self, step: int, event: str, **fields: Any) -> None:
         """A non-metric record (health warnings, eval signatures, samples)."""
         record = {k: _to_json(v) for k, v in fields.items()}
-        record.update({"step": int(step), "time": time.time(), "event": event})
+        record.update({"step": int(step), "time": time.time(), "cpu_s": _cpu_s(), "event": event})
         self._write(record)
 
     def events(self, event: str) -> list[dict[str, Any]]:

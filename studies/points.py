@@ -429,7 +429,7 @@ def last_values(records: Iterable[dict]) -> dict[str, Any]:
     """The latest value of every metric key over the records (events included)."""
     out: dict[str, Any] = {}
     for r in records:
-        out.update({k: v for k, v in r.items() if k not in ("time",)})
+        out.update({k: v for k, v in r.items() if k not in ("time", "cpu_s")})
     return out
 
 
@@ -765,13 +765,16 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
     spec = (rel if not rel.startswith("..") else os.path.abspath(path)) + (f":{arg}" if arg is not None else "")
     starts = [r for r in records if r.get("event") == "start"]
     times = [r["time"] for r in records if _num(r.get("time")) is not None]
-    segments: list[list[float]] = []
+    segments: list[list] = []  # one per training call: [first time, last time, cpu_s at its start, its last cpu_s]
     for r in records:
         if r.get("event") == "start":
-            segments.append([r["time"], r["time"]])
+            segments.append([r["time"], r["time"], _num(r.get("cpu_s")), _num(r.get("cpu_s"))])
         elif segments and _num(r.get("time")) is not None:
             segments[-1][1] = r["time"]
-    logged = sum(b - a for a, b in segments)
+            if segments[-1][2] is not None and _num(r.get("cpu_s")) is not None:
+                segments[-1][3] = max(segments[-1][3], r["cpu_s"])
+    logged = sum(s[1] - s[0] for s in segments)
+    cpu = sum(s[3] - s[2] for s in segments) if segments and all(s[2] is not None for s in segments) else None
     speeds = sorted(v for r in records if (v := _num(r.get("perf/steps_per_sec"))) is not None and v > 0)
     bleu_events = [r for r in records if r.get("event") == "bleu"]
     test = {k.split("/", 1)[1]: _round(values[k]) for k in ("test/bleu", "test/chrf") if k in values}
@@ -808,6 +811,7 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
         if config else {},
         "wall_s": _round(status.get("wall_s"), 4),
         "logged_s": _round(logged, 4),
+        "cpu_s": _round(cpu, 4),  # CPU seconds from each call's start event on (pauses out); None if one lacks it
         "median_step_s": _round(1.0 / speeds[len(speeds) // 2], 4) if speeds else None,
         "resumes": max(len(starts) - 1, 0),
         "first_logged_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(min(times))) if times else None,

@@ -168,6 +168,13 @@ class Record:
         return max(values) / 60 if values else None
 
     @property
+    def cpu_hours(self) -> Optional[float]:
+        """CPU hours of the point's training processes (every thread; pauses left out); None in records before
+        the engine logged ``cpu_s``."""
+        cpu_s = _finite(self.raw.get("cpu_s"))
+        return None if cpu_s is None else cpu_s / 3600
+
+    @property
     def train_minutes(self) -> Optional[float]:
         """Steps times the median seconds per step (pauses and evaluation left out); None when not recorded."""
         step_s = _finite(self.raw.get("median_step_s"))

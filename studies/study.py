@@ -243,6 +243,11 @@ def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     if walls:
         text += (f" Wall time {walls[0]:.1f} to {walls[-1]:.1f} minutes a point, {sum(walls) / 60:.1f} hours in all "
                  "(the queue shared 2 CPU cores with other work and counts its pauses).")
+    cpu = [h for h in (r.cpu_hours for r in recs) if h is not None]
+    if cpu:
+        text += (f" CPU time {sum(cpu):.1f} hours in all ({len(cpu)} of {len(recs)} records; every thread of each "
+                 "training process, pauses left out" + ("; the others predate the engine's `cpu_s`"
+                                                       if len(cpu) < len(recs) else "") + ").")
     return text
 
 

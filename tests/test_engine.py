@@ -209,6 +209,7 @@ def test_logger_writes_jsonl_and_offline_wandb(tmp_path, monkeypatch):
     records = logging_lib.read_jsonl(str(tmp_path / "metrics.jsonl"))
     assert records[0]["step"] == 3 and records[0]["attn/cross/entropy/L0H1"] == 1.25
     assert records[1]["event"] == "health_warning"
+    assert 0 < records[0]["cpu_s"] <= records[1]["cpu_s"] == pytest.approx(time.process_time(), abs=5.0)
     assert wandb_offline_has(str(tmp_path), b"attn/cross/entropy/L0H1")
     assert os.path.exists(tmp_path / "wandb_run_id")
 

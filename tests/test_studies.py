@@ -120,8 +120,30 @@ def test_a_tiny_study_trains_in_process_through_the_engine(tmp_path, monkeypatch
     m = recs["num_heads_1"].raw["machine"]
     assert m["name"] == "lab-a" and m["device"].startswith("cpu ") and m["device"] == recs["num_heads_1"].device
     assert recs["num_heads_1"].machine == "lab-a (" + "; ".join(x for x in (m["cpu"], m["device"]) if x) + ")"
+    assert all(0 < r.raw["cpu_s"] < 600 for r in recs.values())  # this run's CPU, not the test process's
     readme = study_lib.write_report(study, [], out=str(tmp_path / "out"), quick=True)
     assert "Points recorded: 2 of 2." in open(readme).read()
+    assert "CPU time 0.0 hours in all (2 of 2 records; every thread" in open(readme).read()
+
+
+def test_a_record_counts_the_cpu_time_of_each_training_call_and_not_its_pauses(tmp_path):
+    """Two calls (a resume): each call's CPU from its start event on; a call logged before ``cpu_s`` existed
+    leaves the total unknown rather than short."""
+    run = tmp_path / "p"
+    run.mkdir()
+    calls = [[{"event": "start", "time": 0.0, "cpu_s": 4.0}, {"time": 50.0, "cpu_s": 34.0},
+              {"event": "bleu", "time": 900.0, "cpu_s": 40.0}],  # 850 s paused before the decode: no CPU
+             [{"event": "start", "time": 1000.0, "cpu_s": 3.0}, {"time": 1020.0, "cpu_s": 13.0}]]
+    with open(run / "metrics.jsonl", "w") as f:
+        for r in (r for call in calls for r in call):
+            f.write(json.dumps(dict({"step": 1}, **r)) + "\n")
+    rec = points.point_record(str(run), "configs/translation.py", {}, name="p")
+    assert rec["cpu_s"] == 36.0 + 10.0 and rec["logged_s"] == 920.0
+    with open(run / "metrics.jsonl", "w") as f:
+        f.write(json.dumps({"step": 1, "event": "start", "time": 0.0}) + "\n")  # an older engine
+        for r in calls[1]:
+            f.write(json.dumps(dict({"step": 1}, **r)) + "\n")
+    assert points.point_record(str(run), "configs/translation.py", {}, name="p")["cpu_s"] is None
 
 
 def test_the_progress_line_gives_settings_step_loss_and_time_left(tmp_path):
