@@ -492,7 +492,8 @@ def _plot(report: Report, plot: Plot, groups) -> None:
             ax.set_xscale("log", base=2)
         ax.set_xlabel(plot.x.rsplit(".", 1)[-1])
         ax.set_title(f"{plot.panel.rsplit('.', 1)[-1]} = {panel}" if plot.panel else plot.metric, fontsize=9)
-        ax.legend(fontsize=7, title=plot.line.rsplit(".", 1)[-1], title_fontsize=7)
+        if lines:  # no record has the metric yet: an empty panel, without matplotlib's empty-legend warning
+            ax.legend(fontsize=7, title=plot.line.rsplit(".", 1)[-1], title_fontsize=7)
     axes[0][0].set_ylabel(METRICS.get(plot.metric, plot.metric))
     report.figure(fig, plot.name, f"{METRICS.get(plot.metric, plot.metric)} against {plot.x.rsplit('.', 1)[-1]}, one "
                   f"line per {plot.line.rsplit('.', 1)[-1]} (mean over seeds; band: their range).")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -199,3 +200,17 @@ def test_every_registered_study_knows_its_points():
         for study in getattr(module, "STUDIES", ()):
             assert study.points(), study.name
             assert len(study.claims) + len(study.criteria) > 0, study.name
+
+
+def test_a_plot_whose_metric_no_record_has_is_an_empty_panel_without_a_warning(tmp_path):
+    from studies.records import Record
+    from studies.report import Report
+
+    rec = Record(str(tmp_path / "p.json"), {"point": "p", "seed": 0, "overrides": {"model.num_heads": 1},
+                                            "validation": {"nll": 2.5}})
+    report = Report(str(tmp_path), "t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        study_lib._plot(report, study_lib.Plot("acc", "accuracy", "model.num_heads", "seed"),
+                        {"h=1": [(Arm("", "c.py", ""), rec)]})
+    assert (tmp_path / "acc.png").stat().st_size > 0
