@@ -2,6 +2,9 @@
 
 The loop (``engine.loop.run``) calls, on every hook in order:
 - ``start(run)`` once, before the first step (a hook may set ``run.state``: ``Checkpointing`` restores);
+- ``resumed(run)`` once, after the run's ``start`` event, when it resumed from a checkpoint at ``run.step``: what
+  the interrupted run did after saving that step (an evaluation, an early stop) it does again, since the resume
+  supersedes what the interrupted run logged at steps >= ``run.step``;
 - ``before_step(run, batch)`` with the device batch of the step about to run (``run.step`` is its index);
 - ``after_step(run)`` after it (``run.step`` is the number of steps done);
 - ``on_flush(run)`` whenever metrics are pulled to the host (every ``train.log_every`` steps and before
@@ -42,6 +45,9 @@ class Hook:
     """Base class: every callback does nothing."""
 
     def start(self, run: "Run") -> None:
+        pass
+
+    def resumed(self, run: "Run") -> None:
         pass
 
     def before_step(self, run: "Run", batch: dict) -> None:
@@ -187,6 +193,9 @@ class Evaluation(Hook):
         self.at_end = bool(at_end)
         self.last: dict[str, Any] = {}
 
+    def resumed(self, run):
+        self.after_step(run)  # a run stopped in (or after) the evaluation of the step it saved evaluates it again
+
     def after_step(self, run):
         if _every(run.step, self.every) and run.step < run.num_steps:
             run.flush()
@@ -208,6 +217,9 @@ class EarlyStopping(Hook):
         if mode not in ("max", "min"):
             raise ValueError(f"EarlyStopping mode={mode!r}; expected 'max' or 'min'")
         self.metric, self.value, self.mode = metric, float(value), mode
+
+    def resumed(self, run):
+        self.after_step(run)  # the evaluation redone at the resume step may end training before another step
 
     def after_step(self, run):
         v = run.final.get(self.metric)

@@ -262,6 +262,9 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, me
         train_step = make_train_step(setup)
         with watchdog_lib.StopRequest(float(t.stop_grace_seconds),
                                       describe=lambda: _last_good(r.checkpointer)) as stop:
+            for h in all_hooks if resumed else ():
+                with watchdog.phase(f"{type(h).__name__}.resumed at step {r.step}"):
+                    h.resumed(r)
             while r.step < r.num_steps and r.stop_reason is None:
                 with watchdog.phase(f"train step {r.step + 1}"):
                     r._train_one(train_step)

@@ -141,6 +141,35 @@ def test_kill_and_resume_matches_the_uninterrupted_run(baseline, tmp_path, corpu
         assert resumed[step] == pytest.approx(uninterrupted[step], abs=1e-6), step
 
 
+def test_a_run_stopped_in_the_evaluation_of_its_saved_step_evaluates_it_on_resume(baseline, tmp_path, corpus,
+                                                                                  monkeypatch):
+    """Checkpoints are saved before the evaluation of the same step: a run stopped during that evaluation resumes
+    at the step and evaluates it first (the resume supersedes what the stopped run logged there), and an early
+    stop that evaluation meets ends the run there, as it would have the unbroken run."""
+    from engine import evaluation
+
+    c, _, _ = baseline
+    c = tiny_translation_config(corpus, c.data.cache_dir)
+    c.train.update(eval_every=4, stats_every=0, early_stop_metric="validation/perplexity", early_stop_value=1e9,
+                   early_stop_mode="min")
+    workdir = str(tmp_path / "run")
+    evaluate = evaluation.Evaluator.evaluate
+
+    def stopped(self, params, step, *, final):
+        raise KeyboardInterrupt(f"stopped in the evaluation of step {step}")
+
+    monkeypatch.setattr(evaluation.Evaluator, "evaluate", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run(c, workdir)
+    assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).latest_step() == 4
+    monkeypatch.setattr(evaluation.Evaluator, "evaluate", evaluate)
+    final = loop.run(c, workdir)
+    assert (final["step"], final["stop_reason"]) == (4, "early_stop")
+    records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+    after_resume = records[max(i for i, r in enumerate(records) if r.get("event") == "start"):]
+    assert [r["step"] for r in after_resume if "validation/perplexity" in r and "event" not in r] == [4]
+
+
 def test_a_resumed_run_warns_as_the_unbroken_run(baseline, tmp_path, corpus, monkeypatch):
     """The health monitor after a resume keeps its early baselines (rebuilt from metrics.jsonl): with thresholds
     relative to those baselines, the resumed run logs and returns the unbroken run's warnings."""
