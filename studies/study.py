@@ -401,13 +401,12 @@ def _paired_bleu_section(report: Report, study: Study, verdicts, groups) -> None
 
 
 def _by_step_section(report: Report, verdicts, groups) -> None:
-    steps_of = lambda rs: set.intersection(*[set(r.curve.valid_step) for r in rs]) if rs else set()  # noqa: E731
+    steps_of = lambda rs: set().union(*[set(r.curve.valid_step) for r in rs])  # noqa: E731
     rows, series = [], []
     for v in verdicts:
         a, b = _members(v, groups, "a"), _members(v, groups, "b")
-        common = sorted(steps_of(a) & steps_of(b)) if a and b else []
         pts = []
-        for s in common:
+        for s in sorted(steps_of(a) & steps_of(b)):  # a record without a validation at s leaves its side's n short
             va = [x for x in (r.valid_nll_at(s) for r in a) if x is not None]
             vb = [x for x in (r.valid_nll_at(s) for r in b) if x is not None]
             if len(va) >= 2 and len(vb) >= 2:
@@ -420,7 +419,8 @@ def _by_step_section(report: Report, verdicts, groups) -> None:
         return
     report.section("Contrasts against the training budget")
     report.text("Each claim's Δ validation NLL at every validation step both sides evaluated (one run per point "
-                "evaluated along the way, not a run per budget): does the sign hold as training goes on?")
+                "evaluated along the way, not a run per budget): does the sign hold as training goes on? n counts "
+                "the records with a validation at that step (at least 2 a side).")
     steps = sorted({s for _, pts in series for s, _ in pts})
     table = [[cid] + [next((f"{iv.text(3)} (n {iv.n_a}/{iv.n_b})" for s, iv in pts if s == step), "—")
                       for step in steps] for cid, pts in series]

@@ -1,6 +1,7 @@
 """The single-head follow-up's specs (issue 49): they register, every arm's config builds (quick and full size),
 the learning-rate rule picks as written (ties, divergence, the edge extension and its cap) on synthetic records,
 the long arms refuse to start without their rates, and the reports generate with no records and with some."""
+import csv
 import dataclasses
 import math
 import os
@@ -259,3 +260,22 @@ def test_the_results_index_marks_the_claims_it_retests_then_supersedes_them(monk
     notes = index.retest_notes([sh])
     assert "d128 h1x6 superseded (L h1x6: contradicted, R h1: no effect)" in notes[table3]
     assert "d128 h2 by L h2" in notes[table3]  # its re-test is still open
+
+
+def test_the_contrasts_by_step_keep_a_step_that_one_record_lacks(tmp_path):
+    """A record without a validation at some step (a run resumed there before the engine evaluated again on a
+    resume) leaves that step in the table with its side's n one short, not out of it."""
+    curve = lambda base: {s: base + 0.01 * (7200 - s) / 600 for s in range(600, 7201, 600)}  # noqa: E731
+    for name, base in (("h1-s0", 2.45), ("h8-s0", 2.50)):
+        for seed in (0, 1, 2):
+            c = curve(base + 0.004 * seed)
+            if name == "h1-s0" and seed == 2:
+                del c[4800]
+            _record(tmp_path / "points" / name / f"seed_{seed}.json", seed, c[7200], 7200, c)
+    (verdicts,) = study_lib.evaluate([sh.STUDY], {"single_head": str(tmp_path)}).values()
+    study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))
+    with open(tmp_path / "contrasts_by_step.csv", newline="") as f:
+        rows = {(r["id"], int(r["step"])): r for r in csv.DictReader(f)}
+    assert sorted(s for i, s in rows if i == "L h1x6") == list(range(600, 7201, 600))
+    assert (rows["L h1x6", 4800]["n a"], rows["L h1x6", 4200]["n a"]) == ("2", "3")
+    assert float(rows["L h1x6", 4800]["Δ NLL"]) == pytest.approx(-0.05 - 0.002)
