@@ -750,6 +750,32 @@ def bleu_sentence_stats(point_dir: str, records: Sequence[dict]) -> dict[str, An
             "rows": rows.tolist()}
 
 
+@dataclasses.dataclass
+class TrainingCall:
+    """One training call of a point, from its ``start`` event to the last line it logged: wall times and the
+    process's CPU seconds (``cpu_s``; None for a call logged before the engine wrote it)."""
+    start_time: float
+    last_time: float
+    start_cpu_s: Optional[float]
+    last_cpu_s: Optional[float]
+
+
+def training_calls(records: Sequence[dict]) -> list[TrainingCall]:
+    """The training calls of a point's metrics.jsonl records, in order (a resume starts a new one)."""
+    calls: list[TrainingCall] = []
+    for r in records:
+        if r.get("event") == "start":
+            cpu = _num(r.get("cpu_s"))
+            calls.append(TrainingCall(r["time"], r["time"], cpu, cpu))
+        elif calls and _num(r.get("time")) is not None:
+            call = calls[-1]
+            call.last_time = r["time"]
+            cpu = _num(r.get("cpu_s"))
+            if call.start_cpu_s is not None and cpu is not None:
+                call.last_cpu_s = max(call.last_cpu_s, cpu)
+    return calls
+
+
 def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any], *, name: str) -> dict[str, Any]:
     """The committed summary of a finished point: what it was, its final metrics, learning curve, stability
     statistics and per-sentence BLEU statistics (so paired bootstrap needs no run folder). Tens of KB."""
@@ -765,16 +791,10 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
     spec = (rel if not rel.startswith("..") else os.path.abspath(path)) + (f":{arg}" if arg is not None else "")
     starts = [r for r in records if r.get("event") == "start"]
     times = [r["time"] for r in records if _num(r.get("time")) is not None]
-    segments: list[list] = []  # one per training call: [first time, last time, cpu_s at its start, its last cpu_s]
-    for r in records:
-        if r.get("event") == "start":
-            segments.append([r["time"], r["time"], _num(r.get("cpu_s")), _num(r.get("cpu_s"))])
-        elif segments and _num(r.get("time")) is not None:
-            segments[-1][1] = r["time"]
-            if segments[-1][2] is not None and _num(r.get("cpu_s")) is not None:
-                segments[-1][3] = max(segments[-1][3], r["cpu_s"])
-    logged = sum(s[1] - s[0] for s in segments)
-    cpu = sum(s[3] - s[2] for s in segments) if segments and all(s[2] is not None for s in segments) else None
+    calls = training_calls(records)
+    logged = sum(c.last_time - c.start_time for c in calls)
+    cpu = sum(c.last_cpu_s - c.start_cpu_s for c in calls) if calls and all(
+        c.start_cpu_s is not None for c in calls) else None
     speeds = sorted(v for r in records if (v := _num(r.get("perf/steps_per_sec"))) is not None and v > 0)
     bleu_events = [r for r in records if r.get("event") == "bleu"]
     test = {k.split("/", 1)[1]: _round(values[k]) for k in ("test/bleu", "test/chrf") if k in values}
