@@ -194,14 +194,20 @@ class Evaluation(Hook):
         self.last: dict[str, Any] = {}
 
     def resumed(self, run):
-        self.after_step(run)  # a run stopped in (or after) the evaluation of the step it saved evaluates it again
+        # A run stopped in (or after) the evaluation of the step it saved evaluates it again. Nothing is pending and
+        # the throughput clock stays unstarted: the first step after a resume compiles, and is not timed.
+        if _every(run.step, self.every) and run.step < run.num_steps:
+            self._evaluate(run)
 
     def after_step(self, run):
         if _every(run.step, self.every) and run.step < run.num_steps:
             run.flush()
-            self.last = run.evaluator.evaluate(run.state["params"], run.step, final=False)
-            run.final.update(self.last)
+            self._evaluate(run)
             run.reset_clock()
+
+    def _evaluate(self, run) -> None:
+        self.last = run.evaluator.evaluate(run.state["params"], run.step, final=False)
+        run.final.update(self.last)
 
     def end(self, run):
         if self.at_end and run.stop_reason in ("num_steps", "max_minutes", "early_stop"):

@@ -145,7 +145,10 @@ def test_a_run_stopped_in_the_evaluation_of_its_saved_step_evaluates_it_on_resum
                                                                                   monkeypatch):
     """Checkpoints are saved before the evaluation of the same step: a run stopped during that evaluation resumes
     at the step and evaluates it first (the resume supersedes what the stopped run logged there), and an early
-    stop that evaluation meets ends the run there, as it would have the unbroken run."""
+    stop that evaluation meets ends the run there, as it would have the unbroken run; without one, training goes
+    on and the first step after the resume (it compiles) is left out of the throughput, as after any resume."""
+    import shutil
+
     from engine import evaluation
 
     c, _, _ = baseline
@@ -163,11 +166,23 @@ def test_a_run_stopped_in_the_evaluation_of_its_saved_step_evaluates_it_on_resum
         loop.run(c, workdir)
     assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).latest_step() == 4
     monkeypatch.setattr(evaluation.Evaluator, "evaluate", evaluate)
+    shutil.copytree(workdir, tmp_path / "no_early_stop")
     final = loop.run(c, workdir)
     assert (final["step"], final["stop_reason"]) == (4, "early_stop")
-    records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-    after_resume = records[max(i for i, r in enumerate(records) if r.get("event") == "start"):]
-    assert [r["step"] for r in after_resume if "validation/perplexity" in r and "event" not in r] == [4]
+
+    def after_resume(workdir):
+        records = logging_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+        return [r for r in records[max(i for i, r in enumerate(records) if r.get("event") == "start"):]
+                if "event" not in r]
+
+    assert [r["step"] for r in after_resume(workdir) if "validation/perplexity" in r] == [4]
+    c.train.early_stop_metric = ""
+    assert loop.run(c, str(tmp_path / "no_early_stop"), allow_config_change=True)["step"] == STEPS
+    records = after_resume(str(tmp_path / "no_early_stop"))
+    assert [r["step"] for r in records if "validation/perplexity" in r] == [4]
+    trained = [r for r in records if "train/loss" in r]
+    assert trained[0]["step"] == 5 and "perf/tokens_per_sec" not in trained[0]
+    assert all("perf/tokens_per_sec" in r for r in trained[1:])
 
 
 def test_a_resumed_run_warns_as_the_unbroken_run(baseline, tmp_path, corpus, monkeypatch):
