@@ -196,23 +196,26 @@ class Evaluation(Hook):
     def resumed(self, run):
         # A run stopped in (or after) the evaluation of the step it saved evaluates it again. Nothing is pending and
         # the throughput clock stays unstarted: the first step after a resume compiles, and is not timed.
-        if _every(run.step, self.every) and run.step < run.num_steps:
+        if self._due(run):
             self._evaluate(run)
 
     def after_step(self, run):
-        if _every(run.step, self.every) and run.step < run.num_steps:
+        if self._due(run):
             run.flush()
             self._evaluate(run)
             run.reset_clock()
 
-    def _evaluate(self, run) -> None:
-        self.last = run.evaluator.evaluate(run.state["params"], run.step, final=False)
-        run.final.update(self.last)
-
     def end(self, run):
         if self.at_end and run.stop_reason in ("num_steps", "max_minutes", "early_stop"):
-            self.last = run.evaluator.evaluate(run.state["params"], run.step, final=True)
-            run.final.update(self.last)
+            self._evaluate(run, final=True)
+
+    def _due(self, run) -> bool:
+        """An evaluation step before the last (whose evaluation, the final one, is ``end``'s)."""
+        return _every(run.step, self.every) and run.step < run.num_steps
+
+    def _evaluate(self, run, final: bool = False) -> None:
+        self.last = run.evaluator.evaluate(run.state["params"], run.step, final=final)
+        run.final.update(self.last)
 
 
 class EarlyStopping(Hook):
