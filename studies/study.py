@@ -400,19 +400,25 @@ def _paired_bleu_section(report: Report, study: Study, verdicts, groups) -> None
     report.csv("paired_bleu.csv", ["claim", "seed", "point a", "point b", "Δ BLEU", "lo", "hi", "p"], csv_rows)
 
 
-def _by_step_section(report: Report, verdicts, groups) -> None:
+def contrasts_by_step(a: Sequence[Record], b: Sequence[Record],
+                      min_n: int = 2) -> list[tuple[int, stats_lib.Interval]]:
+    """Welch's Δ validation NLL, mean(a) - mean(b), at every step both sides evaluated with at least ``min_n``
+    records a side (a record without a validation at a step leaves its side's n short there, the step stays)."""
     steps_of = lambda rs: set().union(*[set(r.curve.valid_step) for r in rs])  # noqa: E731
+    out = []
+    for s in sorted(steps_of(a) & steps_of(b)):
+        va = [x for x in (r.valid_nll_at(s) for r in a) if x is not None]
+        vb = [x for x in (r.valid_nll_at(s) for r in b) if x is not None]
+        if len(va) >= min_n and len(vb) >= min_n:
+            out.append((s, stats_lib.welch_ci(va, vb)))
+    return out
+
+
+def _by_step_section(report: Report, verdicts, groups) -> None:
     rows, series = [], []
     for v in verdicts:
-        a, b = _members(v, groups, "a"), _members(v, groups, "b")
-        pts = []
-        for s in sorted(steps_of(a) & steps_of(b)):  # a record without a validation at s leaves its side's n short
-            va = [x for x in (r.valid_nll_at(s) for r in a) if x is not None]
-            vb = [x for x in (r.valid_nll_at(s) for r in b) if x is not None]
-            if len(va) >= 2 and len(vb) >= 2:
-                iv = stats_lib.welch_ci(va, vb)
-                pts.append((s, iv))
-                rows.append([v.claim.id, s, len(va), len(vb), iv.diff, iv.lo, iv.hi])
+        pts = contrasts_by_step(_members(v, groups, "a"), _members(v, groups, "b"))
+        rows += [[v.claim.id, s, iv.n_a, iv.n_b, iv.diff, iv.lo, iv.hi] for s, iv in pts]
         if len(pts) > 1:
             series.append((v.claim.id, pts))
     if not series:

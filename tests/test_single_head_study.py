@@ -279,3 +279,21 @@ def test_the_contrasts_by_step_keep_a_step_that_one_record_lacks(tmp_path):
     assert sorted(s for i, s in rows if i == "L h1x6") == list(range(600, 7201, 600))
     assert (rows["L h1x6", 4800]["n a"], rows["L h1x6", 4200]["n a"]) == ("2", "3")
     assert float(rows["L h1x6", 4800]["Δ NLL"]) == pytest.approx(-0.05 - 0.002)
+
+
+def test_the_noise_floor_keeps_a_step_that_one_record_lacks(tmp_path):
+    """The A/A table reads the same steps as the contrasts by step: a record without a validation at 4,800 leaves
+    that step in with its side's n one short."""
+    for name, seeds in (("h8-s0", (0, 1, 2)), ("h8-s3", (3, 4, 5))):
+        for seed in seeds:
+            c = {s: 2.5 + 0.003 * seed + 0.01 * (7200 - s) / 600 for s in range(600, 7201, 600)}
+            if seed == 4:
+                del c[4800]
+            _record(tmp_path / "points" / name / f"seed_{seed}.json", seed, c[7200], 7200, c)
+    (verdicts,) = study_lib.evaluate([sh.STUDY], {"single_head": str(tmp_path)}).values()
+    study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))
+    with open(tmp_path / "noise_floor.csv", newline="") as f:
+        rows = {(r["claim"], int(r["step"])): r for r in csv.DictReader(f)}
+    assert sorted(s for i, s in rows if i == "AA 3-5 vs 0-2") == list(range(600, 7201, 600))
+    assert (rows["AA 3-5 vs 0-2", 4800]["n a/b"], rows["AA 3-5 vs 0-2", 4200]["n a/b"]) == ("2/3", "3/3")
+    assert float(rows["AA 3-5 vs 0-2", 4800]["Δ NLL"]) == pytest.approx(0.003 * (3 + 5) / 2 - 0.003)

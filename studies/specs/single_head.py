@@ -16,11 +16,10 @@ import os
 from typing import Mapping, Sequence
 
 from studies import claims as claims_lib
-from studies import stats as stats_lib
 from studies.claims import Claim, Conditions, Registration
 from studies.records import Record
 from studies.specs import single_head_lr as lr_arm
-from studies.study import Arm, Section, Study
+from studies.study import Arm, Section, Study, contrasts_by_step
 
 SPEC = "studies/specs/single_head.py"
 COMMAND = "scripts/single_head.sh"  # the queue: the lr arm until it trains nothing, then this study
@@ -202,22 +201,17 @@ def floor_section(groups) -> Section:
     rows, hits = [], collections.Counter()
     for claim in (x for x in CLAIMS if x.family == NOISE):
         a, b = [r for g in claim.a for r in groups[g]], [r for g in claim.b for r in groups[g]]
-        steps = sorted(set.intersection(*[set(r.curve.valid_step) for r in a + b])) if a and b else []
-        for step in steps:
-            va = [v for v in (r.valid_nll_at(step) for r in a) if v is not None]
-            vb = [v for v in (r.valid_nll_at(step) for r in b) if v is not None]
-            if min(len(va), len(vb)) >= 2:
-                iv = stats_lib.welch_ci(va, vb)
-                hits["all"] += 1
-                hits["hit"] += int(iv.p is not None and iv.p < claims_lib.ALPHA)
-                rows.append([claim.id, step, f"{iv.diff:+.4f}", iv.text(3), f"{iv.p:.3g}"])
-    rate = (f"{hits['hit']} of {hits['all']} contrasts ({hits['hit'] / hits['all']:.0%})" if hits["all"] else
-            "no contrast yet")
-    return Section("Noise floor: the A/A false-positive rate", f"Every A/A split and the machine re-run, at every "
-                   f"validation step: Welch p < {claims_lib.ALPHA} where no difference exists in {rate}; the nominal "
-                   "rate is 5% (steps of one run are not independent). The verdicts above give the same contrasts "
-                   "at 7,200 steps with Holm's correction within their family.",
-                   ["claim", "step", "Δ NLL", "Welch 95%", "p"], rows, "noise_floor.csv")
+        for step, iv in contrasts_by_step(a, b):
+            hits["all"] += 1
+            hits["hit"] += int(iv.p is not None and iv.p < claims_lib.ALPHA)
+            rows.append([claim.id, step, f"{iv.n_a}/{iv.n_b}", f"{iv.diff:+.4f}", iv.text(3), f"{iv.p:.3g}"])
+    rate = (f"Welch p < {claims_lib.ALPHA} in {hits['hit']} of {hits['all']} contrasts "
+            f"({hits['hit'] / hits['all']:.0%})" if hits["all"] else "no contrast yet")
+    return Section("Noise floor: the A/A false-positive rate", "Every A/A split and the machine re-run, where no "
+                   "difference exists, at every validation step both sides evaluated (at least 2 records a side): "
+                   f"{rate}; the nominal rate is 5% (steps of one run are not independent). The verdicts above give "
+                   "the same contrasts at 7,200 steps with Holm's correction within their family.",
+                   ["claim", "step", "n a/b", "Δ NLL", "Welch 95%", "p"], rows, "noise_floor.csv")
 
 
 def machine_section(groups) -> Section:
