@@ -262,38 +262,23 @@ def test_the_results_index_marks_the_claims_it_retests_then_supersedes_them(monk
     assert "d128 h2 by L h2" in notes[table3]  # its re-test is still open
 
 
-def test_the_contrasts_by_step_keep_a_step_that_one_record_lacks(tmp_path):
+def test_the_contrasts_by_step_and_the_noise_floor_keep_a_step_that_one_record_lacks(tmp_path):
     """A record without a validation at some step (a run resumed there before the engine evaluated again on a
-    resume) leaves that step in the table with its side's n one short, not out of it."""
-    curve = lambda base: {s: base + 0.01 * (7200 - s) / 600 for s in range(600, 7201, 600)}  # noqa: E731
-    for name, base in (("h1-s0", 2.45), ("h8-s0", 2.50)):
-        for seed in (0, 1, 2):
-            c = curve(base + 0.004 * seed)
-            if name == "h1-s0" and seed == 2:
-                del c[4800]
-            _record(tmp_path / "points" / name / f"seed_{seed}.json", seed, c[7200], 7200, c)
-    (verdicts,) = study_lib.evaluate([sh.STUDY], {"single_head": str(tmp_path)}).values()
-    study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))
-    with open(tmp_path / "contrasts_by_step.csv", newline="") as f:
-        rows = {(r["id"], int(r["step"])): r for r in csv.DictReader(f)}
-    assert sorted(s for i, s in rows if i == "L h1x6") == list(range(600, 7201, 600))
-    assert (rows["L h1x6", 4800]["n a"], rows["L h1x6", 4200]["n a"]) == ("2", "3")
-    assert float(rows["L h1x6", 4800]["Δ NLL"]) == pytest.approx(-0.05 - 0.002)
-
-
-def test_the_noise_floor_keeps_a_step_that_one_record_lacks(tmp_path):
-    """The A/A table reads the same steps as the contrasts by step: a record without a validation at 4,800 leaves
-    that step in with its side's n one short."""
-    for name, seeds in (("h8-s0", (0, 1, 2)), ("h8-s3", (3, 4, 5))):
+    resume) leaves that step in both tables with its side's n one short, not out of them."""
+    for name, base, seeds in (("h1-s0", 2.45, (0, 1, 2)), ("h8-s0", 2.50, (0, 1, 2)), ("h8-s3", 2.50, (3, 4, 5))):
         for seed in seeds:
-            c = {s: 2.5 + 0.003 * seed + 0.01 * (7200 - s) / 600 for s in range(600, 7201, 600)}
-            if seed == 4:
+            c = {s: base + 0.004 * seed + 0.01 * (7200 - s) / 600 for s in range(600, 7201, 600)}
+            if (name, seed) in (("h1-s0", 2), ("h8-s3", 4)):
                 del c[4800]
             _record(tmp_path / "points" / name / f"seed_{seed}.json", seed, c[7200], 7200, c)
     (verdicts,) = study_lib.evaluate([sh.STUDY], {"single_head": str(tmp_path)}).values()
     study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))
-    with open(tmp_path / "noise_floor.csv", newline="") as f:
-        rows = {(r["claim"], int(r["step"])): r for r in csv.DictReader(f)}
-    assert sorted(s for i, s in rows if i == "AA 3-5 vs 0-2") == list(range(600, 7201, 600))
-    assert (rows["AA 3-5 vs 0-2", 4800]["n a/b"], rows["AA 3-5 vs 0-2", 4200]["n a/b"]) == ("2/3", "3/3")
-    assert float(rows["AA 3-5 vs 0-2", 4800]["Δ NLL"]) == pytest.approx(0.003 * (3 + 5) / 2 - 0.003)
+    for csv_name, claim, n_4800, n_4200, diff in (
+            ("contrasts_by_step.csv", "L h1x6", ("2", "5"), ("3", "6"), 2.45 + 0.004 * 0.5 - (2.50 + 0.004 * 11 / 5)),
+            ("noise_floor.csv", "AA 3-5 vs 0-2", ("2/3",), ("3/3",), 0.004 * (3 + 5) / 2 - 0.004)):
+        with open(tmp_path / csv_name, newline="") as f:
+            rows = {(r.get("id") or r["claim"], int(r["step"])): r for r in csv.DictReader(f)}
+        assert sorted(s for i, s in rows if i == claim) == list(range(600, 7201, 600)), csv_name
+        n = lambda step: tuple(v for k, v in rows[claim, step].items() if k.startswith("n "))  # noqa: E731
+        assert (n(4800), n(4200)) == (n_4800, n_4200), csv_name
+        assert float(rows[claim, 4800]["Δ NLL"]) == pytest.approx(diff), csv_name
