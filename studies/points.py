@@ -34,6 +34,7 @@ import numpy as np
 
 from engine import metrics as metrics_lib
 from engine import runtime
+from engine import workdir as workdir_lib
 from engine import writer as writer_lib
 from engine.config import config_name
 from studies import stats as stats_lib
@@ -834,6 +835,8 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
         "cpu_s": _round(cpu, 4),  # CPU seconds from each call's start event on (pauses out); None if one lacks it
         "median_step_s": _round(1.0 / speeds[len(speeds) // 2], 4) if speeds else None,
         "resumes": max(len(starts) - 1, 0),
+        "config_changes": [{"step": e.get("step"), "changes": e.get("changes", {})}  # config_history.jsonl: fields
+                           for e in workdir_lib.read_history(point_dir)],  # changed on a resume, from that step on
         "first_logged_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(min(times))) if times else None,
         "validation": {k.split("/", 1)[1]: _round(values.get(k)) for k in (
             "validation/nll", "validation/loss", "validation/perplexity", "validation/accuracy") if k in values},

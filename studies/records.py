@@ -168,6 +168,16 @@ class Record:
         return max(values) / 60 if values else None
 
     @property
+    def config_changes(self) -> Optional[list[tuple[int, Mapping[str, Sequence[Any]]]]]:
+        """(step, {field: [before, after]}) of each change of the run's config on a resume (the record's ``model``
+        and ``train`` are the config it started with); [] when none; None in records made before records kept
+        them."""
+        changes = self.raw.get("config_changes")
+        if not isinstance(changes, list):
+            return None
+        return [(int(c.get("step") or 0), _section(c, "changes")) for c in changes if isinstance(c, Mapping)]
+
+    @property
     def cpu_hours(self) -> Optional[float]:
         """CPU hours of the point's training processes (every thread; pauses left out); None in records before
         the engine logged ``cpu_s``."""

@@ -231,6 +231,11 @@ def machine_of(record: Record) -> str:
     return f"machine not recorded ({record.raw.get('cpu') or record.raw.get('host') or 'CPU model not recorded'})"
 
 
+def _record_label(record: Record) -> str:
+    """``<arm folder>/<point>`` of a record under ``points/``."""
+    return f"{os.path.basename(os.path.dirname(record.path))}/{record.name}"
+
+
 def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     commits = sorted({r.commit for r in recs})
     machines = collections.Counter(machine_of(r) for r in recs)
@@ -243,6 +248,14 @@ def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     if walls:
         text += (f" Wall time {walls[0]:.1f} to {walls[-1]:.1f} minutes a point, {sum(walls) / 60:.1f} hours in all "
                  "(the queue shared 2 CPU cores with other work and counts its pauses).")
+    kept = [r for r in recs if r.config_changes is not None]
+    if kept:
+        changed = [r for r in kept if r.config_changes]
+        text += (" Config changed on a resume: " + ("in no run" if not changed else "; ".join(
+            f"{_record_label(r)} " + ", ".join(f"from step {step}: " + ", ".join(
+                f"{k} {old!r} -> {new!r}" for k, (old, new) in fields.items()) for step, fields in r.config_changes)
+            for r in changed)) + f" ({len(kept)} of {len(recs)} records keep such changes"
+            + ("; the others predate the field" if len(kept) < len(recs) else "") + ").")
     cpu = [h for h in (r.cpu_hours for r in recs) if h is not None]
     if cpu:
         text += (f" CPU time {sum(cpu):.1f} hours in all ({len(cpu)} of {len(recs)} records; every thread of each "

@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 
+from engine import workdir as workdir_lib
 from engine.workdir import Lock
 from studies import cli, commands, points, runner, specs
 from studies import study as study_lib
@@ -85,6 +86,30 @@ def test_a_point_a_live_worker_claimed_is_skipped_and_a_dead_workers_claim_is_ta
     assert study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN) == []  # its worker is gone
     calls = (tmp_path / "calls.txt").read_text().split()
     assert len(calls) == 6 and calls[-1].endswith("num_heads_8-seed_1") and not os.path.exists(claim.path)
+
+
+def test_a_record_keeps_the_config_changes_of_its_run_and_the_report_names_them(tmp_path, monkeypatch):
+    """A point whose config changed on a resume (``config_history.jsonl``, written by the engine's workdir
+    record) keeps the change in its record, and the report's header names the point, the step and the fields;
+    records without the field are counted as predating it."""
+    monkeypatch.setenv("CALLS_FILE", str(tmp_path / "calls.txt"))
+    study, out, runs = tiny_study(tmp_path), str(tmp_path / "out"), str(tmp_path / "runs")
+    assert study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN) == []
+    text = open(study_lib.write_report(study, [], out=out)).read()
+    assert "Config changed on a resume: in no run (6 of 6 records keep such changes)." in text
+    run = os.path.join(runs, "A", "num_heads_1-seed_0")
+    workdir_lib.write_record({"train": {"eval_every": 10}}, run, {}, 0)
+    workdir_lib.write_record({"train": {"eval_every": 5}}, run, {"train.eval_every": [10, 5]}, 4)
+    record = os.path.join(out, "points", "A", "num_heads_1-seed_0.json")
+    os.remove(record)
+    assert study_lib.train(study, out=out, workdir=runs, train_script=FAKE_TRAIN) == []  # from the run folder
+    assert len((tmp_path / "calls.txt").read_text().split()) == 6
+    assert points.read_record(record)["config_changes"] == [{"step": 4, "changes": {"train.eval_every": [10, 5]}}]
+    older = os.path.join(out, "points", "A", "num_heads_8-seed_0.json")
+    points.write_record(older, {k: v for k, v in points.read_record(older).items() if k != "config_changes"})
+    text = open(study_lib.write_report(study, [], out=out)).read()
+    assert ("Config changed on a resume: A/num_heads_1-seed_0 from step 4: train.eval_every 10 -> 5 (5 of 6 "
+            "records keep such changes; the others predate the field).") in text
 
 
 def test_two_workers_share_a_study_and_train_each_point_once(tmp_path, monkeypatch):
