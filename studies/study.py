@@ -236,6 +236,22 @@ def _record_label(record: Record) -> str:
     return f"{os.path.basename(os.path.dirname(record.path))}/{record.name}"
 
 
+def _config_changes_text(recs: Sequence[Record]) -> str:
+    """" Config changed on a resume: <arm>/<point> from step <s>: <field> <before> -> <after>, ... (<k> of <n>
+    records keep such changes)." ("" when no record keeps the field)."""
+    kept = [r for r in recs if r.config_changes is not None]
+    if not kept:
+        return ""
+    changed = []
+    for r in kept:
+        for step, fields in r.config_changes:
+            what = ", ".join(f"{k} {before!r} -> {after!r}" for k, (before, after) in fields.items())
+            changed.append(f"{_record_label(r)} from step {step}: {what}")
+    older = "; the others predate the field" if len(kept) < len(recs) else ""
+    return (f" Config changed on a resume: {'; '.join(changed) or 'in no run'} ({len(kept)} of {len(recs)} "
+            f"records keep such changes{older}).")
+
+
 def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     commits = sorted({r.commit for r in recs})
     machines = collections.Counter(machine_of(r) for r in recs)
@@ -248,14 +264,7 @@ def _budget_paragraph(study: Study, recs: Sequence[Record]) -> str:
     if walls:
         text += (f" Wall time {walls[0]:.1f} to {walls[-1]:.1f} minutes a point, {sum(walls) / 60:.1f} hours in all "
                  "(the queue shared 2 CPU cores with other work and counts its pauses).")
-    kept = [r for r in recs if r.config_changes is not None]
-    if kept:
-        changed = [r for r in kept if r.config_changes]
-        text += (" Config changed on a resume: " + ("in no run" if not changed else "; ".join(
-            f"{_record_label(r)} " + ", ".join(f"from step {step}: " + ", ".join(
-                f"{k} {old!r} -> {new!r}" for k, (old, new) in fields.items()) for step, fields in r.config_changes)
-            for r in changed)) + f" ({len(kept)} of {len(recs)} records keep such changes"
-            + ("; the others predate the field" if len(kept) < len(recs) else "") + ").")
+    text += _config_changes_text(recs)
     cpu = [h for h in (r.cpu_hours for r in recs) if h is not None]
     if cpu:
         text += (f" CPU time {sum(cpu):.1f} hours in all ({len(cpu)} of {len(recs)} records; every thread of each "
