@@ -250,8 +250,9 @@ STUDY = Study(
         "h = 8 at seeds 0-5, the others 0-2. The paper's recipe: h = 1 and 8 post-LN, dropout 0.1, 800 warmup "
         "steps (seeds 0-2). Heads vs depth: 1 head x 6+6 (d_k 64, against 2 heads x 3+3 at the same d_k) and 1 "
         "head x 24+24 (d_k 16, Liu et al.'s construction; the longest budget that keeps the 8-head comparison: "
-        "about 1.1 h a point). Noise floor: h = 8 at seeds 6-11 (four A/A splits) and seeds 0-2 re-run on another "
-        "machine (`points/replicate`, trained last)."),
+        "about 1.1 h a point, estimated at registration from heads_vs_depth's 24+24 points at 2,400 steps). Noise "
+        "floor: h = 8 at seeds 6-11 (four A/A splits) and seeds 0-2 re-run on another machine "
+        "(`points/replicate`, trained last)."),
     metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=COMMAND, notes=(
         "The answer follows " + READING + ".",
         "Running: `scripts/single_head.sh` (nice 19, resumable; one copy, or named workers that share the points: "
