@@ -16,7 +16,7 @@ start_queue() {
     exit 1
   fi
   if [ -n "${QUEUE_CPUS:-}" ] && ! taskset -c "$QUEUE_CPUS" true 2>/dev/null; then
-    echo "QUEUE_CPUS=$QUEUE_CPUS: taskset cannot pin to those CPUs (this machine has $(nproc))" >&2
+    echo "QUEUE_CPUS=$QUEUE_CPUS: taskset cannot pin to those CPUs (this machine has $(getconf _NPROCESSORS_ONLN))" >&2
     exit 1
   fi
   mkdir -p runs/repro

@@ -74,5 +74,6 @@ def test_the_cpu_queue_runs_named_workers_side_by_side_pinned_and_names_bad_sett
                           ({"QUEUE_CPUS": "4096"}, "QUEUE_CPUS=4096: taskset cannot pin to those CPUs (this "
                                                    f"machine has {os.cpu_count()})")):
         cmd, env = queue(**env_var)
+        cmd = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] + cmd  # the machine's CPUs, not this process's
         bad = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
         assert bad.returncode == 1 and bad.stderr.splitlines() == [line]
