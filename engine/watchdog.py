@@ -18,7 +18,10 @@ its grace period keeps running.
 ``seconds`` is a hang: one ERROR line (what hung, for how long, the last good checkpoint), every thread's stack
 dumped, and exit code ``HUNG_EXIT_CODE`` on this host; the other hosts, blocked in the same collective, do the
 same when their own deadline passes. A hang never leaves a half-written checkpoint as the latest: Orbax only
-makes a step visible once it is complete.
+makes a step visible once it is complete. Time the process spends stopped (SIGSTOP, as when a queue pauses its
+workers, or a suspended machine) is not work: the watcher, which wakes at least every ``TICK_SECONDS``, notices
+that it slept past its wait and moves the deadlines by that time (to within ``TICK_SECONDS``), so a paused run
+goes on when continued.
 """
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ import numpy as np
 log = logging.getLogger("attnlab")
 
 HUNG_EXIT_CODE = 1
+TICK_SECONDS = 5.0  # the watchdog's longest sleep
+STOPPED_AFTER_SECONDS = 1.0  # a sleep this much longer than asked for: the process was stopped, not working
 GRACE_SECONDS = 60.0  # the default of train.stop_grace_seconds (also for runs recorded before it existed)
 
 
@@ -290,6 +295,7 @@ class Watchdog:
         self._count = 0
         self._cond = threading.Condition()
         self._closed = False
+        self._stopped = 0.0  # seconds the process was seen stopped; deadlines are on time.monotonic() minus this
         self._thread: Optional[threading.Thread] = None
         if self.seconds > 0:
             self._thread = threading.Thread(target=self._watch, name="attnlab-watchdog", daemon=True)
@@ -306,7 +312,7 @@ class Watchdog:
             self._count += 1
             token = self._count
             outer = self._phase
-            self._phase = (name, time.monotonic() + limit, token)
+            self._phase = (name, self._clock() + limit, token)
             self._cond.notify_all()
         try:
             yield
@@ -316,19 +322,32 @@ class Watchdog:
                 self._cond.notify_all()
 
     def _watch(self) -> None:
+        # Every wait is at most TICK_SECONDS, with or without a phase, so a stop that begins at any moment (also
+        # between a phase's start and this thread's first look at it) shows as a wait that overran by all but that.
         with self._cond:
             while not self._closed:
-                if self._phase is None:
-                    self._cond.wait()
-                    continue
-                name, deadline, token = self._phase
-                left = deadline - time.monotonic()
-                if left > 0:
-                    self._cond.wait(timeout=left)
-                    continue
-                _exit_now(HUNG_EXIT_CODE, f"{name} did not finish within {self.seconds:g} s "
-                          f"(train.watchdog_seconds): a hang; stacks of every thread dumped to stderr and the "
-                          f"log{_said(self.describe)}")
+                wait = TICK_SECONDS
+                if self._phase is not None:
+                    name, deadline, token = self._phase
+                    left = deadline - self._clock()
+                    if left <= 0:
+                        stopped = f", not counting {self._stopped:.0f} s the process was stopped" if self._stopped \
+                            else ""
+                        _exit_now(HUNG_EXIT_CODE, f"{name} did not finish within {self.seconds:g} s "
+                                  f"(train.watchdog_seconds{stopped}): a hang; stacks of every thread dumped to stderr "
+                                  f"and the log{_said(self.describe)}")
+                    wait = min(left, TICK_SECONDS)
+                start = time.monotonic()
+                self._cond.wait(timeout=wait)
+                overslept = time.monotonic() - start - wait
+                if overslept > STOPPED_AFTER_SECONDS:
+                    self._stopped += overslept
+                    log.info("the watchdog did not run for %.0f s (the process was stopped, or held up); not counted "
+                             "against train.watchdog_seconds", overslept)
+
+    def _clock(self) -> float:
+        """time.monotonic() less the time the process was seen stopped."""
+        return time.monotonic() - self._stopped
 
     def close(self) -> None:
         with self._cond:

@@ -3,6 +3,7 @@ sharding and checkpoint helpers. Each runs in well under a second or two."""
 import glob
 import json
 import os
+import re
 import signal
 import time
 
@@ -308,6 +309,30 @@ def test_the_train_loops_stop_is_announced_once_by_check_when_the_watcher_has_no
         stop.announce("SIGTERM")  # as the watcher would, late
     said = [r.getMessage() for r in caplog.records if "received" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("SIGTERM received: saving a checkpoint and stopping"), said
+
+
+def test_the_watchdog_does_not_count_time_the_process_was_stopped():
+    """A run paused with SIGSTOP (a queue pausing its workers) and continued after its watchdog limit goes on; a
+    phase that outlasts the limit while the process runs is still a hang (exit 1, one line naming it)."""
+    import subprocess
+    import sys
+
+    child = ("import logging, sys, time\nfrom engine import watchdog\nlogging.basicConfig(level=logging.INFO)\n"
+             "watchdog.TICK_SECONDS = 0.1\n"
+             "wd = watchdog.Watchdog(3.0)\nwith wd.phase('work'):\n    print('in phase', flush=True)\n"
+             "    for _ in range(int(sys.argv[1])):\n        time.sleep(0.2)\nprint('done', flush=True)\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paused = subprocess.Popen([sys.executable, "-c", child, "2"], cwd=repo, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # 0.4 s of work in a 3 s limit
+    assert paused.stdout.readline() == "in phase\n"
+    os.kill(paused.pid, signal.SIGSTOP)
+    time.sleep(6.0)  # twice the limit, stopped
+    os.kill(paused.pid, signal.SIGCONT)
+    out, err = paused.communicate(timeout=60)
+    assert (paused.returncode, out) == (0, "done\n"), err
+    assert re.search(r"the watchdog did not run for [56] s \(the process was stopped, or held up\)", err), err
+    hung = subprocess.run([sys.executable, "-c", child, "100"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert hung.returncode == 1 and "work did not finish within 3 s (train.watchdog_seconds): a hang" in hung.stderr
 
 
 def test_multi_process_launch_detection(monkeypatch):
