@@ -356,11 +356,20 @@ def _verdict_section(report: Report, study: Study, verdicts: Sequence[claims_lib
     changed = [v for v in verdicts if v.changed]
     report.text("Changed by the correction: " + ("; ".join(f"{v.claim.id} ({v.kind_raw} -> {v.kind})"
                                                            for v in changed) if changed else "none") + ".")
-    conds = collections.OrderedDict()
-    for v in verdicts:
-        conds.setdefault(v.conditions, []).append(v.claim.id)
-    report.text("Conditions of every verdict (budget from the records, the rest from the spec):\n\n" + "\n".join(
-        f"- {', '.join(ids)}: {text}" for text, ids in conds.items()))
+    report.text(conditions_text(verdicts))
+
+
+def conditions_text(verdicts: Sequence[claims_lib.Verdict]) -> str:
+    """The conditions of every verdict: what all of them share once, then each set of claims with what it adds."""
+    parts = {v.claim.id: tuple(v.conditions.split("; ")) for v in verdicts}
+    first = next(iter(parts.values()), ())
+    common = [p for p in first if all(p in ps for ps in parts.values())] if len(set(parts.values())) > 1 else []
+    groups: dict[str, list[str]] = {}
+    for cid, ps in parts.items():
+        groups.setdefault("; ".join(p for p in ps if p not in common) or "nothing further", []).append(cid)
+    head = "Conditions of every verdict (budget from the records, the rest from the spec)"
+    head += f". Common to all: {'; '.join(common)}.\n\nAnd per claim:" if common else ":"
+    return head + "\n\n" + "\n".join(f"- {', '.join(ids)}: {text}" for text, ids in groups.items())
 
 
 def _settings_section(report: Report, study: Study, groups) -> None:

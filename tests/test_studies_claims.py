@@ -131,6 +131,24 @@ def test_every_verdict_carries_its_budget_and_conditions():
     assert v.registration == "post-hoc (written after its records)"
 
 
+def test_the_report_states_shared_conditions_once_and_each_claims_own_after_them():
+    from studies.study import conditions_text
+
+    recipe = Conditions(lr="0.003, tuned for the base only", differences=("post-LN, dropout 0.1",))
+    groups = {"a": group("a", BASE), "b": group("b", TIGHT), "long": group("long", TIGHT, steps=7200), "none": []}
+    claims = [Claim("x", "x", ("a",), ("b",), "f", COND), Claim("y", "y", ("long",), ("b",), "f", COND),
+              Claim("z", "z", ("a",), ("b",), "f", recipe), Claim("w", "w", ("none",), ("b",), "f", COND)]
+    text = conditions_text(evaluate(claims, groups))
+    assert text == ("Conditions of every verdict (budget from the records, the rest from the spec). Common to all: "
+                    "learning rate 0.003, tuned for the base only.\n\nAnd per claim:\n\n"
+                    "- x, w: 2400 steps (2.5 epochs); pre-LN, no dropout\n"
+                    "- y: 2400 steps (2.5 epochs) / 7200 steps (7.5 epochs); pre-LN, no dropout\n"
+                    "- z: 2400 steps (2.5 epochs); post-LN, dropout 0.1")
+    alone = conditions_text(evaluate(claims[:1], groups))  # one set of conditions: stated whole
+    assert alone.endswith(":\n\n- x: 2400 steps (2.5 epochs); learning rate 0.003, tuned for the base only; "
+                          "pre-LN, no dropout")
+
+
 def test_bad_claims_and_unknown_groups_are_named():
     with pytest.raises(ValueError, match=r"claim c: margin=-1; expected >= 0"):
         Claim("c", "t", ("a",), ("b",), "f", COND, margin=-1)
