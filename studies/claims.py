@@ -110,6 +110,7 @@ class Verdict:
     ratio: Optional[tuple[float, float, float]]  # measured / paper (estimate, lo, hi) for "direction only"
     budget: str
     registration: str  # "pre-registered (...)" or "post-hoc (...)"
+    counts: tuple[int, int] = (0, 0)  # records with the metric, a side and b side (the interval needs min_seeds each)
 
     @property
     def changed(self) -> bool:
@@ -200,14 +201,14 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
         b = [r for g in c.b for r in groups[g]]
         va, vb = values(a, c.metric), values(b, c.metric)
         interval = (stats_lib.welch_ci(va, vb) if len(va) >= c.min_seeds and len(vb) >= c.min_seeds else None)
-        found.append((c, a + b, interval))
-    adjusted = holm_by_family([(c, i) for c, _, i in found])
+        found.append((c, a + b, interval, (len(va), len(vb))))
+    adjusted = holm_by_family([(c, i) for c, _, i, _ in found])
     out = []
-    for c, records, interval in found:
+    for c, records, interval, counts in found:
         raw_kind, _ = judge(interval, None if interval is None else interval.p, c.paper, c.margin, c.sign)
         kind, ratio = judge(interval, adjusted[c.id], c.paper, c.margin, c.sign)
         out.append(Verdict(c, interval, adjusted[c.id], raw_kind, kind, ratio, budget_text(records),
-                           registration(c, records)))
+                           registration(c, records), counts))
     return out
 
 

@@ -204,7 +204,8 @@ def verdict_rows(verdicts: Sequence[claims_lib.Verdict]) -> list[list]:
     rows = []
     for v in verdicts:
         c = v.claim
-        n = "—" if v.interval is None else f"{v.interval.n_a}/{v.interval.n_b}"
+        n = f"{v.interval.n_a}/{v.interval.n_b}" if v.interval is not None else (
+            "—" if v.counts == (0, 0) else f"{v.counts[0]}/{v.counts[1]} (needs {c.min_seeds} a side)")
         paper = "—" if c.paper is None else ("0" if c.paper == 0 else f"{c.paper:+.3f}")
         if c.paper is None and c.sign:
             paper = "lower" if c.sign < 0 else "higher"

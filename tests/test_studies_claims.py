@@ -111,6 +111,7 @@ def test_the_correction_runs_over_the_declared_family_while_members_lack_data():
     y = Claim("y", "y", ("y",), ("base",), "family", COND)
     v, untested = evaluate([x, y], groups)
     assert untested.interval is None and untested.p_adjusted is None and untested.kind == UNRESOLVED
+    assert (v.counts, untested.counts) == ((3, 3), (0, 3))
     assert v.p_adjusted == pytest.approx(2 * v.interval.p)
     done = evaluate([x, dataclasses_replace(y, a=("y_done",))], groups)[0]
     assert done.p_adjusted <= v.p_adjusted
@@ -147,6 +148,17 @@ def test_the_report_states_shared_conditions_once_and_each_claims_own_after_them
     alone = conditions_text(evaluate(claims[:1], groups))  # one set of conditions: stated whole
     assert alone.endswith(":\n\n- x: 2400 steps (2.5 epochs); learning rate 0.003, tuned for the base only; "
                           "pre-LN, no dropout")
+
+
+def test_the_verdicts_table_says_how_many_seeds_a_claim_short_of_its_minimum_has():
+    from studies.study import verdict_rows
+
+    groups = {"a": group("a", BASE), "b": group("b", TIGHT[:2]), "none": []}
+    claims = [Claim("six", "6 a side", ("a",), ("b",), "f", COND, min_seeds=6),
+              Claim("none", "no records", ("none",), ("none",), "f", COND),
+              Claim("two", "2 a side", ("a",), ("b",), "f", COND, min_seeds=2)]
+    n = [row[4] for row in verdict_rows(evaluate(claims, groups))]
+    assert n == ["3/2 (needs 6 a side)", "—", "3/2"]
 
 
 def test_bad_claims_and_unknown_groups_are_named():
