@@ -17,6 +17,7 @@ import logging
 import logging.handlers
 import math
 import os
+import platform
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -256,7 +257,8 @@ def _run(config, workdir, hooks, use_default_hooks, session, task, model_cfg, me
         r.event("start", params=n_params, mesh=dict(mesh.shape), resumed=resumed, wandb_mode=logger.mode,
                 device=f"{jax.devices()[0].platform} {jax.devices()[0].device_kind} x{jax.device_count()}",
                 matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
-                cpu=runtime.cpu_model(), software=runtime.software_versions(),
+                cpu=runtime.cpu_model(), host=platform.node(), boot=runtime.boot_id(),
+                software=runtime.software_versions(),
                 data_stats=_jsonable(getattr(data, "stats", {})))
         logger.summary({"params": n_params})
         train_step = make_train_step(setup)

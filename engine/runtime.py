@@ -144,6 +144,16 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:
+    """This boot's id, its first 8 hex digits ("" where the kernel gives none): machines that share a host name and
+    CPU model (cloud VMs from one image) differ in it; one machine has a new one after a reboot."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip().replace("-", "")[:8]
+    except OSError:
+        return ""
+
+
 def software_versions() -> dict[str, str]:
     """Python and the installed versions of ``SOFTWARE`` (a package not installed is left out)."""
     out = {"python": platform.python_version()}

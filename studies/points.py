@@ -480,11 +480,14 @@ SPIKE_NATS = 0.3  # a logged train loss this far above that median counts as a l
 MACHINE_ENV = "ATTNLAB_MACHINE"  # names the machine in the records it writes (default: the host name)
 
 
-def machine(cpu: Optional[str] = None, device: Optional[str] = None) -> dict[str, Optional[str]]:
+def machine(cpu: Optional[str] = None, device: Optional[str] = None,
+            boots: Sequence[Optional[str]] = ()) -> dict[str, Any]:
     """The ``machine`` of a record written here: its name (``$ATTNLAB_MACHINE``, else the host name), CPU model
-    (``cpu`` as the run logged it, else this host's) and the run's device ("<platform> <kind> x<count>")."""
+    (``cpu`` as the run logged it, else this host's), the run's device ("<platform> <kind> x<count>") and ``boots``,
+    the boot id each training call logged, in order (``engine.runtime.boot_id``; None for a call whose start event
+    has none): cloud machines from one image share a host name and CPU model, not a boot."""
     return {"name": os.environ.get(MACHINE_ENV) or platform.node() or None, "cpu": cpu or runtime.cpu_model() or None,
-            "device": device}
+            "device": device, "boots": [b or None for b in boots]}
 
 
 def _last_logged(events: Sequence[dict], key: str) -> Any:
@@ -815,7 +818,8 @@ def point_record(point_dir: str, config_spec: str, overrides: Mapping[str, Any],
         "recorded_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "host": f"{os.uname().sysname} {os.uname().machine}, {os.cpu_count()} CPU cores",
         "device": _last_logged(starts, "device"),
-        "machine": machine(_last_logged(starts, "cpu"), _last_logged(starts, "device")),
+        "machine": machine(_last_logged(starts, "cpu"), _last_logged(starts, "device"),
+                           [r.get("boot") for r in starts]),
         "matmul_precision": _last_logged(starts, "matmul_precision"),
         "cpu": _last_logged(starts, "cpu"),  # the run's CPU and libraries: runs that differ in either need not
         "software": _last_logged(starts, "software"),  # repeat each other bit for bit

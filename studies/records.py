@@ -138,6 +138,13 @@ class Record:
         return f"{m.get('name') or 'unnamed'}" + (f" ({rest})" if rest else "")
 
     @property
+    def boots(self) -> tuple[Optional[str], ...]:
+        """The boot id of each training call, in order (None for a call that logged none); () in records made
+        before records kept them."""
+        m = self.raw.get("machine")
+        return tuple(b or None for b in m.get("boots") or ()) if isinstance(m, Mapping) else ()
+
+    @property
     def execution(self) -> Mapping[str, Any]:
         return _section(self.raw, "execution")
 

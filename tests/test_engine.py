@@ -355,6 +355,15 @@ def test_multi_process_launch_detection(monkeypatch):
         runtime.maybe_initialize_distributed("maybe")
 
 
+def test_the_boot_id_is_the_kernels_first_8_hex_digits_or_empty(tmp_path):
+    from engine import runtime
+
+    path = tmp_path / "boot_id"
+    path.write_text("b9f938f4-c4d7-4a19-801a-01644218616e\n")
+    assert runtime.boot_id(str(path)) == "b9f938f4"
+    assert runtime.boot_id(str(tmp_path / "none")) == ""
+
+
 def test_logged_summaries_rebuild_the_monitor_input_and_keep_a_rerun_step_last():
     from engine import metrics as metrics_lib
 

@@ -17,6 +17,7 @@ from studies import points as points_lib
 from studies import specs
 from studies import study as study_lib
 from studies.specs import single_head as sh
+from studies.records import Record, records_in
 from studies.specs import single_head_lr as lr
 
 CONFIG = os.path.join(points_lib.REPO, lr.CONFIG)
@@ -202,8 +203,32 @@ def test_the_machine_claim_reads_the_records_machine(tmp_path):
     assert [r.seed for _, r in groups[sh.A["replicate"]]] == [1, 2]
     assert [r.seed for _, r in groups[sh.SAME_MACHINE]] == [0]
     rows = {row[0]: row[1:3] for row in sh.machine_section(groups).rows}
-    assert rows["seed_1"] == ["box-a (AMD EPYC; cpu cpu x1)", "box-b (AMD EPYC; cpu cpu x1)"]
+    assert rows["seed_1"] == ["box-a (AMD EPYC; cpu cpu x1), boot not recorded",
+                              "box-b (AMD EPYC; cpu cpu x1), boot not recorded"]
     assert rows["seed_0"][0] == rows["seed_0"][1]
+
+
+def test_machines_with_one_name_are_told_apart_by_their_boots(tmp_path):
+    """Cloned machines share host name, CPU model and device: a re-run is on another machine only where both
+    records know the boot of every training call and share none; the committed h8-s0 records (made before records
+    kept boots) have theirs from the spec."""
+    vm = {"name": "vm", "cpu": "AMD EPYC", "device": "cpu cpu x1"}
+    replicate_boots = {0: ["bbbbbbbb"], 1: ["aaaaaaaa", "bbbbbbbb"], 2: [None, "bbbbbbbb"]}
+    for seed in (0, 1, 2):
+        _record(tmp_path / "points" / "h8-s0" / f"seed_{seed}.json", seed, 2.5, 7200,
+                machine={**vm, "boots": ["aaaaaaaa"]})
+        _record(tmp_path / "points" / "replicate" / f"seed_{seed}.json", seed, 2.5, 7200,
+                machine={**vm, "boots": replicate_boots[seed]})
+    groups = sh.STUDY.records(str(tmp_path))
+    assert [r.seed for _, r in groups[sh.A["replicate"]]] == [0]  # 1 shares a boot; 2 has a call of unknown boot
+    assert [r.seed for _, r in groups[sh.SAME_MACHINE]] == [1, 2]
+    rows = {row[0]: row[1:3] for row in sh.machine_section(groups).rows}
+    assert rows["seed_1"] == ["vm (AMD EPYC; cpu cpu x1), boot aaaaaaaa", "vm (AMD EPYC; cpu cpu x1), boot aaaaaaaa, "
+                              "bbbbbbbb"]
+    first = Record.load(os.path.join(points_lib.REPO, "docs/results/single_head/points/h8-s0/seed_0.json"))
+    assert first.boots == () and sh.boots(first) == frozenset(["b9f938f4"])
+    assert {sh.boots(r) for r in records_in(os.path.join(points_lib.REPO, "docs/results/single_head/points/h8-s0")
+                                            ).values()} == {frozenset(["b9f938f4"])}
 
 
 def test_the_claims_are_registered_by_the_commit_that_added_the_spec():

@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 
+from engine import runtime
 from engine import workdir as workdir_lib
 from engine.workdir import Lock
 from studies import cli, commands, points, runner, specs
@@ -146,6 +147,7 @@ def test_a_tiny_study_trains_in_process_through_the_engine(tmp_path, monkeypatch
     m = recs["num_heads_1"].raw["machine"]
     assert m["name"] == "lab-a" and m["device"].startswith("cpu ") and m["device"] == recs["num_heads_1"].device
     assert recs["num_heads_1"].machine == "lab-a (" + "; ".join(x for x in (m["cpu"], m["device"]) if x) + ")"
+    assert m["boots"] == [runtime.boot_id() or None] and recs["num_heads_1"].boots == (runtime.boot_id() or None,)
     assert all(0 < r.raw["cpu_s"] < 600 for r in recs.values())  # this run's CPU, not the test process's
     readme = study_lib.write_report(study, [], out=str(tmp_path / "out"), quick=True)
     assert "Points recorded: 2 of 2." in open(readme).read()

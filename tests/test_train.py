@@ -6,6 +6,7 @@ and a few steps. Compiled programs are cached on disk for the module, so repeate
 """
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -98,6 +99,7 @@ def test_uninterrupted_run_logs_metrics_health_and_evaluates(baseline):
     start = next(r for r in records if r.get("event") == "start")
     assert start["device"] == "cpu cpu x8" and start["matmul_precision"] == "default"  # what a record keeps
     assert start["cpu"] == runtime.cpu_model() and start["software"]["jax"] == jax.__version__
+    assert start["host"] == platform.node() and start["boot"] == runtime.boot_id()
     assert set(start["software"]) >= {"python", "jax", "jaxlib", "flax", "optax", "numpy"}
     keys = set().union(*records)
     for key in ("train/loss", "train/perplexity", "train/learning_rate", "train/grad_norm", "perf/tokens_per_sec",

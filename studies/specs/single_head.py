@@ -74,12 +74,37 @@ def original(rec: Record) -> Record | None:
     return Record.load(path) if os.path.exists(path) else None
 
 
+# The boot of the h8-s0 records (point, recorded_utc), which predate boot ids in records. Added 2026-12-07 after
+# they were recorded and before any replicate point trained: every training call of the three ran on the machine
+# that holds their run folders, up without a reboot from 2026-12-06 19:07 UTC (before their first step, 2026-12-07
+# 04:43 UTC) until after this entry's commit.
+FIRST_RUN_BOOTS = {("seed_0", "2026-12-07 07:33:19"): "b9f938f4", ("seed_1", "2026-12-07 08:02:16"): "b9f938f4",
+                   ("seed_2", "2026-12-07 10:08:53"): "b9f938f4"}
+
+
+def boots(rec: Record) -> frozenset[str] | None:
+    """The boot ids a record's training calls ran on; None where a call's is unknown (``FIRST_RUN_BOOTS`` for the
+    h8-s0 records made before records kept them)."""
+    if rec.boots and all(rec.boots):
+        return frozenset(rec.boots)
+    known = FIRST_RUN_BOOTS.get((rec.name, rec.raw.get("recorded_utc")))
+    return frozenset([known]) if known else None
+
+
 def setting(arm_name: str, rec: Record) -> str:
     if arm_name == "replicate":  # a re-run on the machine of the run it repeats is no machine contrast
         first = original(rec)
-        if first is not None and machine(first) == machine(rec):
-            return SAME_MACHINE
+        if first is not None and machine(first) == machine(rec):  # same name, CPU model and device
+            a, b = boots(first), boots(rec)
+            if a is None or b is None or a & b:  # another machine only where every call's boot is known, none shared
+                return SAME_MACHINE
     return ARMS[arm_name][5]
+
+
+def machine_text(rec: Record) -> str:
+    """``machine`` with the boot ids of the record's training calls."""
+    b = boots(rec)
+    return machine(rec) + (f", boot {', '.join(sorted(b))}" if b else ", boot not recorded")
 
 
 def lr_text() -> str:
@@ -220,7 +245,7 @@ def machine_section(groups) -> Section:
         first = original(rec)
         diffs = [abs(rec.valid_nll_at(s) - first.valid_nll_at(s)) for s in rec.curve.valid_step
                  if first is not None and None not in (rec.valid_nll_at(s), first.valid_nll_at(s))]
-        rows.append([rec.name, machine(first) if first else "not recorded", machine(rec),
+        rows.append([rec.name, machine_text(first) if first else "not recorded", machine_text(rec),
                      max(diffs) if diffs else None, rec.commit, first.commit if first else None])
     return Section("The same points on two machines", "Each re-run against the run it repeats (same config, seed and "
                    "data order): the machines, and the largest |Δ validation NLL| over the validation steps.",
@@ -260,8 +285,12 @@ STUDY = Study(
         "single_head` refuses in one line while a row has no rate. The arms the answer reads train first (h = 1 and "
         "8 at seeds 0-5, then the paper's recipe), then rows h = 2, 32 and (B), heads vs depth and the A/A seeds. "
         "The replicate arm trains last; a re-run on its first runs' machine is set apart (\"same machine "
-        "again\") and leaves *M machines* unresolved, so let a session on another machine train it "
-        "(`ATTNLAB_MACHINE=<name>` names the machine in its records; default the host name)."),
+        "again\") and leaves *M machines* unresolved, so let a session on another machine train it. A machine is "
+        "its record's name (`ATTNLAB_MACHINE=<name>`, default the host name), CPU model and device, and the boot "
+        "id of each training call: machines cloned from one image share the rest, so a re-run is on another "
+        "machine only where both records know every call's boot and share none (a reboot of one machine also "
+        "reads as another; the h8-s0 records' boot was added to the spec after they were recorded: "
+        "`FIRST_RUN_BOOTS`)."),
     sections=(answer_section, floor_section, machine_section),
     margins_note=(f"The equivalence margins (each claim's, in the spec), the magnitude rule (`judge` in "
                   f"`studies/claims.py`) and the reading rule of the answer were committed with the claims at "
