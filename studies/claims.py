@@ -111,6 +111,7 @@ class Verdict:
     budget: str
     registration: str  # "pre-registered (...)" or "post-hoc (...)"
     counts: tuple[int, int] = (0, 0)  # records with the metric, a side and b side (the interval needs min_seeds each)
+    family_size: tuple[int, int] = (1, 0)  # claims in the family Holm ran over, and how many of them had no p (p = 1)
 
     @property
     def changed(self) -> bool:
@@ -203,12 +204,17 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
         interval = (stats_lib.welch_ci(va, vb) if len(va) >= c.min_seeds and len(vb) >= c.min_seeds else None)
         found.append((c, a + b, interval, (len(va), len(vb))))
     adjusted = holm_by_family([(c, i) for c, _, i, _ in found])
+    sizes: dict[str, list[int]] = {}
+    for c, _, interval, _ in found:
+        size = sizes.setdefault(c.family, [0, 0])
+        size[0] += 1
+        size[1] += interval is None or interval.p is None
     out = []
     for c, records, interval, counts in found:
         raw_kind, _ = judge(interval, None if interval is None else interval.p, c.paper, c.margin, c.sign)
         kind, ratio = judge(interval, adjusted[c.id], c.paper, c.margin, c.sign)
         out.append(Verdict(c, interval, adjusted[c.id], raw_kind, kind, ratio, budget_text(records),
-                           registration(c, records), counts))
+                           registration(c, records), counts, tuple(sizes[c.family])))
     return out
 
 

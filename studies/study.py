@@ -354,10 +354,21 @@ def _verdict_section(report: Report, study: Study, verdicts: Sequence[claims_lib
         "it. Registration: a claim is pre-registered when the commit that first held its criterion precedes the "
         "start of every record it reads (git history). " + (study.margins_note or MARGINS_WITH_CLAIMS))
     report.table(VERDICT_HEADERS, verdict_rows(verdicts), csv_name="verdicts.csv")
-    changed = [v for v in verdicts if v.changed]
-    report.text("Changed by the correction: " + ("; ".join(f"{v.claim.id} ({v.kind_raw} -> {v.kind})"
-                                                           for v in changed) if changed else "none") + ".")
+    report.text(correction_text(verdicts))
     report.text(conditions_text(verdicts))
+
+
+def correction_text(verdicts: Sequence[claims_lib.Verdict]) -> str:
+    """The verdicts Holm's correction changed, each with the size of its family and how many of it have no data
+    yet (those count as p = 1)."""
+    def family(v: claims_lib.Verdict) -> str:
+        size, waiting = v.family_size
+        return (f"{v.kind_raw} -> {v.kind}; Holm over the {size} claims of its family"
+                + (f", {waiting} of them without enough records yet, counted p = 1" if waiting else ""))
+
+    changed = [v for v in verdicts if v.changed]
+    return "Changed by the correction: " + ("; ".join(f"{v.claim.id} ({family(v)})" for v in changed)
+                                            if changed else "none") + "."
 
 
 def conditions_text(verdicts: Sequence[claims_lib.Verdict]) -> str:

@@ -112,6 +112,7 @@ def test_the_correction_runs_over_the_declared_family_while_members_lack_data():
     v, untested = evaluate([x, y], groups)
     assert untested.interval is None and untested.p_adjusted is None and untested.kind == UNRESOLVED
     assert (v.counts, untested.counts) == ((3, 3), (0, 3))
+    assert v.family_size == untested.family_size == (2, 1)
     assert v.p_adjusted == pytest.approx(2 * v.interval.p)
     done = evaluate([x, dataclasses_replace(y, a=("y_done",))], groups)[0]
     assert done.p_adjusted <= v.p_adjusted
@@ -159,6 +160,17 @@ def test_the_verdicts_table_says_how_many_seeds_a_claim_short_of_its_minimum_has
               Claim("two", "2 a side", ("a",), ("b",), "f", COND, min_seeds=2)]
     n = [row[4] for row in verdict_rows(evaluate(claims, groups))]
     assert n == ["3/2 (needs 6 a side)", "—", "3/2"]
+
+
+def test_the_report_says_how_many_of_a_changed_verdicts_family_still_lack_records():
+    from studies.study import correction_text
+
+    groups = {"base": group("base", TIGHT), "x": group("x", [2.793, 2.80, 2.807]), "y": []}  # x: p about 0.036
+    claims = [Claim("x", "x", ("x",), ("base",), "family", COND), Claim("y", "y", ("y",), ("base",), "family", COND)]
+    assert correction_text(evaluate(claims, groups)) == (
+        "Changed by the correction: x (differs from 0 -> unresolved; Holm over the 2 claims of its family, 1 of them "
+        "without enough records yet, counted p = 1).")
+    assert correction_text(evaluate(claims[:1], groups)) == "Changed by the correction: none."
 
 
 def test_bad_claims_and_unknown_groups_are_named():
