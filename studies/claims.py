@@ -22,6 +22,7 @@ for the verdict reported.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import subprocess
@@ -204,17 +205,14 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
         interval = (stats_lib.welch_ci(va, vb) if len(va) >= c.min_seeds and len(vb) >= c.min_seeds else None)
         found.append((c, a + b, interval, (len(va), len(vb))))
     adjusted = holm_by_family([(c, i) for c, _, i, _ in found])
-    sizes: dict[str, list[int]] = {}
-    for c, _, interval, _ in found:
-        size = sizes.setdefault(c.family, [0, 0])
-        size[0] += 1
-        size[1] += interval is None or interval.p is None
+    members = collections.Counter(c.family for c, *_ in found)
+    untested = collections.Counter(c.family for c, *_ in found if adjusted[c.id] is None)  # Holm's p = 1
     out = []
     for c, records, interval, counts in found:
         raw_kind, _ = judge(interval, None if interval is None else interval.p, c.paper, c.margin, c.sign)
         kind, ratio = judge(interval, adjusted[c.id], c.paper, c.margin, c.sign)
         out.append(Verdict(c, interval, adjusted[c.id], raw_kind, kind, ratio, budget_text(records),
-                           registration(c, records), counts, tuple(sizes[c.family])))
+                           registration(c, records), counts, (members[c.family], untested[c.family])))
     return out
 
 
