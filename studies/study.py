@@ -199,13 +199,17 @@ def _label(group: str) -> str:
     return group.split(":", 1)[1]
 
 
+def _short(v: claims_lib.Verdict) -> str:
+    """A claim without its interval: "—" with no records, else "<a>/<b> (needs <min_seeds> a side)"."""
+    return "—" if v.counts == (0, 0) else f"{v.counts[0]}/{v.counts[1]} (needs {v.claim.min_seeds} a side)"
+
+
 def verdict_rows(verdicts: Sequence[claims_lib.Verdict]) -> list[list]:
     """The verdicts table: one row per claim."""
     rows = []
     for v in verdicts:
         c = v.claim
-        n = f"{v.interval.n_a}/{v.interval.n_b}" if v.interval is not None else (
-            "—" if v.counts == (0, 0) else f"{v.counts[0]}/{v.counts[1]} (needs {c.min_seeds} a side)")
+        n = f"{v.interval.n_a}/{v.interval.n_b}" if v.interval is not None else _short(v)
         paper = "—" if c.paper is None else ("0" if c.paper == 0 else f"{c.paper:+.3f}")
         if c.paper is None and c.sign:
             paper = "lower" if c.sign < 0 else "higher"
@@ -419,9 +423,13 @@ def _paired_bleu_section(report: Report, study: Study, verdicts, groups) -> None
     report.section("Test BLEU (secondary)")
     report.text("Per claim: the difference of mean test BLEU over seeds (Welch), and a paired bootstrap over test "
                 "sentences (1,000 resamples, the same sentences for both systems) for each pair of points with the "
-                "same seed; greedy decoding, sacreBLEU. BLEU is read beside the NLL verdict, not instead of it.")
+                "same seed; greedy decoding, sacreBLEU. BLEU is read beside the NLL verdict, not instead of it; a "
+                "claim short of its registered seeds has no contrast here either.")
     rows, csv_rows = [], []
     for v in verdicts:
+        if v.interval is None:  # short of min_seeds a side: no verdict, so no secondary contrast
+            rows.append([v.claim.id, v.claim.text, _short(v), "—", "—", "—"])
+            continue
         a, b = _members(v, groups, "a"), _members(v, groups, "b")
         va, vb = values(a, "bleu"), values(b, "bleu")
         welch = stats_lib.welch_ci(va, vb).text(2) if len(va) >= 2 and len(vb) >= 2 else "—"
@@ -460,6 +468,8 @@ def contrasts_by_step(a: Sequence[Record], b: Sequence[Record],
 def _by_step_section(report: Report, verdicts, groups) -> None:
     rows, series = [], []
     for v in verdicts:
+        if v.interval is None:  # short of min_seeds a side, as in the verdicts table
+            continue
         pts = contrasts_by_step(_members(v, groups, "a"), _members(v, groups, "b"))
         rows += [[v.claim.id, s, iv.n_a, iv.n_b, iv.diff, iv.lo, iv.hi] for s, iv in pts]
         if len(pts) > 1:
@@ -469,7 +479,8 @@ def _by_step_section(report: Report, verdicts, groups) -> None:
     report.section("Contrasts against the training budget")
     report.text("Each claim's Δ validation NLL at every validation step both sides evaluated (one run per point "
                 "evaluated along the way, not a run per budget): does the sign hold as training goes on? n counts "
-                "the records with a validation at that step (at least 2 a side).")
+                "the records with a validation at that step (at least 2 a side). Only claims with their registered "
+                "seeds a side are shown, as in the verdicts.")
     steps = sorted({s for _, pts in series for s, _ in pts})
     table = [[cid] + [next((f"{iv.text(3)} (n {iv.n_a}/{iv.n_b})" for s, iv in pts if s == step), "—")
                       for step in steps] for cid, pts in series]

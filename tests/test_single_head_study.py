@@ -231,6 +231,26 @@ def test_machines_with_one_name_are_told_apart_by_their_boots(tmp_path):
                                             ).values()} == {frozenset(["b9f938f4"])}
 
 
+def test_a_claim_short_of_its_seeds_has_no_contrast_in_the_secondary_tables(tmp_path):
+    """h = 8 at seeds 0-5 only: *AA 3-5 vs 0-2* (3 a side) has its by-step contrast; *AA odd vs even triples*
+    (6 a side) reads the same six records, has no verdict, and so no by-step row and no BLEU contrast either."""
+    for name, seeds in (("h8-s0", (0, 1, 2)), ("h8-s3", (3, 4, 5))):
+        for seed in seeds:
+            nll = 2.5 + 0.01 * seed
+            m = 10 + seed  # matches of each order in each 20-token sentence: BLEU rises with the seed
+            _record(tmp_path / "points" / name / f"seed_{seed}.json", seed, nll, 7200,
+                    {s: nll + 0.001 * (7200 - s) for s in range(600, 7201, 600)}, test={"bleu": 20.0 + seed},
+                    bleu_sentence_stats={"rows": [[m, m - 1, m - 2, m - 3, 20, 19, 18, 17, 20, 20]] * 30})
+    (verdicts,) = study_lib.evaluate([sh.STUDY], {"single_head": str(tmp_path)}).values()
+    text = open(study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))).read()
+    by_step = text.split("## Contrasts against the training budget")[1].split("\n## ")[0]
+    assert "| AA 3-5 vs 0-2 | +0.030 [" in by_step and "AA odd vs even" not in by_step
+    bleu = {line.split(" | ")[0]: line for line in text.split("## Test BLEU (secondary)")[1].split("\n## ")[0]
+            .splitlines() if line.startswith("| AA")}
+    assert bleu["| AA odd vs even triples"].endswith("| 3/3 (needs 6 a side) | — | — | — |")
+    assert bleu["| AA 3-5 vs 0-2"].endswith("| +3.00 [+0.73, +5.27] | 3 | 3 | 0 |")  # 23-25 against 20-22
+
+
 def test_the_claims_are_registered_by_the_commit_that_added_the_spec():
     if not sh.COMMIT:
         pytest.skip("the spec's registration commit is not filled in yet")
@@ -290,7 +310,8 @@ def test_the_results_index_marks_the_claims_it_retests_then_supersedes_them(monk
 def test_the_contrasts_by_step_and_the_noise_floor_keep_a_step_that_one_record_lacks(tmp_path):
     """A record without a validation at some step (a run resumed there before the engine evaluated again on a
     resume) leaves that step in both tables with its side's n one short, not out of them."""
-    for name, base, seeds in (("h1-s0", 2.45, (0, 1, 2)), ("h8-s0", 2.50, (0, 1, 2)), ("h8-s3", 2.50, (3, 4, 5))):
+    for name, base, seeds in (("h1-s0", 2.45, (0, 1, 2)), ("h1-s3", 2.45, (3, 4, 5)), ("h8-s0", 2.50, (0, 1, 2)),
+                              ("h8-s3", 2.50, (3, 4, 5))):
         for seed in seeds:
             c = {s: base + 0.004 * seed + 0.01 * (7200 - s) / 600 for s in range(600, 7201, 600)}
             if (name, seed) in (("h1-s0", 2), ("h8-s3", 4)):
@@ -299,7 +320,7 @@ def test_the_contrasts_by_step_and_the_noise_floor_keep_a_step_that_one_record_l
     (verdicts,) = study_lib.evaluate([sh.STUDY], {"single_head": str(tmp_path)}).values()
     study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))
     for csv_name, claim, n_4800, n_4200, diff in (
-            ("contrasts_by_step.csv", "L h1x6", ("2", "5"), ("3", "6"), 2.45 + 0.004 * 0.5 - (2.50 + 0.004 * 11 / 5)),
+            ("contrasts_by_step.csv", "L h1x6", ("5", "5"), ("6", "6"), 2.45 + 0.004 * 13 / 5 - (2.50 + 0.004 * 11 / 5)),
             ("noise_floor.csv", "AA 3-5 vs 0-2", ("2/3",), ("3/3",), 0.004 * (3 + 5) / 2 - 0.004)):
         with open(tmp_path / csv_name, newline="") as f:
             rows = {(r.get("id") or r["claim"], int(r["step"])): r for r in csv.DictReader(f)}
