@@ -233,7 +233,8 @@ def test_machines_with_one_name_are_told_apart_by_their_boots(tmp_path):
 
 def test_a_claim_short_of_its_seeds_has_no_contrast_in_the_secondary_tables(tmp_path):
     """h = 8 at seeds 0-5 only: *AA 3-5 vs 0-2* (3 a side) has its by-step contrast; *AA odd vs even triples*
-    (6 a side) reads the same six records, has no verdict, and so no by-step row and no BLEU contrast either."""
+    (6 a side) reads the same six records, has no verdict, and so no by-step row, no BLEU contrast and no place in
+    the A/A false-positive count either."""
     for name, seeds in (("h8-s0", (0, 1, 2)), ("h8-s3", (3, 4, 5))):
         for seed in seeds:
             nll = 2.5 + 0.01 * seed
@@ -245,6 +246,8 @@ def test_a_claim_short_of_its_seeds_has_no_contrast_in_the_secondary_tables(tmp_
     text = open(study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))).read()
     by_step = text.split("## Contrasts against the training budget")[1].split("\n## ")[0]
     assert "| AA 3-5 vs 0-2 | +0.030 [" in by_step and "AA odd vs even" not in by_step
+    floor = text.split("## Noise floor: the A/A false-positive rate")[1].split("\n## ")[0]
+    assert re.search(r"Welch p < 0.05 in \d+ of 12 contrasts", floor) and "| AA odd vs even" not in floor  # not 24
     bleu = {line.split(" | ")[0]: line for line in text.split("## Test BLEU (secondary)")[1].split("\n## ")[0]
             .splitlines() if line.startswith("| AA")}
     assert bleu["| AA odd vs even triples"].endswith("| 3/3 (needs 6 a side) | — | — | — |")
