@@ -215,8 +215,8 @@ def _labels(groups) -> dict[str, list[Record]]:
 def answer_section(groups) -> Section:
     verdicts = {v.claim.id: v for v in claims_lib.evaluate(CLAIMS, _labels(groups))}
     return Section("The answer", "**Does the single-head advantage survive per-row learning rates, 3x the budget "
-                   "and the paper's recipe?** " + answer({i: v.kind for i, v in verdicts.items()}) + " (" + READING
-                   + ")", ["claim", "measured Δ", "verdict (Holm)"],
+                   "and the paper's recipe?** " + answer({i: v.kind for i, v in verdicts.items()}) + " It follows "
+                   + READING + ".", ["claim", "measured Δ", "verdict (Holm)"],
                    [[i, verdicts[i].measured(), verdicts[i].kind] for i in KEY], "answer.csv")
 
 
