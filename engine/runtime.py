@@ -132,16 +132,32 @@ def enable_compilation_cache(path: str | None = None) -> str:
 SOFTWARE = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")  # what a run's numerics depend on
 
 
-def cpu_model() -> str:
-    """The host CPU's model name (``/proc/cpuinfo``, else ``platform.processor()``); "" when neither says."""
+VECTOR_ISAS = ("avx512f", "avx2", "avx", "sve2", "sve", "asimd")  # widest first: what XLA:CPU can compile for
+
+
+def cpu_model(path: str = "/proc/cpuinfo") -> str:
+    """The host CPU: its model name with family, model, stepping and widest vector instruction set from ``path``
+    ("AMD EPYC (family 26 model 2 stepping 1, avx512f)": cloud CPUs often give only a generic model name, and runs
+    on another generation or instruction set need not repeat each other bit for bit), else
+    ``platform.processor()``; "" when neither says."""
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    if fields:
+                        break  # the first processor's block only
+                    continue
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor()
+    name = fields.get("model name") or platform.processor()
+    ident = " ".join(f"{k.split()[-1]} {fields[k]}" for k in ("cpu family", "model", "stepping") if fields.get(k))
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    isa = next((i for i in VECTOR_ISAS if i in flags), "")
+    detail = ", ".join(x for x in (ident, isa) if x)
+    return f"{name} ({detail})" if name and detail else name
 
 
 def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:
