@@ -137,9 +137,9 @@ VECTOR_ISAS = ("avx512f", "avx2", "avx", "sve2", "sve", "asimd")  # widest first
 
 def cpu_model(path: str = "/proc/cpuinfo") -> str:
     """The host CPU: its model name with family, model, stepping and widest vector instruction set from ``path``
-    ("AMD EPYC (family 26 model 2 stepping 1, avx512f)": cloud CPUs often give only a generic model name, and runs
-    on another generation or instruction set need not repeat each other bit for bit), else
-    ``platform.processor()``; "" when neither says."""
+    ("AMD EPYC, family 26 model 2 stepping 1, avx512f": cloud CPUs often give only a generic model name, and runs
+    on another generation or instruction set need not repeat each other bit for bit); the model name from
+    ``platform.processor()`` where ``path`` has none; "" when nothing says."""
     fields: dict[str, str] = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -156,8 +156,7 @@ def cpu_model(path: str = "/proc/cpuinfo") -> str:
     ident = " ".join(f"{k.split()[-1]} {fields[k]}" for k in ("cpu family", "model", "stepping") if fields.get(k))
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
     isa = next((i for i in VECTOR_ISAS if i in flags), "")
-    detail = ", ".join(x for x in (ident, isa) if x)
-    return f"{name} ({detail})" if name and detail else name
+    return ", ".join(x for x in (name, ident, isa) if x)
 
 
 def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:

@@ -388,9 +388,9 @@ def test_the_cpu_model_names_its_generation_and_vector_instructions(tmp_path, mo
     x86.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
                    "stepping\t: 1\nflags\t\t: fpu sse avx avx2 avx512f avx512bw\n\n"
                    "processor\t: 1\ncpu family\t: 25\nmodel name\t: Other\nflags\t\t: avx\n")
-    assert runtime.cpu_model(str(x86)) == "AMD EPYC (family 26 model 2 stepping 1, avx512f)"
+    assert runtime.cpu_model(str(x86)) == "AMD EPYC, family 26 model 2 stepping 1, avx512f"
     arm = tmp_path / "arm"
     arm.write_text("processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd sve sve2\nCPU part\t: 0xd4f\n")
     monkeypatch.setattr(runtime.platform, "processor", lambda: "aarch64")
-    assert runtime.cpu_model(str(arm)) == "aarch64 (sve2)"
+    assert runtime.cpu_model(str(arm)) == "aarch64, sve2"
     assert runtime.cpu_model(str(tmp_path / "none")) == "aarch64"
