@@ -8,7 +8,8 @@
 #      start, in one line, until every row has its rate.
 # Safe to kill at any moment and to rerun: a finished point writes its record under docs/results/single_head*/points/
 # (commit those: a point with a record is never trained again, even in a fresh checkout), an interrupted point
-# resumes from its checkpoints in runs/repro/, and the reports are rebuilt from the records after each study.
+# resumes from its checkpoints in runs/repro/ (gone on a fresh machine: it then trains from step 0), and the reports
+# are rebuilt from the records after each study.
 # The replicate arm (points/replicate, the last 3 points) is the same points as h8-s0 re-run: let a session on
 # another machine train it (its claim reads a re-run on the first run's machine as "same machine again"; a
 # record names its machine: ATTNLAB_MACHINE=<name>, default the host name, and the boot id of each training call,
