@@ -254,14 +254,14 @@ class Record:
 
     def metric(self, name: str) -> Optional[float]:
         """A number by name, for claims and tables: ``nll``, ``ppl``, ``accuracy``, ``bleu``, ``chrf``, ``grad``,
-        ``spikes``, ``jump``, ``logit``, ``warnings``, ``wall``, ``train``, ``params``, ``steps``, ``epochs``, or a
-        study's own scalar kept in the record's ``metrics`` section."""
+        ``spikes``, ``jump``, ``logit``, ``warnings``, ``wall``, ``train``, ``cpu`` (CPU minutes), ``params``,
+        ``steps``, ``epochs``, or a study's own scalar kept in the record's ``metrics`` section."""
         st = self.stability
         table = {"nll": self.valid_nll, "ppl": self.valid_ppl, "accuracy": self.valid_accuracy,
                  "bleu": self.test_bleu, "chrf": self.test_chrf, "grad": st.max_grad_norm,
                  "spikes": _finite(st.loss_spikes), "jump": st.max_loss_jump, "logit": st.max_logit,
                  "warnings": _finite(st.health_warnings), "wall": self.wall_minutes, "train": self.train_minutes,
-                 "params": _finite(self.params), "steps": float(self.steps), "epochs": self.epochs}
+                 "cpu": None if self.cpu_hours is None else self.cpu_hours * 60, "params": _finite(self.params), "steps": float(self.steps), "epochs": self.epochs}
         if name in table:
             return table[name]
         own = _section(self.raw, "metrics")

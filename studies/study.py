@@ -30,7 +30,7 @@ from studies.runner import Job, train_jobs
 from studies.report import REPO, Report, markdown_table, mean_std, plt, read_csv, significant
 
 METRICS = {"nll": "valid NLL", "ppl": "valid perplexity", "accuracy": "valid accuracy", "bleu": "test BLEU",
-           "chrf": "test chrF", "wall": "wall (min)", "grad": "max grad norm", "jump": "max loss jump",
+           "chrf": "test chrF", "wall": "wall (min)", "cpu": "CPU (min)", "grad": "max grad norm", "jump": "max loss jump",
            "logit": "max attention logit"}
 
 
@@ -405,7 +405,7 @@ def _settings_section(report: Report, study: Study, groups) -> None:
 def _runs_section(report: Report, study: Study, groups) -> None:
     report.section("Every run")
     names = list(dict.fromkeys(("nll", "ppl", "accuracy", "bleu", "chrf") + study.metrics + (
-        "grad", "spikes", "jump", "logit", "wall", "train")))
+        "grad", "spikes", "jump", "logit", "wall", "train", "cpu")))
     metrics = [m for m in names if any(r.metric(m) is not None for ms in groups.values() for _, r in ms)]
     arms = any(a.name for ms in groups.values() for a, _ in ms)
     rows = [[label] + ([a.name] if arms else []) + [r.name, r.seed, r.steps] + [r.metric(m) for m in metrics]

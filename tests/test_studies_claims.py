@@ -202,6 +202,7 @@ def test_record_fields_are_typed_and_missing_ones_read_none():
     assert rec.stability.max_logit == 30.0 and rec.stability.max_grad_norm is None
     assert rec.valid_nll_at(1200) == 2.8 and rec.valid_nll_at(1800) is None
     assert rec.metric("steps_to_learn") == 450 and rec.bleu_rows is None and rec.trace() is None
+    assert rec.metric("cpu") is None and Record("z.json", {"cpu_s": 4086.0}).metric("cpu") == pytest.approx(68.1)
     with pytest.raises(ValueError, match=r"record metric 'speed' of x; expected one of"):
         rec.metric("speed")
     assert math.isclose(Record("y.json", {}).steps, 0) and Record("y.json", {}).name == "y"

@@ -281,7 +281,7 @@ STUDY = Study(
         "about 1.1 h a point, estimated at registration from heads_vs_depth's 24+24 points at 2,400 steps). Noise "
         "floor: h = 8 at seeds 6-11 (four A/A splits) and seeds 0-2 re-run on another machine "
         "(`points/replicate`, trained last)."),
-    metrics=("nll", "ppl", "bleu", "chrf", "wall"), command=COMMAND, notes=(
+    metrics=("nll", "ppl", "bleu", "chrf", "wall", "cpu"), command=COMMAND, notes=(
         "The answer follows " + READING + ".",
         "Running: `scripts/single_head.sh` (nice 19, resumable; one copy, or named workers that share the points: "
         "docs/studies.md) trains the lr arm until it trains nothing, then this study; `python -m studies train "
