@@ -175,6 +175,30 @@ def budget_text(records: Sequence[Record]) -> str:
     return " / ".join(f"{s} steps" + (f" ({e:g} epochs)" if e is not None else "") for s, e in budgets)
 
 
+def _machine(record: Record) -> Optional[str]:
+    """``vm (AMD EPYC)``: the record's machine name and CPU; None where the record names no machine."""
+    m = record.raw.get("machine")
+    if isinstance(m, Mapping) and m.get("name"):
+        return f"{m['name']} ({m.get('cpu') or 'CPU not recorded'})"
+    return str(m) if m and not isinstance(m, Mapping) else None
+
+
+def machines_text(a: Sequence[Record], b: Sequence[Record]) -> str:
+    """"" when the records that name their machine name one; else how many of each side trained on which:
+    ``records from 2 machines: a side 2 on vm (AMD EPYC) and 1 on vm (AMD EPYC, family 26 ...), b side 3 on vm
+    (AMD EPYC, family 26 ...)`` (a machine effect would then be part of the contrast; records that name no machine
+    are counted apart)."""
+    known = {m for m in map(_machine, list(a) + list(b)) if m is not None}
+    if len(known) < 2:
+        return ""
+
+    def side(name: str, records: Sequence[Record]) -> str:
+        counts = collections.Counter(_machine(r) or "a machine not recorded" for r in records)
+        return f"{name} side " + " and ".join(f"{n} on {m}" for m, n in sorted(counts.items())) if records else ""
+
+    return f"records from {len(known)} machines: " + ", ".join(x for x in (side("a", a), side("b", b)) if x)
+
+
 def holm_by_family(tested: Sequence[tuple]) -> dict[str, Optional[float]]:
     """Holm-adjusted p-value of each claim id, within its family: ``tested`` is (claim with ``id`` and ``family``,
     interval with ``p`` or None when untested) pairs; an untested claim gets None. The family is the one declared:
@@ -203,16 +227,17 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
         b = [r for g in c.b for r in groups[g]]
         va, vb = values(a, c.metric), values(b, c.metric)
         interval = (stats_lib.welch_ci(va, vb) if len(va) >= c.min_seeds and len(vb) >= c.min_seeds else None)
-        found.append((c, a + b, interval, (len(va), len(vb))))
-    adjusted = holm_by_family([(c, i) for c, _, i, _ in found])
+        found.append((c, a, b, interval, (len(va), len(vb))))
+    adjusted = holm_by_family([(c, i) for c, _, _, i, _ in found])
     members = collections.Counter(c.family for c, *_ in found)
     untested = collections.Counter(c.family for c, *_ in found if adjusted[c.id] is None)  # Holm's p = 1
     out = []
-    for c, records, interval, counts in found:
+    for c, a, b, interval, counts in found:
         raw_kind, _ = judge(interval, None if interval is None else interval.p, c.paper, c.margin, c.sign)
         kind, ratio = judge(interval, adjusted[c.id], c.paper, c.margin, c.sign)
-        out.append(Verdict(c, interval, adjusted[c.id], raw_kind, kind, ratio, budget_text(records),
-                           registration(c, records), counts, (members[c.family], untested[c.family])))
+        budget = "; ".join(x for x in (budget_text(a + b), machines_text(a, b)) if x)
+        out.append(Verdict(c, interval, adjusted[c.id], raw_kind, kind, ratio, budget, registration(c, a + b),
+                           counts, (members[c.family], untested[c.family])))
     return out
 
 

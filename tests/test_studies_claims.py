@@ -206,3 +206,19 @@ def test_record_fields_are_typed_and_missing_ones_read_none():
     with pytest.raises(ValueError, match=r"record metric 'speed' of x; expected one of"):
         rec.metric("speed")
     assert math.isclose(Record("y.json", {}).steps, 0) and Record("y.json", {}).name == "y"
+
+
+def test_a_verdict_says_when_its_records_come_from_more_than_one_machine():
+    def on(records, cpu):
+        return [Record(r.path, {**r.raw, "machine": {"name": "vm", "cpu": cpu, "boots": ["b1"]}}) for r in records]
+
+    old, new = "AMD EPYC", "AMD EPYC, family 26 model 2 stepping 1, avx512f"
+    claim = Claim("c", "a claim", ("a",), ("b",), "f", COND)
+    a = on(group("a", BASE)[:2], old) + on(group("a", BASE)[2:], new)
+    (v,) = evaluate([claim], {"a": a, "b": on(group("b", TIGHT), new)})
+    assert v.conditions.startswith(f"2400 steps (2.5 epochs); records from 2 machines: a side 2 on vm ({old}) and 1 on "
+                                   f"vm ({new}), b side 3 on vm ({new}); learning rate 0.003")
+    unnamed = group("b", TIGHT)  # records that name no machine are not another machine
+    for b in (on(group("b", TIGHT), old), unnamed):
+        (v,) = evaluate([claim], {"a": on(group("a", BASE), old), "b": b})
+        assert "machines" not in v.conditions
