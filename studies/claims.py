@@ -175,25 +175,17 @@ def budget_text(records: Sequence[Record]) -> str:
     return " / ".join(f"{s} steps" + (f" ({e:g} epochs)" if e is not None else "") for s, e in budgets)
 
 
-def _machine(record: Record) -> Optional[str]:
-    """``vm (AMD EPYC)``: the record's machine name and CPU; None where the record names no machine."""
-    m = record.raw.get("machine")
-    if isinstance(m, Mapping) and m.get("name"):
-        return f"{m['name']} ({m.get('cpu') or 'CPU not recorded'})"
-    return str(m) if m and not isinstance(m, Mapping) else None
-
-
 def machines_text(a: Sequence[Record], b: Sequence[Record]) -> str:
     """"" when the records that name their machine name one; else how many of each side trained on which:
     ``records from 2 machines: a side 2 on vm (AMD EPYC) and 1 on vm (AMD EPYC, family 26 ...), b side 3 on vm
     (AMD EPYC, family 26 ...)`` (a machine effect would then be part of the contrast; records that name no machine
     are counted apart)."""
-    known = {m for m in map(_machine, list(a) + list(b)) if m is not None}
+    known = {r.machine_cpu for r in list(a) + list(b)} - {None}
     if len(known) < 2:
         return ""
 
     def side(name: str, records: Sequence[Record]) -> str:
-        counts = collections.Counter(_machine(r) or "a machine not recorded" for r in records)
+        counts = collections.Counter(r.machine_cpu or "a machine not recorded" for r in records)
         return f"{name} side " + " and ".join(f"{n} on {m}" for m, n in sorted(counts.items())) if records else ""
 
     return f"records from {len(known)} machines: " + ", ".join(x for x in (side("a", a), side("b", b)) if x)

@@ -138,6 +138,14 @@ class Record:
         return f"{m.get('name') or 'unnamed'}" + (f" ({rest})" if rest else "")
 
     @property
+    def machine_cpu(self) -> Optional[str]:
+        """"<name> (<CPU>)", the machine without its device; None in records made before records named it."""
+        m = self.raw.get("machine")
+        if isinstance(m, Mapping):
+            return f"{m['name']} ({m.get('cpu') or 'CPU not recorded'})" if m.get("name") else None
+        return str(m) if m else None
+
+    @property
     def boots(self) -> tuple[Optional[str], ...]:
         """The boot id of each training call, in order (None for a call that logged none); () in records made
         before records kept them."""
@@ -261,7 +269,8 @@ class Record:
                  "bleu": self.test_bleu, "chrf": self.test_chrf, "grad": st.max_grad_norm,
                  "spikes": _finite(st.loss_spikes), "jump": st.max_loss_jump, "logit": st.max_logit,
                  "warnings": _finite(st.health_warnings), "wall": self.wall_minutes, "train": self.train_minutes,
-                 "cpu": None if self.cpu_hours is None else self.cpu_hours * 60, "params": _finite(self.params), "steps": float(self.steps), "epochs": self.epochs}
+                 "cpu": None if self.cpu_hours is None else self.cpu_hours * 60, "params": _finite(self.params),
+                 "steps": float(self.steps), "epochs": self.epochs}
         if name in table:
             return table[name]
         own = _section(self.raw, "metrics")

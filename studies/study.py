@@ -30,8 +30,8 @@ from studies.runner import Job, train_jobs
 from studies.report import REPO, Report, markdown_table, mean_std, plt, read_csv, significant
 
 METRICS = {"nll": "valid NLL", "ppl": "valid perplexity", "accuracy": "valid accuracy", "bleu": "test BLEU",
-           "chrf": "test chrF", "wall": "wall (min)", "cpu": "CPU (min)", "grad": "max grad norm", "jump": "max loss jump",
-           "logit": "max attention logit"}
+           "chrf": "test chrF", "wall": "wall (min)", "cpu": "CPU (min)", "grad": "max grad norm",
+           "jump": "max loss jump", "logit": "max attention logit"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,12 +228,8 @@ VERDICT_HEADERS = ["id", "claim", "family", "metric", "n a/b", "paper Δ", "marg
 def machine_of(record: Record) -> str:
     """The machine a record trained on: its ``machine`` name and CPU model; "machine not recorded" with the CPU
     model the run logged (else its host description) in records made before records named it."""
-    m = record.raw.get("machine")
-    if isinstance(m, str) and m:
-        return m
-    if isinstance(m, Mapping) and m.get("name"):
-        return f"{m['name']} ({m.get('cpu') or 'CPU model not recorded'})"
-    return f"machine not recorded ({record.raw.get('cpu') or record.raw.get('host') or 'CPU model not recorded'})"
+    logged = record.raw.get("cpu") or record.raw.get("host") or "CPU model not recorded"
+    return record.machine_cpu or f"machine not recorded ({logged})"
 
 
 def _record_label(record: Record) -> str:

@@ -323,7 +323,8 @@ def test_the_contrasts_by_step_and_the_noise_floor_keep_a_step_that_one_record_l
     (verdicts,) = study_lib.evaluate([sh.STUDY], {"single_head": str(tmp_path)}).values()
     study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))
     for csv_name, claim, n_4800, n_4200, diff in (
-            ("contrasts_by_step.csv", "L h1x6", ("5", "5"), ("6", "6"), 2.45 + 0.004 * 13 / 5 - (2.50 + 0.004 * 11 / 5)),
+            ("contrasts_by_step.csv", "L h1x6", ("5", "5"), ("6", "6"),
+             2.45 + 0.004 * 13 / 5 - (2.50 + 0.004 * 11 / 5)),
             ("noise_floor.csv", "AA 3-5 vs 0-2", ("2/3",), ("3/3",), 0.004 * (3 + 5) / 2 - 0.004)):
         with open(tmp_path / csv_name, newline="") as f:
             rows = {(r.get("id") or r["claim"], int(r["step"])): r for r in csv.DictReader(f)}
