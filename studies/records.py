@@ -129,21 +129,21 @@ class Record:
     def machine(self) -> Optional[str]:
         """The machine the record was written on, "<name> (<CPU model>; <device>)"; None in records made before
         records named it."""
-        m = self.raw.get("machine")
-        if not m:
-            return None
-        if not isinstance(m, Mapping):
-            return str(m)
-        rest = "; ".join(str(m[k]) for k in ("cpu", "device") if m.get(k))
-        return f"{m.get('name') or 'unnamed'}" + (f" ({rest})" if rest else "")
+        return self._machine(device=True)
 
     @property
     def machine_cpu(self) -> Optional[str]:
         """"<name> (<CPU>)", the machine without its device; None in records made before records named it."""
+        return self._machine(device=False)
+
+    def _machine(self, device: bool) -> Optional[str]:
         m = self.raw.get("machine")
-        if isinstance(m, Mapping):
+        if not m or not isinstance(m, Mapping):
+            return str(m) if m else None
+        if not device:
             return f"{m['name']} ({m.get('cpu') or 'CPU not recorded'})" if m.get("name") else None
-        return str(m) if m else None
+        rest = "; ".join(str(m[k]) for k in ("cpu", "device") if m.get(k))
+        return f"{m.get('name') or 'unnamed'}" + (f" ({rest})" if rest else "")
 
     @property
     def boots(self) -> tuple[Optional[str], ...]:
