@@ -88,6 +88,18 @@ class Claim:
         if self.min_seeds < 2:
             raise ValueError(f"claim {self.id}: min_seeds={self.min_seeds}; Welch's interval needs >= 2")
 
+    def sides(self, groups: Mapping[str, Sequence[Record]]) -> tuple[list[Record], list[Record]]:
+        """The records of side a and side b: the members of the claim's groups, in ``groups`` (label -> records)."""
+        missing = [g for g in self.a + self.b if g not in groups]
+        if missing:
+            raise ValueError(f"claim {self.id}: groups {missing} are not the study's; "
+                             f"expected some of {sorted(groups)}")
+        return [r for g in self.a for r in groups[g]], [r for g in self.b for r in groups[g]]
+
+    def has_seeds(self, a: Sequence[Record], b: Sequence[Record]) -> bool:
+        """Whether both sides have ``min_seeds`` records with the claim's metric (else the claim has no interval)."""
+        return min(len(values(a, self.metric)), len(values(b, self.metric))) >= self.min_seeds
+
 
 @dataclasses.dataclass(frozen=True)
 class Criterion:
@@ -113,6 +125,7 @@ class Verdict:
     registration: str  # "pre-registered (...)" or "post-hoc (...)"
     counts: tuple[int, int] = (0, 0)  # records with the metric, a side and b side (the interval needs min_seeds each)
     family_size: tuple[int, int] = (1, 0)  # claims in the family Holm ran over, and how many of them had no p (p = 1)
+    machines: str = ""  # "" when the records name one machine, else how many of each side trained on which
 
     @property
     def changed(self) -> bool:
@@ -120,7 +133,7 @@ class Verdict:
 
     @property
     def conditions(self) -> str:
-        return self.claim.conditions.text(self.budget)
+        return self.claim.conditions.text("; ".join(x for x in (self.budget, self.machines) if x))
 
     def measured(self) -> str:
         """``+0.099 [+0.065, +0.133]``: 3 decimals, 1 for metrics measured in larger units (margin >= 1)."""
@@ -212,14 +225,9 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
         raise ValueError(f"claims: duplicate ids {sorted({i for i in ids if ids.count(i) > 1})}")
     found = []
     for c in claims:
-        missing = [g for g in c.a + c.b if g not in groups]
-        if missing:
-            raise ValueError(f"claim {c.id}: groups {missing} are not the study's; expected some of {sorted(groups)}")
-        a = [r for g in c.a for r in groups[g]]
-        b = [r for g in c.b for r in groups[g]]
+        a, b = c.sides(groups)
         va, vb = values(a, c.metric), values(b, c.metric)
-        interval = (stats_lib.welch_ci(va, vb) if len(va) >= c.min_seeds and len(vb) >= c.min_seeds else None)
-        found.append((c, a, b, interval, (len(va), len(vb))))
+        found.append((c, a, b, stats_lib.welch_ci(va, vb) if c.has_seeds(a, b) else None, (len(va), len(vb))))
     adjusted = holm_by_family([(c, i) for c, _, _, i, _ in found])
     members = collections.Counter(c.family for c, *_ in found)
     untested = collections.Counter(c.family for c, *_ in found if adjusted[c.id] is None)  # Holm's p = 1
@@ -227,9 +235,9 @@ def evaluate(claims: Sequence[Claim], groups: Mapping[str, Sequence[Record]]) ->
     for c, a, b, interval, counts in found:
         raw_kind, _ = judge(interval, None if interval is None else interval.p, c.paper, c.margin, c.sign)
         kind, ratio = judge(interval, adjusted[c.id], c.paper, c.margin, c.sign)
-        budget = "; ".join(x for x in (budget_text(a + b), machines_text(a, b)) if x)
-        out.append(Verdict(c, interval, adjusted[c.id], raw_kind, kind, ratio, budget, registration(c, a + b),
-                           counts, (members[c.family], untested[c.family])))
+        out.append(Verdict(c, interval, adjusted[c.id], raw_kind, kind, ratio, budget_text(a + b),
+                           registration(c, a + b), counts, (members[c.family], untested[c.family]),
+                           machines_text(a, b)))
     return out
 
 

@@ -218,7 +218,21 @@ def test_a_verdict_says_when_its_records_come_from_more_than_one_machine():
     (v,) = evaluate([claim], {"a": a, "b": on(group("b", TIGHT), new)})
     assert v.conditions.startswith(f"2400 steps (2.5 epochs); records from 2 machines: a side 2 on vm ({old}) and 1 on "
                                    f"vm ({new}), b side 3 on vm ({new}); learning rate 0.003")
+    assert v.budget == "2400 steps (2.5 epochs)" and v.machines.startswith("records from 2 machines: a side 2 on")
     unnamed = group("b", TIGHT)  # records that name no machine are not another machine
     for b in (on(group("b", TIGHT), old), unnamed):
         (v,) = evaluate([claim], {"a": on(group("a", BASE), old), "b": b})
-        assert "machines" not in v.conditions
+        assert "machines" not in v.conditions and v.machines == ""
+
+
+def test_a_claim_names_its_sides_and_whether_each_has_its_seeds():
+    claim = Claim("c", "a claim", ("a", "a2"), ("b",), "f", COND, min_seeds=4)
+    groups = {"a": group("a", BASE), "a2": group("a2", BASE)[:1], "b": group("b", TIGHT)}
+    a, b = claim.sides(groups)
+    assert [r.path for r in a] == [r.path for r in groups["a"] + groups["a2"]] and b == groups["b"]
+    assert not claim.has_seeds(a, b)  # 4 a side, 3 b side
+    assert claim.has_seeds(a, b + group("b2", TIGHT)[:1])
+    no_metric = [Record(r.path, {k: v for k, v in r.raw.items() if k != "validation"}) for r in a]
+    assert not claim.has_seeds(no_metric, b + b)  # records without the metric do not count
+    with pytest.raises(ValueError, match=r"claim c: groups \['a2'\] are not the study's"):
+        claim.sides({"a": [], "b": []})
