@@ -37,6 +37,10 @@ def test_the_specs_register_with_their_claims_and_families():
     assert len(lr.STUDY.points()) == sum(len(c.grid) for c in lr.choices().values()) >= 18
     assert len(sh.STUDY.points()) == 42
     assert all(re.search(r",lr=[0-9.e-]+,", a.arg) for a in sh.STUDY.arms)
+    # training order: the answer's arms, the recipe, rows h 2/32/(B), then the machine re-run before the rest
+    arms = list(dict.fromkeys(arm.name for arm, _ in sh.STUDY.points()))
+    assert arms[:6] == ["h1-s0", "h8-s0", "h1-s3", "h8-s3", "recipe-h1", "recipe-h8"]
+    assert arms[6:10] == ["h2", "h32", "dk4", "replicate"] and arms[-1] == "h1_L24"
 
 
 def _config(spec: str):

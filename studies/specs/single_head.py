@@ -37,6 +37,9 @@ def rate(row: str) -> str:
 
 # name -> (row, first seed, seeds, recipe, order, label); labels are the claims' groups. The arms the answer reads
 # (L h1x6, R h1) train first; until 2026-12-07 (2 points recorded) rows h 2/32 and (B) came before h1-s3 and h8-s3.
+# The replicate arm trained last until 2026-12-07 (20 points recorded, none of it); it now follows rows h 2/32 and
+# (B): from h2 on, points train on another machine than the h8-s0 and h8-s3 records they are compared with, and the
+# replicate measures that machine's effect on the same points.
 ARMS = {
     "h1-s0": ("h1", 0, 3, False, 0, f"{L['h1']}, seeds 0-2"), "h8-s0": ("h8", 0, 3, False, 0, f"{L['h8']}, seeds 0-2"),
     "h1-s3": ("h1", 3, 3, False, 1, f"{L['h1']}, seeds 3-5"), "h8-s3": ("h8", 3, 3, False, 1, f"{L['h8']}, seeds 3-5"),
@@ -44,10 +47,10 @@ ARMS = {
     "recipe-h8": ("h8", 0, 3, True, 2, f"{L['h8']}, paper's recipe"),
     "h2": ("h2", 0, 3, False, 3, L["h2"]), "h32": ("h32", 0, 3, False, 3, L["h32"]),
     "dk4": ("dk4", 0, 3, False, 3, L["dk4"]),
-    "h1_L6": ("h1_L6", 0, 3, False, 4, L["h1_L6"]),
-    "aa-s6": ("h8", 6, 3, False, 5, f"{L['h8']}, seeds 6-8"), "aa-s9": ("h8", 9, 3, False, 5, f"{L['h8']}, seeds 9-11"),
-    "h1_L24": ("h1_L24", 0, 3, False, 6, L["h1_L24"]),
-    "replicate": ("h8", 0, 3, False, 7, f"{L['h8']}, seeds 0-2, another machine"),
+    "replicate": ("h8", 0, 3, False, 4, f"{L['h8']}, seeds 0-2, another machine"),
+    "h1_L6": ("h1_L6", 0, 3, False, 5, L["h1_L6"]),
+    "aa-s6": ("h8", 6, 3, False, 6, f"{L['h8']}, seeds 6-8"), "aa-s9": ("h8", 9, 3, False, 6, f"{L['h8']}, seeds 9-11"),
+    "h1_L24": ("h1_L24", 0, 3, False, 7, L["h1_L24"]),
 }
 SAME_MACHINE = f"{L['h8']}, seeds 0-2, same machine again"
 
@@ -281,15 +284,16 @@ STUDY = Study(
         "head x 24+24 (d_k 16, Liu et al.'s construction; the longest budget that keeps the 8-head comparison: "
         "about 1.1 h a point, estimated at registration from heads_vs_depth's 24+24 points at 2,400 steps). Noise "
         "floor: h = 8 at seeds 6-11 (four A/A splits) and seeds 0-2 re-run on another machine "
-        "(`points/replicate`, trained last)."),
+        "(`points/replicate`, trained after rows h = 2, 32 and (B))."),
     metrics=("nll", "ppl", "bleu", "chrf", "wall", "cpu"), command=COMMAND, notes=(
         "The answer follows " + READING + ".",
         "Running: `scripts/single_head.sh` (nice 19, resumable; one copy, or named workers that share the points: "
         "docs/studies.md) trains the lr arm until it trains nothing, then this study; `python -m studies train "
         "single_head` refuses in one line while a row has no rate. The arms the answer reads train first (h = 1 and "
-        "8 at seeds 0-5, then the paper's recipe), then rows h = 2, 32 and (B), heads vs depth and the A/A seeds. "
-        "The replicate arm trains last; a re-run on its first runs' machine is set apart (\"same machine "
-        "again\") and leaves *M machines* unresolved, so let a session on another machine train it. A machine is "
+        "8 at seeds 0-5, then the paper's recipe), then rows h = 2, 32 and (B), the replicate arm (until "
+        "2026-12-07 it came last; rows h = 2, 32 and (B) were the first to train on another machine than the h = 8 "
+        "records they are compared with), heads vs depth and the A/A seeds. A re-run on its first runs' machine is "
+        "set apart (\"same machine again\") and leaves *M machines* unresolved. A machine is "
         "its record's name (`ATTNLAB_MACHINE=<name>`, default the host name), CPU (model name, generation and vector "
         "instructions, in records since 2026-12-07) and device, and the boot "
         "id of each training call: machines cloned from one image share the rest, so a re-run is on another "
