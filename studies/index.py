@@ -36,10 +36,18 @@ def summaries(module, verdicts: Optional[Mapping[str, list]] = None) -> list[spe
     return out
 
 
+def so_far(verdict: Optional[claims_lib.Verdict], claim_id: str) -> str:
+    """``L h2 (-0.012 [-0.037, +0.012], unresolved)`` for a re-testing claim with its seeds a side, else its id."""
+    if verdict is None or verdict.interval is None:
+        return claim_id
+    return f"{claim_id} ({verdict.measured()}, {verdict.reading()})"
+
+
 def retest_notes(modules: Sequence, evaluated: Optional[Mapping[str, Mapping[str, list]]] = None) -> dict[str, str]:
     """study folder (``Study.out``) -> the sentence its row of docs/results/README.md ends with when a later study
     re-tests its claims (``Study.retests``): per later study, its progress and, per claim, the claims that re-test
-    it, or "superseded" with their verdicts once every one is resolved or the later study has all its points.
+    it (with its measured difference and verdict so far where it has its seeds), or "superseded" with their verdicts
+    once every one is resolved or the later study has all its points.
     ``evaluated``: module name -> its ``study_lib.evaluate`` result, where already computed."""
     notes: dict[str, list[str]] = {}
     for module in modules:
@@ -56,7 +64,7 @@ def retest_notes(modules: Sequence, evaluated: Optional[Mapping[str, Mapping[str
                 done = recorded == total or all(not k.startswith(claims_lib.UNRESOLVED) for k in kinds)
                 items.setdefault(specs.study(name).out, []).append(
                     f"{claim} superseded ({', '.join(f'{i}: {k}' for i, k in zip(ids, kinds))})" if done else
-                    f"{claim} by {', '.join(ids)}")
+                    f"{claim} by {', '.join(so_far(verdicts.get(i), i) for i in ids)}")
             link = f"[{s.name}]({os.path.relpath(os.path.join(REPO, s.out), RESULTS)}/README.md)"
             for out, said in items.items():
                 notes.setdefault(out, []).append(f"re-tested by {link} ({recorded} of {total} points): "
