@@ -15,9 +15,9 @@ Modules (each uses only those above it and the engine):
   ``epochs``, ``stability.max_grad_norm``, ``valid_nll_at(step)``, ``bleu_rows``, ``metric(name)``) and the files
   beside it (``trace()``, ``hypotheses()``).
 - ``studies.claims``: ``Claim`` (contrast ``a`` vs ``b`` by group label, metric, paper value, equivalence margin,
-  min seeds, family, ``Conditions``, ``Registration``), ``evaluate(claims, groups) -> [Verdict]`` (Welch, Holm
-  within each family, verdict before/after the correction, ratio to the paper's value, budget, pre-registration
-  from git history).
+  min seeds, family, ``Conditions``, ``Registration``; ``sides(groups)``, ``has_seeds(a, b)``), ``evaluate(claims,
+  groups) -> [Verdict]`` (Welch, Holm within each family, verdict before/after the correction, ratio to the paper's
+  value, budget, the machines the records name, pre-registration from git history).
 - ``studies.runner``: ``Job`` and ``train_jobs`` (train the points without a record, resumable) and
   ``trained_on_text`` (where a report's points trained).
 - ``studies.inprocess``: short in-process experiments without records (``load``, ``with_overrides``, ``run_point``
