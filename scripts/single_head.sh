@@ -11,8 +11,9 @@
 # resumes from its checkpoints in runs/repro/ (gone on a fresh machine: it then trains from step 0), and the reports
 # are rebuilt from the records after each study.
 # The replicate arm (points/replicate, after rows h2, h32 and dk4) is the same points as h8-s0 re-run on another
-# machine (its claim reads a re-run on the first run's machine as "same machine again"; a record names its machine: ATTNLAB_MACHINE=<name>, default the host name, and the boot id of each training call,
-# which tells apart machines cloned from one image).
+# machine (its claim reads a re-run on the first run's machine as "same machine again"; a record names its machine:
+# ATTNLAB_MACHINE=<name>, default the host name, and the boot id of each training call, which tells apart machines
+# cloned from one image).
 # A second copy started while one runs exits at once (lock: runs/repro/single_head.lock), unless each copy is a
 # named worker: "QUEUE_WORKER=a QUEUE_CPUS=0 scripts/single_head.sh &" and the same with b and 1 share the
 # points between two copies, one core each (scripts/queue.sh; docs/studies.md has the measured gain).

@@ -298,9 +298,7 @@ def test_the_results_index_marks_the_claims_it_retests_then_supersedes_them(monk
     table3, depth = specs.study("table3").out, specs.study("heads_vs_depth").out
     points = f"{sum(len(m) for m in sh.STUDY.records().values())} of {len(sh.STUDY.points())} points"
     assert notes[table3].startswith(f"re-tested by [single_head](single_head/README.md) ({points}): ")
-    assert "24+24 match off by D 24+24=8x3+3" in notes[depth]  # no record yet on either side
-    assert re.search(r"d128 h1x6 by L h1x6 \([-+]\d\.\d{3} \[[-+]\d\.\d{3}, [-+]\d\.\d{3}\], \w[\w ]*\), R h1 \(",
-                     notes[table3])  # both have their seeds: the difference and verdict so far
+    assert "24+24 match off " in notes[depth]  # the committed records' verdicts decide the rest: faked below
     rows = [line for line in open(index.write(path=str(tmp_path / "README.md"))).read().splitlines()
             if "(table3/README.md)" in line]
     assert len(rows) == 1 and rows[0].endswith(f". Claims {notes[table3]} |")
