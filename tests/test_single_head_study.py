@@ -314,6 +314,7 @@ def test_the_results_index_marks_the_claims_it_retests_then_supersedes_them(monk
     assert "d128 h1x6 superseded (L h1x6: contradicted, R h1: no effect)" in notes[table3]
     assert "d128 h2 by L h2;" in notes[table3]  # its re-test is still open, short of its seeds
     assert "d128 h32 by L h32 (-0.012 [-0.037, +0.012], unresolved);" in notes[table3]  # open with its seeds
+    assert "24+24 match off by D 24+24=8x3+3" in notes[depth]  # no verdict at all: named only
 
 
 def test_the_contrasts_by_step_and_the_noise_floor_keep_a_step_that_one_record_lacks(tmp_path):
