@@ -289,7 +289,8 @@ def test_the_lr_report_shows_each_rows_choice_and_the_criterion(tmp_path):
 
 def test_the_results_index_marks_the_claims_it_retests_then_supersedes_them(monkeypatch, tmp_path):
     """docs/results/README.md: Table 3's and heads vs depth's re-tested claims are named with the claims that re-test
-    them while those are open, and marked superseded, with the new verdicts, once they are resolved."""
+    them while those are open, and marked superseded, with the new verdicts, once they are resolved or the later
+    study has every point (the record count is faked too, so the test holds whatever is committed)."""
     from types import SimpleNamespace
 
     from studies import index
@@ -310,11 +311,18 @@ def test_the_results_index_marks_the_claims_it_retests_then_supersedes_them(monk
     resolved = {"single_head": [verdict("L h1x6", claims_lib.CONTRADICTED), verdict("R h1", claims_lib.NO_EFFECT),
                                 verdict("L h2", claims_lib.UNRESOLVED), verdict("L h32", claims_lib.UNRESOLVED, 1)]}
     monkeypatch.setattr(index.study_lib, "evaluate", lambda studies: resolved)
+    total = len(sh.STUDY.points())
+    monkeypatch.setattr(type(sh.STUDY), "records", lambda self, out=None: {"arm": [None] * (total - 1)})  # one to go
     notes = index.retest_notes([sh])
     assert "d128 h1x6 superseded (L h1x6: contradicted, R h1: no effect)" in notes[table3]
     assert "d128 h2 by L h2;" in notes[table3]  # its re-test is still open, short of its seeds
     assert "d128 h32 by L h32 (-0.012 [-0.037, +0.012], unresolved);" in notes[table3]  # open with its seeds
     assert "24+24 match off by D 24+24=8x3+3" in notes[depth]  # no verdict at all: named only
+    monkeypatch.setattr(type(sh.STUDY), "records", lambda self, out=None: {"arm": [None] * total})  # every point in
+    notes = index.retest_notes([sh])
+    assert f"({total} of {total} points)" in notes[table3] and " by L " not in notes[table3]
+    assert "24+24 match off superseded (D 24+24=8x3+3: unresolved)" in notes[depth]
+    assert "d128 h2 superseded (L h2: unresolved)" in notes[table3]  # the study is done: unresolved is its verdict
 
 
 def test_the_contrasts_by_step_and_the_noise_floor_keep_a_step_that_one_record_lacks(tmp_path):
