@@ -149,12 +149,27 @@ def test_the_reading_rule():
     assert "Caveat" in sh.answer({"L h1x6": c, "R h1": c, "AA 9-11 vs 6-8": c})
 
 
+def test_the_answer_is_marked_provisional_while_a_noise_floor_claim_lacks_its_seeds():
+    from types import SimpleNamespace
+
+    c, u = claims_lib.CONTRADICTED, claims_lib.UNRESOLVED
+    def verdicts(kinds, short):
+        return {i: SimpleNamespace(kind=kinds.get(i, u), interval=None if i in short else 1) for i in sh.KEY}
+
+    decided = {"L h1x6": c, "R h1": c}
+    assert sh.pending(verdicts(decided, ())) == ""  # every split has its seeds: the answer is final
+    assert sh.pending(verdicts({"L h1x6": c}, ("M machines",))) == ""  # no answer yet: nothing to qualify
+    assert sh.pending(verdicts(decided, ("M machines",))).startswith(" Provisional: M machines lacks its registered")
+    assert sh.pending(verdicts(decided, sh.AA_IDS[-2:])).startswith(
+        f" Provisional: {sh.AA_IDS[-2]}, {sh.AA_IDS[-1]} lack their registered seeds so far")
+
+
 @pytest.mark.parametrize("study", [lr.STUDY, sh.STUDY], ids=lambda s: s.name)
 def test_the_reports_generate_without_records(tmp_path, study):
     (verdicts,) = study_lib.evaluate([study], {study.name: str(tmp_path)}).values()
     assert all(v.kind == claims_lib.UNRESOLVED for v in verdicts)
     text = open(study_lib.write_report(study, verdicts, out=str(tmp_path))).read()
-    assert f"Points recorded: 0 of {len(study.points())}" in text
+    assert f"Points recorded: 0 of {len(study.points())}" in text and "Provisional" not in text  # no answer yet
     if study.claims:  # registered before any record: the verdicts and the margins say so
         assert "post-hoc readings" not in text and f"were committed with the claims at {sh.COMMIT[:7]}" in text
         if claims_lib.commit_time(sh.COMMIT) is not None:
@@ -191,6 +206,9 @@ def test_the_report_answers_from_records(tmp_path):
     text = open(study_lib.write_report(sh.STUDY, verdicts, out=str(tmp_path))).read()
     assert "**Does the single-head advantage survive per-row learning rates, 3x the budget and the paper's " \
            "recipe?** Yes: one head beats eight" in text
+    # the re-run on the first runs' machine leaves M machines without its seeds: the answer says it may change
+    assert "under the paper's recipe. Provisional: M machines lacks its registered seeds so far; one that differs " \
+           "will add the rule's caveat. It follows" in text
     assert "## Noise floor: the A/A false-positive rate" in text and "## The same points on two machines" in text
     assert "0 of 48 contrasts (0%)" in text  # 4 A/A splits x 12 validation steps, identical sides
 

@@ -215,11 +215,22 @@ def _labels(groups) -> dict[str, list[Record]]:
     return out
 
 
+def pending(verdicts: Mapping[str, claims_lib.Verdict]) -> str:
+    """The sentence that marks an answer provisional while a noise-floor claim, which can add the rule's caveat,
+    lacks its registered seeds ("" when none does or the answer is not given yet)."""
+    short = [i for i in AA_IDS if verdicts[i].interval is None]
+    if not short or any(verdicts[i].kind == claims_lib.UNRESOLVED for i in KEY[:2]):
+        return ""
+    verb = "lacks its" if len(short) == 1 else "lack their"
+    return (f" Provisional: {', '.join(short)} {verb} registered seeds so far; one that differs will add the rule's "
+            "caveat.")
+
+
 def answer_section(groups) -> Section:
     verdicts = {v.claim.id: v for v in claims_lib.evaluate(CLAIMS, _labels(groups))}
     return Section("The answer", "**Does the single-head advantage survive per-row learning rates, 3x the budget "
-                   "and the paper's recipe?** " + answer({i: v.kind for i, v in verdicts.items()}) + " It follows "
-                   + READING + ".", ["claim", "measured Δ", "verdict (Holm)"],
+                   "and the paper's recipe?** " + answer({i: v.kind for i, v in verdicts.items()}) + pending(verdicts)
+                   + " It follows " + READING + ".", ["claim", "measured Δ", "verdict (Holm)"],
                    [[i, verdicts[i].measured(), verdicts[i].kind] for i in KEY], "answer.csv")
 
 
